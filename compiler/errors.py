@@ -1,0 +1,104 @@
+"""Every error gclm raises on purpose, in one tree.
+
+    GclmError                      400 invalid_request_error (base; never raised bare)
+    ├── ConstraintError            400  the constraint itself is wrong or unsupported
+    │   ├── UnsupportedSchemaError 400  a schema keyword gclm cannot honour (has a JSON pointer)
+    │   └── CompileLimitError      400  compiling ran past the time, memory or state limit
+    ├── BudgetTooSmallError        400  max_tokens is below the constraint's minimum (param max_tokens)
+    ├── AuthenticationError        401
+    ├── QueueFullError             429  (with retry_after seconds)
+    ├── ModelLoadError             500  the model or tokenizer could not be loaded
+    └── InternalError              500  an invariant broke (an empty mask, a disallowed token)
+
+Each message says what was wrong and how to fix it. `server/errors.py` turns these into
+OpenAI-shaped HTTP errors; the CLI prints `message` on one line.
+"""
+
+from __future__ import annotations
+
+
+class GclmError(Exception):
+    """Base class. Subclasses fix the HTTP status and OpenAI error type."""
+
+    status_code = 400
+    error_type = "invalid_request_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+
+class ConstraintError(GclmError):
+    """The constraint (schema, regex, choices) is invalid or cannot be compiled."""
+
+    def __init__(self, message: str, *, param: str | None = "response_format", code: str | None = "invalid_constraint"):
+        super().__init__(message, param=param, code=code)
+
+
+class UnsupportedSchemaError(ConstraintError):
+    """A JSON Schema keyword that gclm cannot honour, at a JSON pointer."""
+
+    def __init__(self, keyword: str, pointer: str, detail: str = ""):
+        where = pointer or "/"
+        text = f"JSON Schema keyword {keyword!r} at {where} is not supported"
+        text += f": {detail}" if detail else ""
+        text += ". Remove it or rewrite the schema without it."
+        super().__init__(text, code="unsupported_schema")
+        self.keyword = keyword
+        self.pointer = where
+
+
+class CompileLimitError(ConstraintError):
+    """Compilation exceeded the time, memory or state limit."""
+
+    def __init__(self, message: str):
+        super().__init__(message, code="compile_limit")
+
+
+class BudgetTooSmallError(GclmError):
+    """The token budget is below the fewest tokens the constraint can be completed in."""
+
+    def __init__(self, min_tokens: int, budget: int, param: str = "max_tokens"):
+        super().__init__(
+            f"{param}={budget} is too small for this constraint: the shortest valid output "
+            f"needs {min_tokens} tokens. Set {param} to at least {min_tokens}.",
+            param=param,
+            code="budget_too_small",
+        )
+        self.min_tokens = min_tokens
+        self.budget = budget
+
+
+class AuthenticationError(GclmError):
+    status_code = 401
+    error_type = "authentication_error"
+
+    def __init__(self, message: str = "Missing or invalid API key. Send 'Authorization: Bearer <key>'."):
+        super().__init__(message, code="invalid_api_key")
+
+
+class QueueFullError(GclmError):
+    status_code = 429
+    error_type = "rate_limit_error"
+
+    def __init__(self, queue_size: int, retry_after: float = 1.0):
+        super().__init__(
+            f"The server's request queue is full ({queue_size} waiting). Retry after "
+            f"{retry_after:g} s, or start the server with a larger --queue-size.",
+            code="queue_full",
+        )
+        self.retry_after = retry_after
+
+
+class ModelLoadError(GclmError):
+    status_code = 500
+    error_type = "server_error"
+
+
+class InternalError(GclmError):
+    """An invariant of the masking or the engine broke: a bug in gclm, not in the request."""
+
+    status_code = 500
+    error_type = "server_error"
