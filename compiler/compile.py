@@ -1,0 +1,62 @@
+"""Constraint -> regex -> outlines-core Index -> CompiledTable, in this process.
+
+The server does not call this on its own threads: compiler/worker.py runs it in a worker
+process with a timeout and a memory limit, and compiler/cache.py keeps the results.
+"""
+
+from __future__ import annotations
+
+import time
+
+import outlines_core
+
+from compiler.constraint import Constraint
+from compiler.errors import CompileLimitError, ConstraintError
+from compiler.index_reader import read_index
+from compiler.regex import to_regex
+from compiler.tables import CompiledTable, finish_table
+from compiler.vocabulary import TokenVocabulary
+
+
+def compile_constraint(
+    constraint: Constraint, vocab: TokenVocabulary, *, max_states: int | None = None
+) -> CompiledTable:
+    """Compile `constraint` for `vocab`.
+
+    Raises ConstraintError when the constraint is invalid, unsupported, or has no output
+    that the vocabulary can spell; CompileLimitError past `max_states` DFA states.
+    """
+    started = time.perf_counter()
+    regex = to_regex(constraint)
+    try:
+        index = outlines_core.Index(regex.regex, vocab.outlines)
+    except (ValueError, RuntimeError) as e:
+        raise ConstraintError(f"The constraint could not be compiled: {e}") from e
+    grouped = read_index(index, vocab.size, vocab.eos_token_id)
+    del index  # the Index can be large; the grouped form holds everything needed
+    states = grouped.accepting.shape[0]
+    if max_states is not None and states > max_states:
+        raise CompileLimitError(
+            f"The constraint compiles to {states} DFA states, over the limit of {max_states}. "
+            "Simplify the schema (fewer optional properties, smaller maxLength or maxItems)."
+        )
+    try:
+        table = finish_table(
+            vocab_size=vocab.size,
+            eos_token_id=vocab.eos_token_id,
+            initial=grouped.initial,
+            accepting=grouped.accepting,
+            group_src=grouped.group_src,
+            group_next=grouped.group_next,
+            group_mask=grouped.group_mask,
+            masks=grouped.masks,
+            state_mask=grouped.state_mask,
+            token_bytes=vocab.token_bytes,
+        )
+    except ValueError as e:
+        raise ConstraintError(
+            "No output satisfies the constraint with this model's tokens: " + str(e)
+        ) from e
+    return table.with_info(
+        rewrites=regex.rewrites, compile_seconds=time.perf_counter() - started
+    )

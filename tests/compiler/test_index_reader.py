@@ -1,0 +1,113 @@
+"""The bincode reader against outlines-core's own get_transitions(), on real indexes."""
+
+from __future__ import annotations
+
+import numpy as np
+import outlines_core
+import pytest
+
+from compiler.constraint import Constraint
+from compiler.index_reader import OUTLINES_CORE_VERSION, parse_index_bytes, read_index
+from compiler.regex import to_regex
+from compiler.tables import CompiledTable, build_table, finish_table
+
+
+def test_pinned_outlines_core_version():
+    from importlib.metadata import version
+
+    assert version("outlines_core") == OUTLINES_CORE_VERSION
+
+
+def _reference(index: outlines_core.Index, vocab) -> CompiledTable:
+    """The same table through the slow, obvious path: get_transitions() dicts."""
+    transitions = index.get_transitions()
+    ids: dict[int, int] = {index.get_initial_state(): 0}
+    for s in [*transitions, *index.get_final_states()]:
+        ids.setdefault(s, len(ids))
+    src, tokens, dst = [], [], []
+    for s, row in transitions.items():
+        for token, n in row.items():
+            if token != vocab.eos_token_id:
+                src.append(ids[s])
+                tokens.append(token)
+                dst.append(ids.setdefault(n, len(ids)))
+    accepting = np.zeros(len(ids), dtype=bool)
+    accepting[[ids[f] for f in index.get_final_states()]] = True
+    return build_table(
+        vocab_size=vocab.size,
+        eos_token_id=vocab.eos_token_id,
+        initial=0,
+        num_states=len(ids),
+        accepting=accepting,
+        src=src,
+        tokens=tokens,
+        dst=dst,
+        token_bytes=vocab.token_bytes,
+    )
+
+
+def _canonical(table: CompiledTable) -> list[tuple]:
+    """Edges renumbered by a BFS from the initial state in token order: equal for
+    isomorphic tables whatever their state numbering."""
+    order = {table.initial: 0}
+    queue, edges = [table.initial], []
+    while queue:
+        s = queue.pop(0)
+        tokens, nexts = table.row(s)
+        for t, n in zip(tokens.tolist(), nexts.tolist(), strict=True):
+            if n not in order:
+                order[n] = len(order)
+                queue.append(n)
+            edges.append((order[s], t, order[n], int(table.dist[n])))
+    finals = sorted(order[s] for s in np.flatnonzero(table.accepting).tolist())
+    return [len(order), finals, *edges]
+
+
+@pytest.mark.parametrize(
+    "constraint",
+    [
+        Constraint.regex(r"(ab|b)a?"),
+        Constraint.regex(r"[0-9]{2,4}-(yes|no)"),
+        Constraint.choice(["alpha", "beta", "alphabet"]),
+        Constraint.json_schema(
+            {
+                "type": "object",
+                "properties": {"name": {"type": "string", "maxLength": 4}, "n": {"type": "integer"}},
+                "required": ["name"],
+            }
+        ),
+    ],
+    ids=["regex", "digits", "choice", "schema"],
+)
+def test_reader_matches_get_transitions(constraint, embedded_vocab):
+    index = outlines_core.Index(to_regex(constraint).regex, embedded_vocab.outlines)
+    grouped = read_index(index, embedded_vocab.size, embedded_vocab.eos_token_id)
+    fast = finish_table(
+        vocab_size=embedded_vocab.size,
+        eos_token_id=embedded_vocab.eos_token_id,
+        initial=grouped.initial,
+        accepting=grouped.accepting,
+        group_src=grouped.group_src,
+        group_next=grouped.group_next,
+        group_mask=grouped.group_mask,
+        masks=grouped.masks,
+        state_mask=grouped.state_mask,
+        token_bytes=embedded_vocab.token_bytes,
+    )
+    slow = _reference(index, embedded_vocab)
+    assert _canonical(fast) == _canonical(slow)
+    assert fast.min_tokens == slow.min_tokens
+    assert fast.shortest_output == slow.shortest_output
+    # Forward masks are the OR of the groups, and deduplicated.
+    for s in range(fast.num_states):
+        tokens, _ = fast.row(s)
+        bits = np.unpackbits(fast.masks[fast.state_mask[s]].view(np.uint8), bitorder="little")
+        assert np.array_equal(np.flatnonzero(bits), tokens)
+    assert len({row.tobytes() for row in fast.masks}) == fast.masks.shape[0]
+
+
+def test_reader_refuses_an_unknown_layout(embedded_vocab):
+    index = outlines_core.Index("ab", embedded_vocab.outlines)
+    _, (blob,) = index.__reduce__()
+    with pytest.raises(ValueError, match="outlines-core 0.2.14"):
+        parse_index_bytes(blob + b"\x00", embedded_vocab.size, embedded_vocab.eos_token_id)

@@ -1,0 +1,49 @@
+"""Compiling in a worker process: results, errors, and the time and memory limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from compiler.constraint import Constraint
+from compiler.errors import CompileLimitError, ConstraintError, UnsupportedSchemaError
+from compiler.worker import CompileLimits, CompilerPool
+
+# Many free-text fields with long bounds: seconds of DFA building at this vocabulary.
+HEAVY = Constraint.json_schema(
+    {
+        "type": "object",
+        "properties": {f"f{i}": {"type": "string", "maxLength": 400} for i in range(6)},
+    }
+)
+
+
+@pytest.fixture(scope="module")
+def pool(embedded_vocab):
+    pool = CompilerPool(embedded_vocab, CompileLimits(timeout_s=1.0))
+    yield pool
+    pool.close()
+
+
+def test_compiles_in_a_worker(pool, embedded_vocab):
+    table = pool.compile(Constraint.choice(["yes", "no"]))
+    assert table.min_tokens == 1 and table.shortest_output in {"yes", "no"}
+    assert table.vocab_size == embedded_vocab.size
+
+
+def test_constraint_errors_come_back_with_their_message(pool):
+    with pytest.raises(ConstraintError, match="uniqueItems"):
+        pool.compile(Constraint.json_schema({"type": "array", "uniqueItems": True}))
+    assert issubclass(UnsupportedSchemaError, ConstraintError)
+
+
+def test_timeout_kills_the_compile_and_the_pool_keeps_serving(pool):
+    with pytest.raises(CompileLimitError, match="longer than 1 s"):
+        pool.compile(HEAVY)
+    assert pool.compile(Constraint.regex("[0-9]{3}")).min_tokens >= 1
+
+
+def test_limits_are_validated():
+    with pytest.raises(ValueError, match="timeout"):
+        CompileLimits(timeout_s=0)
+    with pytest.raises(ValueError, match="memory"):
+        CompileLimits(memory_bytes=1 << 20)
