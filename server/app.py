@@ -1,0 +1,281 @@
+"""The OpenAI-compatible HTTP API over an `Engine`.
+
+    app = create_app(engine, ServerSettings.from_env())
+
+One generation request flows: parse and refuse what gclm cannot honour (protocol) ->
+constraint -> `engine.compile` -> budget check -> one `engine.submit` per choice -> events
+merged per request (streaming) -> JSON body or Server-Sent Events (responses). A client that
+disconnects, streaming or not, has its sequences cancelled at once.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from compiler.errors import AuthenticationError, BudgetTooSmallError, ConstraintError
+from compiler.tables import CompiledTable
+from server.constraints import ConstraintSpec, constraint_spec, with_param
+from server.errors import ModelNotFoundError, as_gclm_error, install_error_handlers
+from server.interface import (
+    Engine,
+    FinishEvent,
+    GenerationRequest,
+    Handle,
+    SamplingParams,
+    TokenEvent,
+)
+from server.metrics import Metrics, RequestCounter
+from server.protocol import ChatCompletionRequest, CompletionRequest, OpenAIRequest
+from server.responses import (
+    ChatRenderer,
+    CompletionRenderer,
+    ModelCard,
+    ModelList,
+    Renderer,
+    Usage,
+)
+from server.settings import ServerSettings
+from server.streaming import (
+    DONE,
+    ClientDisconnected,
+    EventStreamResponse,
+    Sequences,
+    sse,
+    sse_error,
+    until_disconnected,
+)
+
+# Not an HTTP status anyone reads (the client has gone); nginx's "client closed request",
+# so that /metrics tells disconnects apart from answers.
+CLIENT_CLOSED = 499
+
+ENDPOINTS = frozenset(
+    {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}
+)
+
+
+def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAPI:
+    """Build the FastAPI app serving `engine` (the engine's lifetime is the caller's)."""
+    settings = settings or ServerSettings()
+    metrics = Metrics(engine)
+    service = _Service(engine, settings, metrics)
+    started = int(time.time())
+
+    app = FastAPI(title="gclm", summary="Constrained generation, OpenAI-compatible.")
+    app.state.engine, app.state.settings, app.state.metrics = engine, settings, metrics
+    install_error_handlers(app, metrics.reject)
+    app.add_middleware(RequestCounter, metrics=metrics, endpoints=ENDPOINTS)
+
+    api = APIRouter(prefix="/v1", dependencies=[Depends(service.authenticate)])
+
+    @api.post("/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        body = ChatCompletionRequest.parse(await request.body())
+        service.check_model(body)
+        text = engine.render_chat([m.for_template() for m in body.messages])
+        prompt = engine.encode_prompt(text)
+        return await service.generate(request, body, [prompt], ChatRenderer(engine.model_id))
+
+    @api.post("/completions")
+    async def completions(request: Request) -> Response:
+        body = CompletionRequest.parse(await request.body())
+        service.check_model(body)
+        prompts = [p if isinstance(p, list) else engine.encode_prompt(p) for p in body.prompt]
+        return await service.generate(request, body, prompts, CompletionRenderer(engine.model_id))
+
+    @api.get("/models")
+    async def list_models() -> ModelList:
+        return ModelList(data=[ModelCard(id=engine.model_id, created=started)])
+
+    @api.get("/models/{model_id:path}")
+    async def get_model(model_id: str) -> ModelCard:
+        if model_id != engine.model_id:
+            raise ModelNotFoundError(model_id, engine.model_id)
+        return ModelCard(id=engine.model_id, created=started)
+
+    app.include_router(api)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok", "model": engine.model_id}
+
+    @app.get("/metrics")
+    async def prometheus_metrics() -> Response:
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+class _Service:
+    """What the endpoints share: the engine, the settings, the metrics."""
+
+    def __init__(self, engine: Engine, settings: ServerSettings, metrics: Metrics) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.metrics = metrics
+
+    async def authenticate(self, request: Request) -> None:
+        """Require `Authorization: Bearer <api_key>` when the server has a key."""
+        expected = self.settings.api_key
+        if expected is None:
+            return
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        # compare_digest: the time taken must not reveal how much of the key matched.
+        if scheme.lower() != "bearer" or not secrets.compare_digest(
+            token.strip().encode(), expected.encode()
+        ):
+            raise AuthenticationError()
+
+    def check_model(self, body: OpenAIRequest) -> None:
+        if body.model is not None and body.model != self.engine.model_id:
+            raise ModelNotFoundError(body.model, self.engine.model_id)
+
+    async def generate(
+        self,
+        request: Request,
+        body: OpenAIRequest,
+        prompts: list[list[int]],
+        renderer: Renderer,
+    ) -> Response:
+        """Compile, check the budget, submit every choice, and answer (JSON or SSE).
+
+        Choices are numbered prompt-major: choice `p * n + i` is sample `i` of prompt `p`.
+        """
+        spec = constraint_spec(body)
+        table = await self.compile(spec) if spec is not None else None
+        budget_aware = spec.budget_aware if spec is not None else True
+        max_tokens = self.budget(body, table, budget_aware)
+        requests = [
+            GenerationRequest(
+                prompt_ids=prompt,
+                params=SamplingParams(
+                    max_tokens=max_tokens,
+                    temperature=body.temperature,
+                    top_p=body.top_p,
+                    # Distinct seeds, so n samples of one prompt differ yet are reproducible.
+                    seed=None if body.seed is None else body.seed + i,
+                    stop=body.stop,
+                ),
+                table=table,
+                budget_aware=budget_aware,
+                request_id=f"{renderer.id}-{p * body.n + i}",
+            )
+            for p, prompt in enumerate(prompts)
+            for i in range(body.n)
+        ]
+        sequences = Sequences(self.engine, self.submit_all(requests))
+        prompt_tokens = sum(len(p) for p in prompts)
+        self.metrics.prompt_tokens.inc(prompt_tokens)
+        if body.stream:
+            events = self.stream(sequences, renderer, prompt_tokens, body.include_usage)
+            return EventStreamResponse(
+                events, on_close=sequences.close, on_disconnect=self.metrics.disconnects.inc
+            )
+        try:
+            texts, reasons, completion_tokens = await until_disconnected(
+                request.receive, self.collect(sequences)
+            )
+        except ClientDisconnected:
+            self.metrics.disconnects.inc()
+            return Response(status_code=CLIENT_CLOSED)
+        finally:
+            sequences.close()
+        final = renderer.final(texts, reasons, Usage.of(prompt_tokens, completion_tokens))
+        return Response(final.model_dump_json(), media_type="application/json")
+
+    async def compile(self, spec: ConstraintSpec) -> CompiledTable:
+        """The compiled table; a ConstraintError names the parameter the constraint came from."""
+        started = time.perf_counter()
+        try:
+            return await self.engine.compile(spec.constraint)
+        except ConstraintError as e:
+            raise with_param(e, spec.param) from None
+        finally:
+            self.metrics.compile_seconds.observe(time.perf_counter() - started)
+
+    def budget(self, body: OpenAIRequest, table: CompiledTable | None, budget_aware: bool) -> int:
+        """max_tokens for every choice: the user's, or a default that fits the constraint.
+
+        Raises BudgetTooSmallError when a budget-aware constraint cannot finish within the
+        user's budget. budget_aware=False skips the check: that mode exists to show what
+        happens when the budget runs out.
+        """
+        requested, param = body.budget_request()
+        s = self.settings
+        if requested is None:
+            if table is None:
+                return s.default_max_tokens
+            return max(
+                s.constrained_max_tokens_floor, s.constrained_max_tokens_factor * table.min_tokens
+            )
+        if table is not None and budget_aware and table.min_tokens > requested:
+            raise BudgetTooSmallError(table.min_tokens, requested, param)
+        return requested
+
+    def submit_all(self, requests: list[GenerationRequest]) -> list[Handle]:
+        """Submit every choice, or none: on QueueFullError the ones queued are cancelled."""
+        handles: list[Handle] = []
+        try:
+            for generation_request in requests:
+                handles.append(self.engine.submit(generation_request))
+        except BaseException:
+            for handle in handles:
+                self.engine.cancel(handle)
+            raise
+        return handles
+
+    async def collect(self, sequences: Sequences) -> tuple[list[str], list[str], int]:
+        """(text, finish reason) of every choice and the tokens generated in all.
+
+        Raises the first error any choice reports (the others are then cancelled).
+        """
+        n = len(sequences.handles)
+        pieces: list[list[str]] = [[] for _ in range(n)]
+        reasons = ["stop"] * n
+        completion_tokens = 0
+        async with aclosing(sequences.events()) as events:
+            async for index, event in events:
+                if isinstance(event, TokenEvent):
+                    pieces[index].append(event.text)
+                elif isinstance(event, FinishEvent):
+                    reasons[index] = event.finish_reason
+                    completion_tokens += event.completion_tokens
+                    self.metrics.completion_tokens.inc(event.completion_tokens)
+                else:
+                    raise as_gclm_error(event.error)
+        return ["".join(p) for p in pieces], reasons, completion_tokens
+
+    async def stream(
+        self, sequences: Sequences, renderer: Renderer, prompt_tokens: int, include_usage: bool
+    ) -> AsyncGenerator[bytes, None]:
+        """SSE body: opening chunks, deltas and finishes as they come, usage, [DONE].
+
+        An error from any choice ends the stream with an error event and [DONE].
+        """
+        for chunk in renderer.opening(len(sequences.handles)):
+            yield sse(chunk)
+        completion_tokens = 0
+        async with aclosing(sequences.events()) as events:
+            async for index, event in events:
+                if isinstance(event, TokenEvent):
+                    if event.text:  # a token that completes no character yet sends nothing
+                        yield sse(renderer.delta(index, event.text))
+                elif isinstance(event, FinishEvent):
+                    completion_tokens += event.completion_tokens
+                    self.metrics.completion_tokens.inc(event.completion_tokens)
+                    yield sse(renderer.finish(index, event.finish_reason))
+                else:
+                    error = as_gclm_error(event.error)
+                    self.metrics.reject(error.code or error.error_type)
+                    yield sse_error(error)
+                    yield DONE
+                    return
+        if include_usage:
+            yield sse(renderer.usage(Usage.of(prompt_tokens, completion_tokens)))
+        yield DONE

@@ -1,0 +1,175 @@
+"""The one place where errors become OpenAI-shaped HTTP responses.
+
+Every error response (and every error event inside a stream) has the body
+
+    {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
+
+that the openai SDK turns into `BadRequestError`, `AuthenticationError`, `RateLimitError`...
+Sources: `GclmError` (status and type from the class), pydantic validation errors (400,
+`param` names the field), Starlette's 404/405, and anything else (500, details logged, not
+sent).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from compiler.errors import GclmError, InternalError, QueueFullError
+
+logger = logging.getLogger("gclm.server")
+
+# Called with a short reason ("queue_full", "budget_too_small", ...) for each rejection.
+RejectionHook = Callable[[str], None]
+
+
+class InvalidRequestError(GclmError):
+    """A request parameter is invalid, conflicting, or not supported by gclm (400)."""
+
+    def __init__(self, message: str, *, param: str | None, code: str = "invalid_parameter"):
+        super().__init__(message, param=param, code=code)
+
+
+class ModelNotFoundError(GclmError):
+    """The request names a model this server does not serve (404)."""
+
+    status_code = 404
+
+    def __init__(self, requested: str, served: str):
+        super().__init__(
+            f"The model {requested!r} does not exist on this server. It serves {served!r}; "
+            "set model to that name (GET /v1/models lists it).",
+            param="model",
+            code="model_not_found",
+        )
+
+
+def error_body(
+    message: str, error_type: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """The OpenAI error object, as sent in a response body or an SSE `data:` line."""
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+def as_gclm_error(exc: BaseException, *, log: bool = True) -> GclmError:
+    """`exc` itself if it is a GclmError; otherwise a generic InternalError.
+
+    The details of a non-gclm error go to the log (when `log`), never to the client.
+    """
+    if isinstance(exc, GclmError):
+        return exc
+    if log:
+        logger.error("unexpected error", exc_info=exc)
+    return InternalError(
+        "The server hit an unexpected error; see its log for details.", code="internal_error"
+    )
+
+
+def gclm_error_body(exc: BaseException) -> dict[str, Any]:
+    """The error object for any exception (non-gclm ones become a generic server error)."""
+    err = as_gclm_error(exc)
+    return error_body(err.message, err.error_type, err.param, err.code)
+
+
+def error_response(exc: GclmError) -> JSONResponse:
+    """The HTTP response for a GclmError; a full queue also gets retry headers."""
+    headers: dict[str, str] = {}
+    if isinstance(exc, QueueFullError):
+        # Retry-After must be whole seconds; the openai SDK prefers the precise retry-after-ms.
+        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+        headers["retry-after-ms"] = str(int(exc.retry_after * 1000))
+    return JSONResponse(gclm_error_body(exc), status_code=exc.status_code, headers=headers)
+
+
+def validation_error(exc: ValidationError | RequestValidationError) -> InvalidRequestError:
+    """A 400 for the first problem pydantic found, with `param` naming the field."""
+    errors = exc.errors()
+    if not errors:
+        return InvalidRequestError("The request body is invalid.", param=None)
+    first = errors[0]
+    loc = [part for part in first.get("loc", ()) if part != "body"]
+    if first.get("type") == "json_invalid":
+        detail = first.get("ctx", {}).get("error", first.get("msg", ""))
+        return InvalidRequestError(
+            f"The request body is not valid JSON ({detail}). Send a JSON object.",
+            param=None,
+            code="invalid_json",
+        )
+    param = _param_path(loc) or None
+    kind = first.get("type", "")
+    if kind == "missing":
+        return InvalidRequestError(
+            f"Missing required parameter: {param!r}.",
+            param=param,
+            code="missing_required_parameter",
+        )
+    if kind == "extra_forbidden":
+        return InvalidRequestError(
+            f"Unrecognized request argument supplied: {param!r}. gclm does not implement it; "
+            "remove it from the request.",
+            param=param,
+            code="unknown_parameter",
+        )
+    message = str(first.get("msg", "invalid value"))
+    # Our own validators raise ValueError; pydantic prefixes their text with "Value error, ".
+    message = message.removeprefix("Value error, ")
+    if param is None:
+        return InvalidRequestError(f"Invalid request body: {message}.", param=None)
+    return InvalidRequestError(f"Invalid value for {param!r}: {message}.", param=param)
+
+
+def _param_path(loc: list[Any]) -> str:
+    """("messages", 0, "content") -> "messages[0].content", as OpenAI spells params."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def install_error_handlers(app: FastAPI, on_rejection: RejectionHook | None = None) -> None:
+    """Route every error raised while handling a request through `error_response`."""
+
+    def reject(exc: GclmError) -> JSONResponse:
+        if on_rejection is not None:
+            on_rejection(exc.code or exc.error_type)
+        return error_response(exc)
+
+    async def on_request_error(_: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, ValidationError | RequestValidationError):
+            exc = validation_error(exc)
+        if not isinstance(exc, GclmError):  # not reachable: registered for these types only
+            raise exc
+        return reject(exc)
+
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+        status = getattr(exc, "status_code", 500)  # registered for Starlette's HTTPException
+        if status == 404:
+            message = f"Unknown request URL: {request.method} {request.url.path}."
+            code = "unknown_url"
+        elif status == 405:
+            message = f"Method {request.method} is not allowed on {request.url.path}."
+            code = "method_not_allowed"
+        else:
+            message, code = str(getattr(exc, "detail", exc)), None
+        body = error_body(message, "invalid_request_error", None, code)
+        return JSONResponse(body, status_code=status, headers=getattr(exc, "headers", None))
+
+    async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
+        # Starlette re-raises the exception after this response, and the ASGI server logs it.
+        return error_response(as_gclm_error(exc, log=False))
+
+    for kind in (GclmError, RequestValidationError, ValidationError):
+        app.add_exception_handler(kind, on_request_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(Exception, on_unexpected)

@@ -1,0 +1,137 @@
+"""Prometheus metrics for /metrics, in a registry of the app's own.
+
+Counted by the HTTP layer: requests by endpoint and status, prompt and completion tokens,
+rejections by reason, client disconnects, compile time. Read from `engine.stats()` at each
+scrape: queue depth, batch size, compile-cache hits and misses, and any other number the
+engine reports (as `gclm_engine_<name>`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from server.interface import Engine
+
+logger = logging.getLogger("gclm.server")
+
+# Compile times run from a cache hit (microseconds) to a large schema (tens of seconds).
+COMPILE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+# engine.stats() key -> (metric name, help, is a counter)
+_KNOWN_STATS = {
+    "queue_depth": ("gclm_queue_depth", "Sequences waiting for a batch slot.", False),
+    "batch_size": ("gclm_batch_size", "Sequences in the running batch.", False),
+    "cache_hits": ("gclm_compile_cache_hits", "Constraint compilations served from cache.", True),
+    "cache_misses": ("gclm_compile_cache_misses", "Constraint compilations run.", True),
+}
+_METRIC_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+class EngineCollector(Collector):
+    """Turns `engine.stats()` into gauges and counters at scrape time."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            stats: dict[str, Any] = dict(self.engine.stats())
+        except Exception:  # a scrape must not fail because the engine is busy or broken
+            logger.exception("engine.stats() failed")
+            return
+        for key in _KNOWN_STATS:
+            stats.setdefault(key, 0.0)  # always exported, so dashboards see zeros
+        for key, value in sorted(stats.items()):
+            if not isinstance(value, int | float):
+                continue
+            name, doc, is_counter = _KNOWN_STATS.get(
+                key, (f"gclm_engine_{key}", f"engine.stats()[{key!r}].", False)
+            )
+            if not _METRIC_NAME.fullmatch(name):
+                continue
+            family = CounterMetricFamily if is_counter else GaugeMetricFamily
+            yield family(name, doc, value=float(value))
+
+
+class Metrics:
+    """The app's metrics; one instance per app, so tests can build many apps."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "gclm_requests",
+            "HTTP requests by endpoint and status code.",
+            ["endpoint", "status"],
+            registry=self.registry,
+        )
+        self.prompt_tokens = Counter(
+            "gclm_prompt_tokens", "Prompt tokens of admitted requests.", registry=self.registry
+        )
+        self.completion_tokens = Counter(
+            "gclm_completion_tokens", "Generated tokens.", registry=self.registry
+        )
+        self.rejections = Counter(
+            "gclm_rejections",
+            "Requests answered with an error, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.disconnects = Counter(
+            "gclm_client_disconnects",
+            "Requests whose client left before the response was complete.",
+            registry=self.registry,
+        )
+        self.compile_seconds = Histogram(
+            "gclm_compile_seconds",
+            "Time to compile (or fetch from cache) a request's constraint.",
+            buckets=COMPILE_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(EngineCollector(engine))
+
+    def reject(self, reason: str) -> None:
+        self.rejections.labels(reason=reason).inc()
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format of every metric."""
+        return generate_latest(self.registry)
+
+
+class RequestCounter:
+    """ASGI middleware counting requests by endpoint and final status.
+
+    Pure ASGI rather than BaseHTTPMiddleware, which would wrap `receive` and hide client
+    disconnects from the streaming responses.
+    """
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, endpoints: frozenset[str]) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.endpoints = endpoints  # known paths; anything else is "other", to bound labels
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500  # if the app fails before starting a response
+
+        async def send_and_record(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_record)
+        finally:
+            path = scope["path"]
+            endpoint = path if path in self.endpoints else "other"
+            self.metrics.requests.labels(endpoint=endpoint, status=str(status)).inc()

@@ -1,0 +1,299 @@
+"""The OpenAI wire format of requests to the /v1 endpoints (response bodies: responses.py).
+
+Requests are parsed with `ChatCompletionRequest.parse(body)` / `CompletionRequest.parse(body)`,
+which also refuse what gclm cannot honour. The rule: a parameter that does not change the
+output (`user`, `metadata`, `store`, ...) is accepted and ignored; a parameter that would
+change the output and is not implemented (`logprobs`, `tools`, non-zero penalties, `echo`,
+`best_of > 1`, and any field we do not know) is a 400 that names it. It is never dropped
+silently.
+
+The constraint fields (`response_format`, `structured_outputs`, `guided_*`) are only parsed
+here; `server/constraints.py` decides which constraint they ask for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing_extensions import Self
+
+from server.errors import InvalidRequestError
+
+JsonSchema = dict[str, Any] | bool
+
+
+class _Strict(BaseModel):
+    """A nested object whose unknown keys are a 400 (each one could change the output)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class JsonSchemaFormat(_Strict):
+    name: str = "response"
+    # "schema" would shadow BaseModel.schema; the alias keeps the wire name.
+    schema_: JsonSchema | None = Field(default=None, alias="schema")
+    strict: bool | None = None  # gclm always enforces the schema, strict or not
+    description: str | None = None
+
+
+class ResponseFormat(_Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class StructuredOutputs(_Strict):
+    """gclm's extension: exactly one of json / regex / choice."""
+
+    json_: JsonSchema | str | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    # False: forward-only DFA masking that may run out of budget (for comparisons only).
+    budget_aware: bool = True
+
+
+class StreamOptions(BaseModel):
+    # Other stream options (e.g. include_obfuscation) only shape the transport: ignored.
+    model_config = ConfigDict(extra="ignore")
+    include_usage: bool | None = None
+
+
+def _neutral(*values: Any) -> Callable[[Any], bool]:
+    return lambda v: v is None or any(v == x and type(v) is type(x) for x in values)
+
+
+def _is_zero(v: Any) -> bool:
+    return v is None or (isinstance(v, int | float) and not isinstance(v, bool) and v == 0)
+
+
+class OpenAIRequest(BaseModel):
+    """Fields shared by both endpoints. Unknown fields land in `model_extra` and are refused.
+
+    `stop` is passed to the engine in SamplingParams, which honours it for unconstrained
+    requests only: a constrained output ends where its constraint lets it end, and cutting
+    it at a stop string could leave it invalid.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None  # None: the served model
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    n: int = Field(default=1, ge=1, le=128)
+    temperature: float = Field(default=1.0, ge=0, le=2)
+    top_p: float = Field(default=1.0, ge=0, le=1)
+    seed: int | None = None
+    stop: tuple[str, ...] = ()  # unconstrained requests only (see the class docstring)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = None
+    guided_json: JsonSchema | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+
+    # Accepted and ignored: none of these changes the generated text.
+    user: Any = None
+    metadata: Any = None
+    store: Any = None
+    service_tier: Any = None
+    prompt_cache_key: Any = None
+    prompt_cache_options: Any = None
+    prompt_cache_retention: Any = None
+    safety_identifier: Any = None
+
+    # Accepted only at a value that leaves the output unchanged.
+    logprobs: Any = None
+    frequency_penalty: Any = None
+    presence_penalty: Any = None
+    logit_bias: Any = None
+
+    # name -> (is the value one gclm can honour?, how to fix the request)
+    _SUPPORTED_ONLY: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {
+        "frequency_penalty": (_is_zero, "remove it or set it to 0"),
+        "presence_penalty": (_is_zero, "remove it or set it to 0"),
+        "logit_bias": (lambda v: not v, "remove it"),
+    }
+
+    @field_validator("n", "temperature", "top_p", "stream", mode="before")
+    @classmethod
+    def _null_is_default(cls, v: Any, info: Any) -> Any:
+        # OpenAI clients send explicit nulls for "use the default".
+        if v is None:
+            return cls.model_fields[info.field_name].default
+        return v
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_list(cls, v: Any) -> Any:
+        if v is None:
+            return ()
+        items = [v] if isinstance(v, str) else v
+        if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items):
+            raise ValueError("stop must be a non-empty string or a list of non-empty strings")
+        return tuple(items)
+
+    @classmethod
+    def parse(cls, body: bytes) -> Self:
+        """Validate a JSON body and refuse unsupported parameters.
+
+        Raises pydantic.ValidationError (malformed) or InvalidRequestError (unsupported).
+        """
+        request = cls.model_validate_json(body)
+        request.check_supported()
+        return request
+
+    def check_supported(self) -> None:
+        """Raise InvalidRequestError naming the first parameter gclm cannot honour."""
+        for name in self.model_extra or {}:
+            raise InvalidRequestError(
+                f"Unrecognized request argument supplied: {name!r}. gclm does not implement "
+                "it; remove it from the request.",
+                param=name,
+                code="unknown_parameter",
+            )
+        for name, (supported, fix) in self._SUPPORTED_ONLY.items():
+            value = getattr(self, name)
+            if not supported(value):
+                raise InvalidRequestError(
+                    f"{name}={value!r} is not supported by gclm; {fix}.",
+                    param=name,
+                    code="unsupported_parameter",
+                )
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+    def budget_request(self) -> tuple[int | None, str]:
+        """(the budget the user set or None, the parameter to name in budget errors)."""
+        mt, mct = self.max_tokens, self.max_completion_tokens
+        if mt is not None and mct is not None and mt != mct:
+            raise InvalidRequestError(
+                f"max_tokens={mt} and max_completion_tokens={mct} disagree; set only one.",
+                param="max_completion_tokens",
+                code="conflicting_parameters",
+            )
+        if mt is None and mct is not None:
+            return mct, "max_completion_tokens"
+        return mt, "max_tokens"
+
+
+class ChatMessage(_Strict):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str
+    name: str | None = None
+    refusal: str | None = None  # an earlier assistant refusal; ignored
+    tool_calls: list[Any] | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts(cls, v: Any) -> Any:
+        """Flatten a list of text parts; other parts (images, audio, files) are refused."""
+        if not isinstance(v, list):
+            return v
+        texts = []
+        for part in v:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind != "text" or not isinstance(part.get("text"), str):
+                raise ValueError(
+                    f"content part of type {kind!r} is not supported; gclm accepts text "
+                    "and {'type': 'text', 'text': ...} parts only"
+                )
+            texts.append(part["text"])
+        return "\n".join(texts)
+
+    @field_validator("tool_calls")
+    @classmethod
+    def _no_tool_calls(cls, v: list[Any] | None) -> list[Any] | None:
+        if v:
+            raise ValueError("tool calls are not supported by gclm; remove them")
+        return v
+
+    def for_template(self) -> dict[str, Any]:
+        """The message as the chat template sees it."""
+        # Chat templates predate the "developer" role, which OpenAI defines as the new
+        # name of "system".
+        role = "system" if self.role == "developer" else self.role
+        out: dict[str, Any] = {"role": role, "content": self.content}
+        if self.name is not None:
+            out["name"] = self.name
+        return out
+
+
+class ChatCompletionRequest(OpenAIRequest):
+    """POST /v1/chat/completions."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    top_logprobs: Any = None
+    tools: Any = None
+    tool_choice: Any = None
+    parallel_tool_calls: Any = None  # meaningless without tools
+    functions: Any = None
+    function_call: Any = None
+    modalities: Any = None
+    audio: Any = None
+    reasoning_effort: Any = None
+    verbosity: Any = None
+    web_search_options: Any = None
+    moderation: Any = None
+    prediction: Any = None  # only speeds up generation at OpenAI; the output is unchanged
+
+    _SUPPORTED_ONLY: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {
+        **OpenAIRequest._SUPPORTED_ONLY,
+        "logprobs": (_neutral(False), "remove it or set it to false"),
+        "top_logprobs": (_is_zero, "remove it"),
+        "tools": (lambda v: not v, "remove it; gclm does not call tools"),
+        "tool_choice": (_neutral("none", "auto"), "remove it; gclm does not call tools"),
+        "functions": (lambda v: not v, "remove it; gclm does not call functions"),
+        "function_call": (_neutral("none", "auto"), "remove it; gclm does not call functions"),
+        "modalities": (lambda v: v is None or v == ["text"], 'remove it or set it to ["text"]'),
+        "audio": (lambda v: v is None, "remove it; gclm generates text only"),
+        "reasoning_effort": (lambda v: v is None, "remove it"),
+        "verbosity": (lambda v: v is None, "remove it"),
+        "web_search_options": (lambda v: v is None, "remove it; gclm does not search the web"),
+        "moderation": (lambda v: v is None, "remove it"),
+    }
+
+
+class CompletionRequest(OpenAIRequest):
+    """POST /v1/completions. `prompt` becomes a list of texts or a list of token-id lists."""
+
+    prompt: list[str] | list[list[int]]
+    echo: Any = None
+    best_of: Any = None
+    suffix: Any = None
+
+    _SUPPORTED_ONLY: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {
+        **OpenAIRequest._SUPPORTED_ONLY,
+        "logprobs": (lambda v: v is None, "remove it"),
+        "echo": (_neutral(False), "remove it or set it to false"),
+        "best_of": (_neutral(1), "remove it or set it to 1; use n for several samples"),
+        "suffix": (lambda v: not v, "remove it; gclm does not insert text"),
+    }
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _prompt_list(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return [v]
+        if isinstance(v, list) and v:
+            if all(isinstance(p, str) for p in v):
+                return v
+            if all(_is_token_ids(p) for p in v):
+                return v
+            if _is_token_ids(v):
+                return [v]
+        raise ValueError(
+            "prompt must be a string, a list of strings, a list of token ids, or a list of "
+            "token-id lists (non-empty, ids >= 0)"
+        )
+
+
+def _is_token_ids(v: Any) -> bool:
+    return (
+        isinstance(v, list)
+        and bool(v)
+        and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in v)
+    )

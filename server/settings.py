@@ -1,0 +1,132 @@
+"""Server configuration: one frozen dataclass, validated once, settable from GCLM_* variables.
+
+Every field can be set by an environment variable named `GCLM_` + the field name in upper
+case (`GCLM_PORT=9000`, `GCLM_API_KEY=...`). The CLI builds its settings with
+`ServerSettings.from_env(**cli_overrides)`: explicit overrides win over the environment,
+which wins over the defaults below.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "GCLM_"
+
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+def default_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/gclm`, falling back to `~/.cache/gclm`."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "gclm"
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How the server listens, which model it serves, and its per-request defaults.
+
+    Budget defaults (the `max_tokens` used when a request sets neither `max_tokens` nor
+    `max_completion_tokens`):
+      - unconstrained requests get `default_max_tokens`;
+      - constrained requests get `max(constrained_max_tokens_floor,
+        constrained_max_tokens_factor * table.min_tokens)`, so a default budget always
+        leaves room to finish the constraint.
+
+    Raises ValueError (from the constructor) naming the bad field and the accepted values.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model: str | None = None  # a Hugging Face id or local path; None: the embedded default
+    device: str = "auto"  # auto | cpu | mps | cuda | cuda:N
+    dtype: str = "auto"  # auto | float32 | float16 | bfloat16
+    max_batch: int = 8  # sequences decoded together in one forward pass
+    queue_size: int = 64  # waiting sequences before submit answers 429
+    cache_dir: Path = field(default_factory=default_cache_dir)  # compiled-table disk cache
+    compile_timeout: float = 30.0  # seconds the engine may spend compiling one constraint
+    api_key: str | None = None  # when set, /v1/* requires "Authorization: Bearer <key>"
+    default_max_tokens: int = 256
+    constrained_max_tokens_floor: int = 512
+    constrained_max_tokens_factor: int = 2
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise ValueError("host must be a non-empty hostname or IP address, e.g. 127.0.0.1.")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be between 0 and 65535, got {self.port}.")
+        if self.model is not None and not self.model.strip():
+            raise ValueError("model must be a model id or path; leave it unset for the default.")
+        if not _DEVICE.fullmatch(self.device):
+            raise ValueError(f"device must be auto, cpu, mps, cuda or cuda:N, got {self.device!r}.")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}.")
+        for name in (
+            "max_batch",
+            "queue_size",
+            "default_max_tokens",
+            "constrained_max_tokens_floor",
+            "constrained_max_tokens_factor",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
+        if not self.compile_timeout > 0:
+            raise ValueError(
+                f"compile_timeout must be a positive number of seconds, got {self.compile_timeout}."
+            )
+        if self.api_key is not None and not self.api_key.strip():
+            raise ValueError("api_key must not be blank; leave it unset to disable authentication.")
+        # A str path from the environment or the CLI is normalised here so callers get a Path.
+        object.__setattr__(self, "cache_dir", Path(self.cache_dir).expanduser())
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ServerSettings:
+        """Settings from GCLM_* variables, then `overrides` on top.
+
+        Overrides whose value is None are ignored, so an argparse namespace with None
+        defaults can be passed as `**vars(args)` (minus any non-setting keys) and unset
+        options fall through to the environment and then to the defaults. Empty
+        environment variables count as unset.
+
+        Raises ValueError for an unknown override, an unparsable variable, or an invalid
+        value.
+        """
+        environ = os.environ if environ is None else environ
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(overrides) - set(known))
+        if unknown:
+            raise ValueError(f"Unknown setting(s): {', '.join(unknown)}.")
+        values: dict[str, Any] = {}
+        for name in known:
+            raw = environ.get(ENV_PREFIX + name.upper(), "")
+            if raw.strip():
+                values[name] = _parse(name, raw.strip(), _field_type(cls, name))
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+def _field_type(cls: type, name: str) -> str:
+    # With `from __future__ import annotations` the annotations are strings; the scalar
+    # type is the first name in them ("int", "str | None", "Path").
+    return str(cls.__annotations__[name]).split("|")[0].strip()
+
+
+def _parse(name: str, raw: str, kind: str) -> Any:
+    var = ENV_PREFIX + name.upper()
+    try:
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+    except ValueError:
+        raise ValueError(
+            f"{var} must be a{'n integer' if kind == 'int' else ' number'}, got {raw!r}."
+        ) from None
+    if kind == "Path":
+        return Path(raw)
+    return raw

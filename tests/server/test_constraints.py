@@ -1,0 +1,154 @@
+"""Constraints on both endpoints: where they come from, compile errors, and the budget check."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+from fake_engine import FakeEngine
+from fastapi import FastAPI
+from harness import openai_client
+
+pytestmark = pytest.mark.anyio
+
+MESSAGES = [{"role": "user", "content": "Hi"}]
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+
+
+async def chat(app: FastAPI, **kwargs):  # type: ignore[no-untyped-def]
+    async with openai_client(app) as client:
+        return await client.chat.completions.create(model="gclm-fake", messages=MESSAGES, **kwargs)
+
+
+async def complete(app: FastAPI, **kwargs):  # type: ignore[no-untyped-def]
+    async with openai_client(app) as client:
+        return await client.completions.create(model="gclm-fake", prompt="Hi", **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("extra", "kind", "spec"),
+    [
+        ({"response_format": {"type": "json_object"}}, "json_object", ""),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "a", "schema": SCHEMA},
+                }
+            },
+            "json_schema",
+            json.dumps(SCHEMA, sort_keys=True, separators=(",", ":")),
+        ),
+        ({"structured_outputs": {"json": SCHEMA}}, "json_schema", None),
+        ({"structured_outputs": {"regex": "[0-9]{3}"}}, "regex", "[0-9]{3}"),
+        ({"structured_outputs": {"choice": ["yes", "no"]}}, "choice", '["yes", "no"]'),
+        ({"guided_regex": "x+"}, "regex", "x+"),
+        ({"guided_choice": ["a", "b"]}, "choice", '["a", "b"]'),
+        ({"guided_json": SCHEMA}, "json_schema", None),
+    ],
+)
+async def test_constraint_sources(
+    app: FastAPI, engine: FakeEngine, extra: dict, kind: str, spec: str | None
+) -> None:
+    await chat(app, extra_body=extra)
+    await complete(app, extra_body=extra)
+    assert [c.kind for c in engine.compiles] == [kind, kind]
+    if spec is not None:
+        assert engine.compiles[0].spec == spec
+    assert all(r.table is not None and r.table.min_tokens == 3 for r in engine.submits)
+    assert (engine.cache_misses, engine.cache_hits) == (1, 1)
+
+
+async def test_budget_aware_can_be_switched_off(app: FastAPI, engine: FakeEngine) -> None:
+    # Off, a budget below the minimum is allowed: the comparison mode shows what then breaks.
+    extra = {"structured_outputs": {"regex": "a+", "budget_aware": False}}
+    await chat(app, max_tokens=1, extra_body=extra)
+    [submitted] = engine.submits
+    assert not submitted.budget_aware
+    assert submitted.params.max_tokens == 1
+
+
+@pytest.mark.parametrize("param", ["max_tokens", "max_completion_tokens"])
+async def test_budget_below_the_minimum_is_refused(
+    app: FastAPI, engine: FakeEngine, param: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        await chat(app, response_format={"type": "json_object"}, **{param: 2})
+    error = caught.value
+    assert error.param == param
+    assert error.code == "budget_too_small"
+    assert f"Set {param} to at least 3" in error.message
+    assert engine.submits == []
+
+
+async def test_budget_on_the_completions_endpoint(app: FastAPI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        await complete(app, max_tokens=1, extra_body={"guided_choice": ["x"]})
+    assert caught.value.param == "max_tokens"
+    assert "at least 3" in caught.value.message
+
+
+async def test_invalid_schema_is_a_400_and_the_server_keeps_serving(app: FastAPI) -> None:
+    bad = {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "frobnicate"}}}
+    with pytest.raises(openai.BadRequestError) as caught:
+        await chat(app, response_format=bad)
+    assert caught.value.param == "response_format"
+    assert caught.value.code == "invalid_constraint"
+    assert "'frobnicate' is not a JSON type" in caught.value.message
+    completion = await chat(app)
+    assert completion.choices[0].finish_reason == "stop"
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"structured_outputs": {"regex": "(unclosed"}}, "structured_outputs.regex"),
+        ({"structured_outputs": {"choice": []}}, "structured_outputs.choice"),
+        ({"structured_outputs": {"json": "{not json"}}, "structured_outputs.json"),
+        ({"guided_regex": "["}, "guided_regex"),
+    ],
+)
+async def test_constraint_errors_name_their_source(
+    app: FastAPI, engine: FakeEngine, extra: dict, param: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        await complete(app, extra_body=extra)
+    assert caught.value.param == param
+    assert engine.submits == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "param"),
+    [
+        (
+            {
+                "response_format": {"type": "json_object"},
+                "extra_body": {"structured_outputs": {"regex": "a"}},
+            },
+            "structured_outputs",
+        ),
+        (
+            {"extra_body": {"structured_outputs": {"regex": "a", "choice": ["a"]}}},
+            "structured_outputs",
+        ),
+        ({"extra_body": {"structured_outputs": {"budget_aware": True}}}, "structured_outputs"),
+        ({"extra_body": {"guided_regex": "a", "guided_choice": ["a"]}}, "guided_choice"),
+        ({"max_tokens": 10, "max_completion_tokens": 20}, "max_completion_tokens"),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "a"}}},
+            "response_format.json_schema.schema",
+        ),
+        (
+            {"extra_body": {"structured_outputs": {"grammar": "root ::= x"}}},
+            "structured_outputs.grammar",
+        ),
+    ],
+)
+async def test_conflicting_or_incomplete_constraints(
+    app: FastAPI, engine: FakeEngine, kwargs: dict, param: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        await chat(app, **kwargs)
+    assert caught.value.param == param
+    assert engine.compiles == [] and engine.submits == []

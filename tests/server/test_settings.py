@@ -1,0 +1,71 @@
+"""ServerSettings: defaults, GCLM_* variables, overrides, and clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from server.settings import ServerSettings
+
+
+def test_defaults() -> None:
+    s = ServerSettings()
+    assert (s.host, s.port, s.model, s.api_key) == ("127.0.0.1", 8000, None, None)
+    assert (s.default_max_tokens, s.constrained_max_tokens_floor) == (256, 512)
+    assert s.constrained_max_tokens_factor == 2
+    assert s.cache_dir.name == "gclm"
+
+
+def test_from_env() -> None:
+    env = {
+        "GCLM_PORT": "9001",
+        "GCLM_API_KEY": "sk-1",
+        "GCLM_COMPILE_TIMEOUT": "2.5",
+        "GCLM_CACHE_DIR": "/tmp/tables",
+        "GCLM_DEVICE": "cuda:1",
+        "GCLM_MODEL": "",  # empty counts as unset
+    }
+    s = ServerSettings.from_env(env)
+    assert (s.port, s.api_key, s.compile_timeout) == (9001, "sk-1", 2.5)
+    assert s.cache_dir == Path("/tmp/tables")
+    assert s.device == "cuda:1"
+    assert s.model is None
+
+
+def test_overrides_win_and_none_falls_through() -> None:
+    s = ServerSettings.from_env({"GCLM_PORT": "9001", "GCLM_HOST": "0.0.0.0"}, port=7000, host=None)
+    assert (s.port, s.host) == (7000, "0.0.0.0")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"port": 70000}, "port must be between 0 and 65535"),
+        ({"device": "gpu"}, "device must be auto, cpu, mps, cuda or cuda:N"),
+        ({"dtype": "int4"}, "dtype must be one of"),
+        ({"max_batch": 0}, "max_batch must be at least 1"),
+        ({"queue_size": 0}, "queue_size must be at least 1"),
+        ({"compile_timeout": 0}, "compile_timeout must be a positive"),
+        ({"api_key": " "}, "api_key must not be blank"),
+        ({"default_max_tokens": 0}, "default_max_tokens must be at least 1"),
+    ],
+)
+def test_invalid_values(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ServerSettings(**kwargs)
+
+
+def test_unparsable_variable_names_it() -> None:
+    with pytest.raises(ValueError, match="GCLM_PORT must be an integer"):
+        ServerSettings.from_env({"GCLM_PORT": "eighty"})
+
+
+def test_unknown_override() -> None:
+    with pytest.raises(ValueError, match="Unknown setting"):
+        ServerSettings.from_env({}, prot=1)
+
+
+def test_frozen() -> None:
+    with pytest.raises(AttributeError):
+        ServerSettings().port = 1  # type: ignore[misc]
