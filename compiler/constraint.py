@@ -19,7 +19,8 @@ KINDS = ("json_schema", "json_object", "regex", "choice")
 class Constraint:
     """A constraint in canonical form: `spec` is text, so the dataclass is hashable.
 
-    - json_schema: `spec` is the schema as canonical JSON (sorted keys, no spaces)
+    - json_schema: `spec` is the schema as compact JSON. Keys keep their order: the order of
+      `properties` is the order in which the output writes them.
     - json_object: `spec` is ""
     - regex: `spec` is the pattern
     - choice: `spec` is the JSON list of choices
@@ -72,4 +73,5 @@ class Constraint:
 
 
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """Compact JSON. Not key-sorted: property order is part of a schema's meaning here."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

@@ -52,7 +52,7 @@ def _serve(conn: Connection, vocab: TokenVocabulary, limits: CompileLimits) -> N
         pass
     from compiler.compile import compile_constraint
 
-    vocab.outlines  # noqa: B018  (build once, before the first request)
+    _warm_up(vocab)
     conn.send(("ready", None))
     while True:
         try:
@@ -68,6 +68,19 @@ def _serve(conn: Connection, vocab: TokenVocabulary, limits: CompileLimits) -> N
             conn.send(("error", _flatten(_memory_error(limits))))
         except Exception as e:  # a bug or an outlines-core failure: report, keep serving
             conn.send(("error", _flatten(CompileLimitError(f"Compilation failed: {e!r}"))))
+
+
+def _warm_up(vocab: TokenVocabulary) -> None:
+    """Build the outlines Vocabulary and load the compiled reader before the first request,
+    so that the first request's compile time is its own."""
+    from compiler.compile import compile_constraint
+
+    text = next((b.decode() for b in vocab.token_bytes if b and b.isalnum()), None)
+    if text is not None:
+        try:
+            compile_constraint(Constraint.choice([text]), vocab)
+        except GclmError:
+            pass
 
 
 def _flatten(e: GclmError) -> tuple[bool, str, str | None, str | None]:

@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from server.settings import default_cache_dir
+
 from compiler.errors import ModelLoadError
 
 logger = logging.getLogger("gclm.model")
@@ -69,12 +71,6 @@ class _Source:
     @property
     def options(self) -> dict[str, Any]:
         return {"local_files_only": True} if self.local_files_only else {}
-
-
-def default_cache_dir() -> Path:
-    """Return $GCLM_CACHE_DIR, or ~/.cache/gclm when it is unset or empty."""
-    configured = os.environ.get("GCLM_CACHE_DIR")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "gclm"
 
 
 def resolve_device(device: str) -> torch.device:

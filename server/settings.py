@@ -22,7 +22,11 @@ DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 def default_cache_dir() -> Path:
-    """`$XDG_CACHE_HOME/gclm`, falling back to `~/.cache/gclm`."""
+    """$GCLM_CACHE_DIR, else `$XDG_CACHE_HOME/gclm`, else `~/.cache/gclm`: converted models
+    and compiled tables live here."""
+    configured = os.environ.get("GCLM_CACHE_DIR")
+    if configured:
+        return Path(configured).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "gclm"
 
@@ -49,7 +53,7 @@ class ServerSettings:
     max_batch: int = 8  # sequences decoded together in one forward pass
     queue_size: int = 64  # waiting sequences before submit answers 429
     cache_dir: Path = field(default_factory=default_cache_dir)  # compiled-table disk cache
-    compile_timeout: float = 30.0  # seconds the engine may spend compiling one constraint
+    compile_timeout: float = 10.0  # seconds one constraint may take to compile
     api_key: str | None = None  # when set, /v1/* requires "Authorization: Bearer <key>"
     default_max_tokens: int = 256
     constrained_max_tokens_floor: int = 512

@@ -1,0 +1,240 @@
+"""The continuous-batching engine: one thread, one batched forward pass per step.
+
+A step is a five-line story (`_step`): admit waiting sequences (prefill), run one decode
+forward for the running ones, mask every row with its constraint and budget, sample, then
+update each sequence and evict the finished. Requests join and leave at step boundaries;
+the KV cache is one left-padded DynamicCache whose rows are merged and selected as the
+batch changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import torch
+
+from compiler.cache import TableCache
+from compiler.constraint import Constraint
+from compiler.errors import GclmError, InternalError, QueueFullError
+from compiler.tables import CompiledTable
+from compiler.vocabulary import TokenVocabulary
+from masking import allocate_bitmask, apply_bitmask, fill_bitmask, fill_unconstrained
+from server.batch import KVBatch
+from server.errors import InvalidRequestError
+from server.interface import ErrorEvent, FinishEvent, GenerationRequest, StreamEvent
+from server.sequence import Sequence
+from server.sampling import sample
+
+log = logging.getLogger("gclm.engine")
+
+
+class BatchEngine:
+    """Implements server.interface.Engine on a transformers causal LM."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        model_id: str,
+        vocab: TokenVocabulary,
+        cache: TableCache,
+        max_batch: int = 8,
+        queue_size: int = 64,
+        compile_threads: int = 4,
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.model_id = model_id
+        self.vocab = vocab
+        self.cache = cache
+        self.max_batch = max_batch
+        self.queue_size = queue_size
+        self.device = next(model.parameters()).device
+        self.eos_ids = _eos_ids(model, tokenizer)
+        self.context_length = _context_length(model, tokenizer)
+        self._bitmask = allocate_bitmask(max_batch, vocab.size)  # [max_batch, W]
+        self._compile_pool = ThreadPoolExecutor(compile_threads, thread_name_prefix="gclm-compile")
+        self._waiting: deque[Sequence] = deque()
+        self._running: list[Sequence] = []
+        self._kv = KVBatch()
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="gclm-engine", daemon=True)
+        self._thread.start()
+
+    # --- the Engine interface (called from the event loop) ---
+
+    async def compile(self, constraint: Constraint) -> CompiledTable:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._compile_pool, self.cache.get, constraint)
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        return list(self.tokenizer.encode(prompt, add_special_tokens=True))
+
+    def render_chat(self, messages: list[dict[str, Any]]) -> str:
+        try:
+            return self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
+        except Exception as e:  # the template's own checks (roles, order)
+            raise InvalidRequestError(
+                f"The model's chat template rejected the messages: {e}", param="messages"
+            ) from e
+
+    def submit(self, request: GenerationRequest) -> Sequence:
+        total = len(request.prompt_ids) + request.params.max_tokens
+        if not request.prompt_ids:
+            raise InvalidRequestError("The prompt is empty.", param="prompt")
+        if total > self.context_length:
+            raise InvalidRequestError(
+                f"The prompt ({len(request.prompt_ids)} tokens) plus max_tokens "
+                f"({request.params.max_tokens}) exceeds the model's context of "
+                f"{self.context_length} tokens. Shorten the prompt or lower max_tokens.",
+                param="max_tokens",
+            )
+        if max(request.prompt_ids) >= self.vocab.size or min(request.prompt_ids) < 0:
+            raise InvalidRequestError(
+                f"Prompt token ids must be in [0, {self.vocab.size}).", param="prompt"
+            )
+        seq = Sequence(
+            request=request,
+            request_id=request.request_id or uuid.uuid4().hex,
+            loop=asyncio.get_running_loop(),
+            vocab=self.vocab,
+        )
+        with self._wake:
+            if len(self._waiting) >= self.queue_size:
+                raise QueueFullError(self.queue_size, retry_after=1.0)
+            self._waiting.append(seq)
+            self._wake.notify()
+        return seq
+
+    async def stream(self, handle: Sequence) -> AsyncIterator[StreamEvent]:  # type: ignore[override]
+        while True:
+            event = await handle.events.get()
+            yield event
+            if isinstance(event, FinishEvent | ErrorEvent):
+                return
+
+    def cancel(self, handle: Sequence) -> None:
+        with self._wake:
+            handle.cancelled = True
+            if handle in self._waiting:
+                self._waiting.remove(handle)
+            self._wake.notify()
+
+    def stats(self) -> dict[str, float]:
+        s = self.cache.stats
+        return {
+            "queue_depth": len(self._waiting),
+            "batch_size": len(self._running),
+            "cache_hits": s.hits + s.negative_hits,
+            "cache_misses": s.misses,
+        }
+
+    def shutdown(self) -> None:
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        self._thread.join(timeout=10)
+        self._compile_pool.shutdown(wait=False, cancel_futures=True)
+
+    # --- the engine thread ---
+
+    def _loop(self) -> None:
+        torch.set_grad_enabled(False)
+        while True:
+            with self._wake:
+                while not self._stopping and not self._waiting and not self._running:
+                    self._wake.wait()
+                if self._stopping:
+                    return
+            try:
+                self._step()
+            except Exception as e:  # a bug or an out-of-memory: fail the batch, keep serving
+                log.exception("engine step failed")
+                error = e if isinstance(e, GclmError) else InternalError(f"Generation failed: {e!r}")
+                for seq in self._running:
+                    seq.fail(error)
+                self._running, self._kv = [], KVBatch()
+
+    @torch.inference_mode()
+    def _step(self) -> None:
+        self._evict([s for s in self._running if s.cancelled])
+        admitted = self._admit()
+        logits = self._forward(admitted)  # [B, V_logits] for self._running + admitted
+        self._running.extend(admitted)
+        self._mask(logits)
+        tokens = sample(logits, self._running)  # [B]
+        done = [seq for seq, t in zip(self._running, tokens, strict=True) if seq.update(t, self.eos_ids)]
+        self._evict(done)
+
+    def _admit(self) -> list[Sequence]:
+        with self._wake:
+            room = self.max_batch - len(self._running)
+            admitted = []
+            while room > 0 and self._waiting:
+                seq = self._waiting.popleft()
+                if not seq.cancelled:
+                    admitted.append(seq)
+                    room -= 1
+        return admitted
+
+    def _forward(self, admitted: list[Sequence]) -> torch.Tensor:
+        """Logits for the next token of every running row, then every admitted row."""
+        parts = []
+        if self._running:
+            last = [s.last_token for s in self._running]
+            parts.append(self._kv.decode(self.model, last, self.device))
+        if admitted:
+            prompts = [s.request.prompt_ids for s in admitted]
+            new_kv, new_logits = KVBatch.prefill(self.model, prompts, self.device)
+            self._kv = self._kv.merge(new_kv)
+            parts.append(new_logits)
+        return torch.cat(parts).float()  # [B, V_logits]
+
+    def _mask(self, logits: torch.Tensor) -> None:
+        batch = len(self._running)
+        for row, seq in enumerate(self._running):
+            if seq.constraint is None:
+                fill_unconstrained(self._bitmask, row, self.vocab.size)
+            else:
+                fill_bitmask(self._bitmask, row, seq.constraint, seq.tokens_left)
+        apply_bitmask(logits, self._bitmask[:batch])
+
+    def _evict(self, done: list[Sequence]) -> None:
+        if not done:
+            return
+        keep = [i for i, s in enumerate(self._running) if s not in done]
+        self._kv = self._kv.select(keep)
+        self._running = [self._running[i] for i in keep]
+        for seq in done:
+            if seq.cancelled and not seq.finished:
+                seq.finish("cancelled")
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    ids = {tokenizer.eos_token_id}
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(configured)
+    return frozenset(i for i in ids if i is not None)
+
+
+def _context_length(model: Any, tokenizer: Any) -> int:
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(model.config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return int(min(getattr(tokenizer, "model_max_length", 2048), 1 << 20))
+

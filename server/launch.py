@@ -1,0 +1,60 @@
+"""Wire settings into a running server: model, compiler pool, table cache, engine, app."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from compiler.cache import TableCache
+from compiler.vocabulary import TokenVocabulary
+from compiler.worker import CompileLimits, CompilerPool
+from server.engine import BatchEngine
+from server.settings import ServerSettings
+
+log = logging.getLogger("gclm.server")
+
+
+def build_engine(settings: ServerSettings) -> tuple[BatchEngine, CompilerPool]:
+    """Load the model and start the compiler worker and the engine thread."""
+    from server.model import load_model
+
+    started = time.perf_counter()
+    loaded = load_model(
+        settings.model, device=settings.device, dtype=settings.dtype, cache_dir=settings.cache_dir
+    )
+    log.info(
+        "model %s on %s (%s) loaded in %.1f s",
+        loaded.model_id,
+        loaded.device,
+        loaded.dtype,
+        time.perf_counter() - started,
+    )
+    vocab = TokenVocabulary.from_tokenizer(loaded.tokenizer)
+    pool = CompilerPool(vocab, CompileLimits(timeout_s=settings.compile_timeout))
+    cache = TableCache(pool.compile, vocab.fingerprint, disk_dir=settings.cache_dir / "tables")
+    engine = BatchEngine(
+        loaded.model,
+        loaded.tokenizer,
+        model_id=loaded.model_id,
+        vocab=vocab,
+        cache=cache,
+        max_batch=settings.max_batch,
+        queue_size=settings.queue_size,
+    )
+    return engine, pool
+
+
+def serve(settings: ServerSettings) -> None:
+    """Run until interrupted."""
+    import uvicorn
+
+    from server.app import create_app
+
+    engine, pool = build_engine(settings)
+    try:
+        app = create_app(engine, settings)
+        log.info("serving %s on http://%s:%d/v1", engine.model_id, settings.host, settings.port)
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+    finally:
+        engine.shutdown()
+        pool.close()

@@ -1,0 +1,100 @@
+"""One sequence being generated: request-level state, kept apart from the engine's."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import torch
+
+from compiler.errors import GclmError
+from compiler.vocabulary import TokenVocabulary
+from masking import SequenceState
+from server.detokenize import TextStream
+from server.interface import ErrorEvent, FinishEvent, GenerationRequest, StreamEvent, TokenEvent
+
+
+@dataclass(eq=False)
+class Sequence:
+    """A submitted request's progress. Its events go to the event loop it was submitted on.
+
+    Budget: `tokens_left` counts the token about to be sampled. A constrained, budget-aware
+    sequence ends with finish_reason "stop" as soon as its output is complete and either the
+    budget is spent or no token could continue it; its stop strings are ignored, since
+    cutting a constrained output short would break its validity.
+    """
+
+    request: GenerationRequest
+    request_id: str
+    loop: asyncio.AbstractEventLoop
+    vocab: TokenVocabulary
+    events: asyncio.Queue[StreamEvent] = field(default_factory=asyncio.Queue)
+    constraint: SequenceState | None = None
+    text: TextStream = field(init=False)
+    generator: torch.Generator | None = None
+    last_token: int = -1
+    generated: int = 0  # tokens sampled, EOS included
+    cancelled: bool = False
+    finished: bool = False
+
+    def __post_init__(self) -> None:
+        req = self.request
+        if req.table is not None:
+            self.constraint = SequenceState(req.table, budget_aware=req.budget_aware)
+        stop = () if req.table is not None else req.params.stop
+        self.text = TextStream(self.vocab.token_bytes, stop)
+        if req.params.seed is not None:
+            self.generator = torch.Generator().manual_seed(req.params.seed)
+
+    @property
+    def tokens_left(self) -> int:
+        return self.request.params.max_tokens - self.generated
+
+    def update(self, token: int, eos_ids: frozenset[int]) -> bool:
+        """Take the sampled token; emit text; return True when the sequence is done."""
+        if self.cancelled:
+            return True
+        left = self.tokens_left
+        self.generated += 1
+        self.last_token = token
+        c = self.constraint
+        if c is not None:
+            c.advance(token, left if c.budget_aware else None)
+            if c.finished:  # EOS, allowed only where the output is complete
+                return self.finish("stop")
+            self._emit(self.text.push(token))
+            if c.must_stop(self.tokens_left):
+                return self.finish("stop")
+            if self.tokens_left <= 0:  # budget-unaware only: it can run out mid-output
+                return self.finish("stop" if c.is_accepting else "length")
+            return False
+        if token in eos_ids:
+            return self.finish("stop")
+        self._emit(self.text.push(token))
+        if self.text.stopped:
+            return self.finish("stop")
+        if self.tokens_left <= 0:
+            return self.finish("length")
+        return False
+
+    def finish(self, reason: str) -> bool:
+        if not self.finished:
+            self.finished = True
+            self._emit(self.text.flush())
+            prompt = len(self.request.prompt_ids)
+            self._send(FinishEvent(reason, prompt, self.generated))
+        return True
+
+    def fail(self, error: Exception) -> None:
+        if not self.finished:
+            self.finished = True
+            if not isinstance(error, GclmError):
+                error = GclmError(str(error))
+            self._send(ErrorEvent(error))
+
+    def _emit(self, text: str) -> None:
+        if text:
+            self._send(TokenEvent(text, (self.last_token,)))
+
+    def _send(self, event: StreamEvent) -> None:
+        self.loop.call_soon_threadsafe(self.events.put_nowait, event)
