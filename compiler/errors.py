@@ -5,6 +5,8 @@
     │   ├── UnsupportedSchemaError 400  a schema keyword gclm cannot honour (has a JSON pointer)
     │   └── CompileLimitError      400  compiling ran past the time, memory or state limit
     ├── BudgetTooSmallError        400  max_tokens is below the constraint's minimum (param max_tokens)
+    ├── InvalidRequestError        400  a request parameter is invalid, conflicting or unsupported
+    ├── ModelNotFoundError         404  the request names a model this server does not serve
     ├── AuthenticationError        401
     ├── QueueFullError             429  (with retry_after seconds)
     ├── ModelLoadError             500  the model or tokenizer could not be loaded
@@ -69,6 +71,27 @@ class BudgetTooSmallError(GclmError):
         )
         self.min_tokens = min_tokens
         self.budget = budget
+
+
+class InvalidRequestError(GclmError):
+    """A request parameter is invalid, conflicting, or not supported by gclm (400)."""
+
+    def __init__(self, message: str, *, param: str | None, code: str = "invalid_parameter"):
+        super().__init__(message, param=param, code=code)
+
+
+class ModelNotFoundError(GclmError):
+    """The request names a model this server does not serve (404)."""
+
+    status_code = 404
+
+    def __init__(self, requested: str, served: str):
+        super().__init__(
+            f"The model {requested!r} does not exist on this server. It serves {served!r}; "
+            "set model to that name (GET /v1/models lists it).",
+            param="model",
+            code="model_not_found",
+        )
 
 
 class AuthenticationError(GclmError):

@@ -27,7 +27,7 @@ from compiler.tables import CompiledTable
 from compiler.vocabulary import TokenVocabulary
 from masking import allocate_bitmask, apply_bitmask, fill_bitmask, fill_unconstrained
 from server.batch import KVBatch
-from server.errors import InvalidRequestError
+from compiler.errors import InvalidRequestError
 from server.interface import ErrorEvent, FinishEvent, GenerationRequest, StreamEvent
 from server.sequence import Sequence
 from server.sampling import sample

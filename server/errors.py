@@ -23,33 +23,18 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from compiler.errors import GclmError, InternalError, QueueFullError
+from compiler.errors import (  # noqa: F401  (re-exported for the HTTP layer)
+    GclmError,
+    InternalError,
+    InvalidRequestError,
+    ModelNotFoundError,
+    QueueFullError,
+)
 
 logger = logging.getLogger("gclm.server")
 
 # Called with a short reason ("queue_full", "budget_too_small", ...) for each rejection.
 RejectionHook = Callable[[str], None]
-
-
-class InvalidRequestError(GclmError):
-    """A request parameter is invalid, conflicting, or not supported by gclm (400)."""
-
-    def __init__(self, message: str, *, param: str | None, code: str = "invalid_parameter"):
-        super().__init__(message, param=param, code=code)
-
-
-class ModelNotFoundError(GclmError):
-    """The request names a model this server does not serve (404)."""
-
-    status_code = 404
-
-    def __init__(self, requested: str, served: str):
-        super().__init__(
-            f"The model {requested!r} does not exist on this server. It serves {served!r}; "
-            "set model to that name (GET /v1/models lists it).",
-            param="model",
-            code="model_not_found",
-        )
 
 
 def error_body(
