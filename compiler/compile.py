@@ -32,8 +32,17 @@ def compile_constraint(
         index = outlines_core.Index(regex.regex, vocab.outlines)
     except (ValueError, RuntimeError) as e:
         raise ConstraintError(f"The constraint could not be compiled: {e}") from e
+    table = table_from_index(index, vocab, max_states=max_states)
+    return table.with_info(
+        rewrites=regex.rewrites, compile_seconds=time.perf_counter() - started
+    )
+
+
+def table_from_index(
+    index: outlines_core.Index, vocab: TokenVocabulary, *, max_states: int | None = None
+) -> CompiledTable:
+    """The CompiledTable of an outlines-core Index built over `vocab`."""
     grouped = read_index(index, vocab.size, vocab.eos_token_id)
-    del index  # the Index can be large; the grouped form holds everything needed
     states = grouped.accepting.shape[0]
     if max_states is not None and states > max_states:
         raise CompileLimitError(
@@ -41,7 +50,7 @@ def compile_constraint(
             "Simplify the schema (fewer optional properties, smaller maxLength or maxItems)."
         )
     try:
-        table = finish_table(
+        return finish_table(
             vocab_size=vocab.size,
             eos_token_id=vocab.eos_token_id,
             initial=grouped.initial,
@@ -57,6 +66,3 @@ def compile_constraint(
         raise ConstraintError(
             "No output satisfies the constraint with this model's tokens: " + str(e)
         ) from e
-    return table.with_info(
-        rewrites=regex.rewrites, compile_seconds=time.perf_counter() - started
-    )

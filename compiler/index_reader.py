@@ -49,13 +49,16 @@ def read_index(index: outlines_core.Index, vocab_size: int, eos_token_id: int) -
     return parse_index_bytes(blob, vocab_size, eos_token_id)
 
 
-def parse_index_bytes(blob: bytes, vocab_size: int, eos_token_id: int) -> GroupedIndex:
+def parse_index_bytes(
+    blob: bytes, vocab_size: int, eos_token_id: int, *, id_cap: int = 1 << 16, group_cap: int = 64
+) -> GroupedIndex:
     """Decode a serialised Index. One compiled pass buckets each state's tokens by
-    successor into packed rows and interns the rows; no per-edge array is built."""
+    successor into packed rows and interns the rows; no per-edge array is built. The pass
+    runs again with more room when a state id or a state's successor count exceeds the caps.
+    """
     buf = np.frombuffer(blob, dtype=np.uint8)
     words = (vocab_size + 31) // 32
     hashes = _token_hashes(words * 32)
-    id_cap, group_cap = 1 << 16, 64
     while True:
         status, accepting, gsrc, gnext, gmask, smask, pool, meta, _ = _group(
             buf, words, hashes, eos_token_id, id_cap, group_cap
@@ -154,20 +157,18 @@ def _group(buf, words, token_hash, eos, id_cap, group_cap):
     first sight, the initial state first. A state seen only as a successor that is not
     final has no way out; the distance pass prunes it."""
     dense = np.full(id_cap, -1, dtype=np.int64)  # sparse id -> dense id
-    empty = np.zeros(0, dtype=np.int64)
-    no_pool = np.zeros((0, words), dtype=np.uint32)
     pos = 0
     initial, pos = _varint(buf, pos)
     n_final, pos = _varint(buf, pos)
     if initial >= id_cap:
-        return _MORE_IDS, empty, empty, empty, empty, empty, no_pool, empty, 0
+        return _retry(_MORE_IDS, words)
     dense[initial] = 0
     n_states = 1
     final_ids = np.empty(n_final, dtype=np.int64)
     for i in range(n_final):
         sid, pos = _varint(buf, pos)
         if sid >= id_cap:
-            return _MORE_IDS, empty, empty, empty, empty, empty, no_pool, empty, 0
+            return _retry(_MORE_IDS, words)
         if dense[sid] == -1:
             dense[sid] = n_states
             n_states += 1
@@ -192,7 +193,7 @@ def _group(buf, words, token_hash, eos, id_cap, group_cap):
     for k in range(n_rec):
         sid, pos = _varint(buf, pos)
         if sid >= id_cap:
-            return _MORE_IDS, empty, empty, empty, empty, empty, no_pool, empty, 0
+            return _retry(_MORE_IDS, words)
         if dense[sid] == -1:
             dense[sid] = n_states
             n_states += 1
@@ -203,7 +204,7 @@ def _group(buf, words, token_hash, eos, id_cap, group_cap):
             dense, n_states, stamp, slot_of, rows, row_hash, gnext,
         )
         if status != _OK:
-            return status, empty, empty, empty, empty, empty, no_pool, empty, 0
+            return _retry(status, words)
         if n_groups + ng > g_src.size:
             g_src = _grown(g_src, n_groups + ng)
             g_next = _grown(g_next, n_groups + ng)
@@ -249,6 +250,13 @@ def _group(buf, words, token_hash, eos, id_cap, group_cap):
         meta,
         n_states,
     )
+
+
+@nb.njit(cache=True)
+def _retry(status, words):
+    """_group's result when it must run again with more room."""
+    empty = np.zeros(0, dtype=np.int64)
+    return status, empty, empty, empty, empty, empty, np.zeros((0, words), np.uint32), empty, 0
 
 
 @nb.njit(cache=True)

@@ -7,9 +7,10 @@ import outlines_core
 import pytest
 
 from compiler.constraint import Constraint
-from compiler.index_reader import OUTLINES_CORE_VERSION, parse_index_bytes, read_index
+from compiler.compile import table_from_index
+from compiler.index_reader import OUTLINES_CORE_VERSION, parse_index_bytes
 from compiler.regex import to_regex
-from compiler.tables import CompiledTable, build_table, finish_table
+from compiler.tables import CompiledTable, build_table
 
 
 def test_pinned_outlines_core_version():
@@ -81,19 +82,7 @@ def _canonical(table: CompiledTable) -> list[tuple]:
 )
 def test_reader_matches_get_transitions(constraint, embedded_vocab):
     index = outlines_core.Index(to_regex(constraint).regex, embedded_vocab.outlines)
-    grouped = read_index(index, embedded_vocab.size, embedded_vocab.eos_token_id)
-    fast = finish_table(
-        vocab_size=embedded_vocab.size,
-        eos_token_id=embedded_vocab.eos_token_id,
-        initial=grouped.initial,
-        accepting=grouped.accepting,
-        group_src=grouped.group_src,
-        group_next=grouped.group_next,
-        group_mask=grouped.group_mask,
-        masks=grouped.masks,
-        state_mask=grouped.state_mask,
-        token_bytes=embedded_vocab.token_bytes,
-    )
+    fast = table_from_index(index, embedded_vocab)
     slow = _reference(index, embedded_vocab)
     assert _canonical(fast) == _canonical(slow)
     assert fast.min_tokens == slow.min_tokens
@@ -111,3 +100,13 @@ def test_reader_refuses_an_unknown_layout(embedded_vocab):
     _, (blob,) = index.__reduce__()
     with pytest.raises(ValueError, match="outlines-core 0.2.14"):
         parse_index_bytes(blob + b"\x00", embedded_vocab.size, embedded_vocab.eos_token_id)
+
+
+def test_reader_retries_with_more_room(embedded_vocab):
+    """Tiny starting caps force both retry paths; the result must not change."""
+    index = outlines_core.Index(r"[a-c]{1,3}(x|yy|zzz)", embedded_vocab.outlines)
+    _, (blob,) = index.__reduce__()
+    args = (blob, embedded_vocab.size, embedded_vocab.eos_token_id)
+    roomy, cramped = parse_index_bytes(*args), parse_index_bytes(*args, id_cap=1, group_cap=1)
+    for name in ("accepting", "group_src", "group_next", "group_mask", "state_mask", "masks"):
+        assert np.array_equal(getattr(roomy, name), getattr(cramped, name)), name
