@@ -25,7 +25,13 @@ from compiler.constraint import Constraint
 from compiler.errors import GclmError, InternalError, QueueFullError
 from compiler.tables import CompiledTable
 from compiler.vocabulary import TokenVocabulary
-from masking import allocate_bitmask, apply_bitmask, fill_bitmask, fill_unconstrained
+from masking import (
+    allocate_bitmask,
+    apply_bitmask,
+    check_budget,
+    fill_bitmask,
+    fill_unconstrained,
+)
 from server.batch import KVBatch
 from compiler.errors import InvalidRequestError
 from server.interface import ErrorEvent, FinishEvent, GenerationRequest, StreamEvent
@@ -100,6 +106,9 @@ class BatchEngine:
                 f"{self.context_length} tokens. Shorten the prompt or lower max_tokens.",
                 param="max_tokens",
             )
+        table = request.table
+        if table is not None and request.budget_aware:
+            check_budget(table, request.params.max_tokens)
         if max(request.prompt_ids) >= self.vocab.size or min(request.prompt_ids) < 0:
             raise InvalidRequestError(
                 f"Prompt token ids must be in [0, {self.vocab.size}).", param="prompt"

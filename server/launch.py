@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 
 from compiler.cache import TableCache
 from compiler.vocabulary import TokenVocabulary
@@ -51,8 +53,20 @@ def serve(settings: ServerSettings) -> None:
     from server.app import create_app
 
     engine, pool = build_engine(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: object) -> AsyncIterator[None]:
+        # uvicorn re-raises SIGTERM after its own shutdown, so a `finally` around run()
+        # never runs then; the lifespan's exit does.
+        try:
+            yield
+        finally:
+            engine.shutdown()
+            pool.close()
+
     try:
         app = create_app(engine, settings)
+        app.router.lifespan_context = lifespan
         log.info("serving %s on http://%s:%d/v1", engine.model_id, settings.host, settings.port)
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
     finally:
