@@ -181,6 +181,8 @@ def embedded_model_dir(cache_dir: Path | None = None) -> Path:
         logger.info("converting embedded GGUF model once (~30 s)...")
         started = time.perf_counter()
         _convert_gguf(package_dir, tmp)
+        for written in tmp.iterdir():
+            written.chmod(0o644)  # safetensors writes 0600; keep the cache readable to all
         try:
             tmp.rename(target)
         except OSError:
