@@ -1,0 +1,154 @@
+"""The batch bitmask: one preallocated int32 [max_batch, W] buffer, rows filled by index,
+applied to the logits in one vectorised pass just before sampling.
+
+    bitmask = allocate_bitmask(max_batch, vocab_size)       # once, at engine start
+    for i, (dfa, tokens_left) in enumerate(batch):          # each step; dfa: SequenceState
+        fill_bitmask(bitmask, i, dfa, tokens_left)          # or fill_unconstrained
+    apply_bitmask(logits, bitmask[:len(batch)])             # logits [B, V_logits]
+
+Filling a row is one copy of a precomputed row (O(W)). Logit columns past the tokenizer's
+size (models pad their output layer) are never allowed. On CUDA the pinned buffer is copied
+without blocking: refill it only after the step's sampled tokens have been read back.
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from compiler.errors import InternalError
+from masking.masks import num_words
+from masking.sequence import SequenceState
+
+# The byte views below read bit v of a row as bit v % 8 of byte v // 8.
+_LITTLE_ENDIAN = sys.byteorder == "little"
+
+# [256, 8] float32: for each byte, +inf where its bit is set and -inf where it is clear, so
+# that min(logit, penalty) keeps allowed logits and sends the rest to -inf without a branch.
+_PENALTY_LUT = np.where(
+    (np.arange(256)[:, None] >> np.arange(8)[None, :]) & 1, np.inf, -np.inf
+).astype(np.float32)
+_NUMPY_DTYPES = (torch.float32, torch.float16, torch.float64)
+
+
+def allocate_bitmask(max_batch: int, vocab_size: int) -> torch.Tensor:
+    """A zeroed int32 [max_batch, ceil(vocab_size / 32)] CPU buffer (pinned when CUDA is
+    available, so that copying it to the GPU does not block)."""
+    if max_batch < 1 or vocab_size < 1:
+        raise ValueError(f"max_batch and vocab_size must be >= 1, got {max_batch}, {vocab_size}.")
+    return torch.zeros(
+        (max_batch, num_words(vocab_size)),
+        dtype=torch.int32,
+        pin_memory=torch.cuda.is_available(),
+    )
+
+
+def _as_array(bitmask: torch.Tensor | np.ndarray) -> np.ndarray:
+    return bitmask.numpy() if isinstance(bitmask, torch.Tensor) else bitmask
+
+
+def fill_bitmask(
+    bitmask: torch.Tensor | np.ndarray, row: int, seq: SequenceState, tokens_left: int | None
+) -> None:
+    """Write the tokens `seq` may sample next into `bitmask[row]`.
+
+    Args:
+        bitmask: int32 [max_batch, W] CPU buffer from `allocate_bitmask` (or a numpy array).
+        row: the sequence's index in the batch.
+        seq: the sequence's DFA state.
+        tokens_left: tokens the sequence may still generate, counting the one being sampled;
+            ignored (may be None) when `seq` is not budget-aware.
+    Raises:
+        InternalError: the sequence already consumed EOS, or no token is allowed.
+        ValueError: the buffer was allocated for another vocabulary size.
+    """
+    buf = _as_array(bitmask)
+    masks = seq.masks
+    if buf.shape[1] != masks.width:
+        raise ValueError(
+            f"The bitmask has {buf.shape[1]} words per row but the table's vocabulary needs "
+            f"{masks.width}; allocate it with the tokenizer's vocab_size ({masks.vocab_size})."
+        )
+    if seq.finished:
+        raise InternalError("The sequence already emitted EOS; evict it instead of masking it.")
+    if seq.budget_aware:
+        if tokens_left is None:
+            raise ValueError("A budget-aware sequence needs tokens_left.")
+        buf[row] = masks.row(seq.state, tokens_left)
+    else:
+        buf[row] = masks.forward_row(seq.state)
+
+
+@lru_cache(maxsize=8)
+def _all_tokens_row(vocab_size: int) -> np.ndarray:
+    row = np.full(num_words(vocab_size), -1, dtype=np.int32)
+    tail = vocab_size % 32
+    if tail:
+        # Bits past the tokenizer's last id stay clear: they name no token.
+        row.view(np.uint32)[-1] = np.uint32((1 << tail) - 1)
+    row.flags.writeable = False
+    return row
+
+
+def fill_unconstrained(bitmask: torch.Tensor | np.ndarray, row: int, vocab_size: int) -> None:
+    """Allow every token id below `vocab_size` in `bitmask[row]` (a request without a
+    constraint sharing the batch)."""
+    buf = _as_array(bitmask)
+    if buf.shape[1] != num_words(vocab_size):
+        raise ValueError(
+            f"The bitmask has {buf.shape[1]} words per row, not {num_words(vocab_size)} "
+            f"for vocab_size {vocab_size}."
+        )
+    buf[row] = _all_tokens_row(vocab_size)
+
+
+def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
+    """Set every logit whose bit is clear to -inf, in place, on the logits' device.
+
+    Args:
+        logits: [B, V_logits] on CPU or CUDA; columns at or past 32 * W are always disallowed.
+        bitmask: int32 [B, W] (moved to the logits' device if it is elsewhere).
+    """
+    if logits.dim() != 2 or bitmask.dim() != 2 or bitmask.shape[0] != logits.shape[0]:
+        raise ValueError(
+            f"apply_bitmask needs logits [B, V] and bitmask [B, W] with the same B; got "
+            f"{tuple(logits.shape)} and {tuple(bitmask.shape)}."
+        )
+    if bitmask.dtype != torch.int32:
+        raise ValueError(f"The bitmask must be int32, got {bitmask.dtype}.")
+    batch, vocab = logits.shape
+    covered = min(vocab, 32 * int(bitmask.shape[1]))
+    if vocab > covered:
+        logits[:, covered:] = -torch.inf  # padded output columns: no token has these ids
+    if (
+        logits.device.type == "cpu"
+        and logits.dtype in _NUMPY_DTYPES
+        and not logits.requires_grad
+        and _LITTLE_ENDIAN
+    ):
+        # numpy's table lookup and minimum are branch-free and SIMD; torch's CPU masked_fill
+        # mispredicts on irregular masks and is 5-10x slower here.
+        words = bitmask.cpu().numpy()
+        penalty = _PENALTY_LUT.take(words.view(np.uint8), axis=0).reshape(batch, -1)  # [B, 32W]
+        out = logits.numpy()
+        np.minimum(out[:, :covered], penalty[:, :covered], out=out[:, :covered])
+        return
+    # Four kernels on a GPU: the copy of the rows, AND with each bit, == 0, masked_fill.
+    words = bitmask.to(logits.device, non_blocking=True)  # [B, W]
+    disallowed = (words.unsqueeze(-1) & _bit_values(logits.device)) == 0  # [B, W, 32]
+    logits[:, :covered].masked_fill_(disallowed.view(batch, -1)[:, :covered], -torch.inf)
+
+
+_BITS: dict[torch.device, torch.Tensor] = {}
+
+
+def _bit_values(device: torch.device) -> torch.Tensor:
+    """int32 [32]: 1 << j for each bit j (bit 31 is the sign bit), kept on each device."""
+    bits = _BITS.get(device)
+    if bits is None:
+        values = [1 << j for j in range(31)] + [-(1 << 31)]
+        bits = _BITS[device] = torch.tensor(values, dtype=torch.int32, device=device)
+    return bits

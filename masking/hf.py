@@ -1,0 +1,342 @@
+"""Constrained, budget-aware generation with Hugging Face `model.generate()`.
+
+    c = create_constraint(tokenizer, {"type": "json_object"}, max_new_tokens=64)
+    out = model.generate(**inputs, max_new_tokens=64, logits_processor=c.logits_processor,
+                         stopping_criteria=c.stopping_criteria)
+
+Every row's output is accepted by the constraint and at most `max_new_tokens` tokens long
+(EOS excluded), whether decoding is greedy or sampled. Rows are independent; left padding is
+fine. Beam search is refused: beams are reordered between steps and dead beams sample tokens
+the mask forbids.
+
+Budget: HF counts EOS against `max_new_tokens`, gclm does not, so the processor gives a row
+`max_new_tokens - k` tokens after `k` generated ones; at the last step only tokens that reach
+acceptance (or EOS, when accepting) remain, and the row ends valid either way.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
+
+from compiler.constraint import Constraint
+from compiler.errors import ConstraintError, InternalError
+from compiler.tables import CompiledTable
+from masking.bitmask import allocate_bitmask, apply_bitmask, fill_bitmask, fill_unconstrained
+from masking.sequence import SequenceState, check_budget
+
+_STRUCTURED_KEYS = ("json", "regex", "choice")
+
+
+def parse_constraint(spec: Any) -> Constraint:
+    """An OpenAI `response_format` or a structured-outputs dict, as a Constraint.
+
+    Accepts `{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}`,
+    `{"type": "json_object"}`, `{"json": schema}`, `{"regex": pattern}`,
+    `{"choice": [...]}`, or a Constraint. Raises ConstraintError for anything else.
+    """
+    if isinstance(spec, Constraint):
+        return spec
+    if not isinstance(spec, dict):
+        raise ConstraintError(
+            f"A constraint must be a dict, got {type(spec).__name__}: pass a response_format "
+            'such as {"type": "json_object"} or {"regex": "..."}.'
+        )
+    kind = spec.get("type")
+    if kind == "json_object":
+        return Constraint.json_object()
+    if kind == "json_schema":
+        body = spec.get("json_schema")
+        if not isinstance(body, dict) or "schema" not in body:
+            raise ConstraintError(
+                'response_format of type "json_schema" needs '
+                '"json_schema": {"name": ..., "schema": {...}}.'
+            )
+        return Constraint.json_schema(body["schema"])
+    if kind is not None:
+        raise ConstraintError(
+            f"response_format type {kind!r} is not a constraint; use 'json_schema' or "
+            "'json_object' (for free text, call generate() without create_constraint)."
+        )
+    keys = [k for k in _STRUCTURED_KEYS if k in spec]
+    if len(keys) != 1 or len(spec) != 1:
+        raise ConstraintError(
+            f"A structured-outputs dict needs exactly one of {_STRUCTURED_KEYS}; got "
+            f"{sorted(spec)}."
+        )
+    value = spec[keys[0]]
+    if keys[0] == "json":
+        return Constraint.json_schema(value)
+    if keys[0] == "regex":
+        return Constraint.regex(value)
+    return Constraint.choice(value)
+
+
+_VOCABS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _vocabulary(tokenizer: Any) -> Any:
+    from compiler.vocabulary import TokenVocabulary
+
+    try:
+        vocab = _VOCABS.get(tokenizer)
+    except TypeError:  # not weak-referenceable: build it every time
+        return TokenVocabulary.from_tokenizer(tokenizer)
+    if vocab is None:
+        vocab = _VOCABS[tokenizer] = TokenVocabulary.from_tokenizer(tokenizer)
+    return vocab
+
+
+def create_constraint(tokenizer: Any, constraint: Any, max_new_tokens: int) -> HFConstraint:
+    """Compile `constraint` for `tokenizer` and wrap it for `model.generate()`.
+
+    Args:
+        tokenizer: the model's Hugging Face tokenizer (it must define an EOS token).
+        constraint: see `parse_constraint`.
+        max_new_tokens: the budget; pass the same value to `generate()`.
+    Raises:
+        ConstraintError: the constraint is malformed or cannot be compiled.
+        BudgetTooSmallError: `max_new_tokens` is below the shortest valid output's length
+            (param "max_new_tokens").
+    """
+    from compiler.compile import compile_constraint
+
+    table = compile_constraint(parse_constraint(constraint), _vocabulary(tokenizer))
+    return HFConstraint.from_table(table, max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+
+
+@dataclass
+class HFConstraint:
+    """A compiled constraint plus the processor and stopping criterion that enforce it."""
+
+    table: CompiledTable
+    max_new_tokens: int
+    logits_processor: LogitsProcessorList = field(repr=False)
+    stopping_criteria: StoppingCriteriaList = field(repr=False)
+    rows: RowStates = field(repr=False)
+
+    @classmethod
+    def from_table(
+        cls, table: CompiledTable, max_new_tokens: int, pad_token_id: int | None = None
+    ) -> HFConstraint:
+        """Wrap an already compiled table. Raises BudgetTooSmallError like create_constraint.
+
+        `pad_token_id` is the token generate() appends to finished rows (EOS when None)."""
+        check_budget(table, max_new_tokens, param="max_new_tokens")
+        # generate() pads with EOS when the tokenizer has no pad token.
+        pad = pad_token_id if pad_token_id is not None else table.eos_token_id
+        rows = RowStates(table, max_new_tokens, pad)
+        return cls(
+            table=table,
+            max_new_tokens=max_new_tokens,
+            logits_processor=LogitsProcessorList([ConstraintLogitsProcessor(rows)]),
+            stopping_criteria=StoppingCriteriaList([ConstraintStoppingCriteria(rows)]),
+            rows=rows,
+        )
+
+    @property
+    def min_tokens(self) -> int:
+        """Fewest tokens of any valid output: the smallest usable `max_new_tokens`."""
+        return self.table.min_tokens
+
+    def reset(self) -> None:
+        """Forget the current generation; the next call starts a new one."""
+        self.rows.reset()
+
+
+def _caller_generation_config() -> Any | None:
+    """The `generation_config` of the generate() loop calling us, if there is one.
+
+    generate() deep-copies its config per call, so the object's identity tells one call from
+    the next, and it says whether beam search is on. Only frames whose code has such a local
+    are materialised, so this costs a few microseconds.
+    """
+    try:
+        frame = sys._getframe(2)
+    except ValueError:  # called from the top of the stack
+        return None
+    for _ in range(6):
+        if frame is None:
+            return None
+        if "generation_config" in frame.f_code.co_varnames:
+            return frame.f_locals.get("generation_config")
+        frame = frame.f_back
+    return None
+
+
+class RowStates:
+    """Per-row DFA state for one generate() call, synced from the tokens actually appended.
+
+    A new generate() call is detected when (a) the calling loop's `generation_config` is a
+    different object from the last call's, or, outside generate(), (b) the batch size
+    changed, or the length is not the last one seen (or one more), or the rows' tokens up to
+    the last seen length differ. Then the prompt length is taken afresh: the current length
+    for the processor, one less for the stopping criterion (it sees the first new token).
+    """
+
+    def __init__(self, table: CompiledTable, max_new_tokens: int, pad_token_id: int):
+        self.table = table
+        self.max_new_tokens = max_new_tokens
+        self.pad_token_id = pad_token_id
+        self.reset()
+
+    def reset(self) -> None:
+        self.seqs: list[SequenceState] = []
+        self.abandoned: list[bool] = []  # stopped by another criterion, then padded
+        self.prompt_len = 0
+        self.length = 0  # input_ids length synced so far
+        self._ids: torch.Tensor | None = None
+        self._config: weakref.ref[Any] | None = None
+        self._bitmask: torch.Tensor | None = None
+
+    def _is_new_call(self, input_ids: torch.Tensor, config: Any | None) -> bool:
+        if not self.seqs:
+            return True
+        if config is not None:
+            return self._config is None or self._config() is not config
+        batch, length = input_ids.shape
+        if batch != len(self.seqs) or not self.length <= length <= self.length + 1:
+            return True
+        assert self._ids is not None
+        return not torch.equal(input_ids[:, : self.length], self._ids[:, : self.length])
+
+    def _start(self, input_ids: torch.Tensor, appended: bool, config: Any | None) -> None:
+        if config is not None:
+            if getattr(config, "num_beams", 1) > 1:
+                raise ValueError(
+                    "Beam search (num_beams > 1) is not supported with a gclm constraint: "
+                    "beams are reordered between steps. Use greedy decoding or sampling."
+                )
+            budget = getattr(config, "max_new_tokens", None)
+            if budget is not None and budget < self.max_new_tokens:
+                raise ValueError(
+                    f"generate(max_new_tokens={budget}) is below the constraint's budget "
+                    f"({self.max_new_tokens}): outputs could be cut off mid-constraint. Pass "
+                    "the same max_new_tokens to create_constraint and to generate()."
+                )
+        batch, length = input_ids.shape
+        self.seqs = [SequenceState(self.table) for _ in range(batch)]
+        self.abandoned = [False] * batch
+        self.prompt_len = length - 1 if appended else length
+        self.length = self.prompt_len
+        self._config = weakref.ref(config) if config is not None else None
+
+    def sync(self, input_ids: torch.Tensor, appended: bool) -> None:
+        """Advance every live row through the tokens appended since the last call.
+
+        `appended` is True for the stopping criterion, which runs after the step's token was
+        added. Raises InternalError when a token the mask forbade was appended.
+        """
+        config = _caller_generation_config()
+        if self._is_new_call(input_ids, config):
+            self._start(input_ids, appended, config)
+        batch, length = input_ids.shape
+        if batch != len(self.seqs):
+            raise InternalError(
+                f"The batch changed size mid-generation ({len(self.seqs)} -> {batch} rows); "
+                "beam search and assisted generation are not supported."
+            )
+        if length > self.length:
+            new = input_ids[:, self.length :].tolist()  # [B, n], usually n == 1
+            for b, toks in enumerate(new):
+                self._advance_row(b, toks)
+        self.length = length
+        self._ids = input_ids
+
+    def _advance_row(self, b: int, toks: list[int]) -> None:
+        seq = self.seqs[b]
+        for tok in toks:
+            if self.done(b):
+                return  # generate() pads finished rows; those tokens are not ours
+            try:
+                seq.advance(tok, self.tokens_left(b))
+            except InternalError:
+                if tok != self.pad_token_id:
+                    raise
+                # Another stopping criterion ended this row and generate() padded it.
+                self.abandoned[b] = True
+
+    def tokens_left(self, b: int) -> int:
+        """Row `b`'s budget for its next token: HF counts every generated token."""
+        return self.max_new_tokens - self.seqs[b].num_tokens
+
+    def done(self, b: int) -> bool:
+        """Whether row `b` has ended: EOS, nothing left to add, or stopped by another
+        criterion. Once true it stays true."""
+        return self.abandoned[b] or self.seqs[b].must_stop(self.tokens_left(b))
+
+    def end_token(self, b: int) -> int:
+        """The token an ended row `b` is given: EOS, or padding once EOS is out."""
+        seq = self.seqs[b]
+        return self.pad_token_id if seq.finished or self.abandoned[b] else self.table.eos_token_id
+
+    def bitmask(self, batch: int) -> torch.Tensor:
+        if self._bitmask is None or self._bitmask.shape[0] < batch:
+            self._bitmask = allocate_bitmask(batch, self.table.vocab_size)
+        return self._bitmask[:batch]
+
+
+class ConstraintLogitsProcessor(LogitsProcessor):
+    """Masks each row's scores to the tokens its constraint and remaining budget allow."""
+
+    def __init__(self, rows: RowStates) -> None:
+        self.rows = rows
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        rows = self.rows
+        rows.sync(input_ids, appended=False)
+        bitmask = rows.bitmask(scores.shape[0])  # [B, W]
+        ended: list[int] = []
+        for b, seq in enumerate(rows.seqs):
+            if rows.done(b):
+                ended.append(b)
+                fill_unconstrained(bitmask, b, rows.table.vocab_size)  # overwritten below
+            else:
+                fill_bitmask(bitmask, b, seq, rows.tokens_left(b))
+        apply_bitmask(scores, bitmask)
+        if ended:
+            # An ended row gets exactly one token, finite whatever earlier processors did:
+            # EOS if it has not emitted it (so it stops even without the stopping
+            # criterion), else the padding generate() appends to finished rows.
+            forced = [rows.end_token(b) for b in ended]
+            idx = torch.tensor(ended, device=scores.device)
+            scores[idx] = -torch.inf
+            scores[idx, torch.tensor(forced, device=scores.device)] = 0.0
+        # A processor before this one (min_new_tokens, suppress_tokens, bad_words_ids) may have
+        # put -inf on every token the constraint allows: sampling would then return garbage.
+        finite = scores.amax(dim=-1) > -torch.inf  # [B]; False for NaN too
+        if not bool(finite.all()):
+            rows_hit = torch.nonzero(~finite).flatten().tolist()
+            raise InternalError(
+                f"Rows {rows_hit} have no token left with a finite score: another logits "
+                "processor (min_new_tokens, suppress_tokens, bad_words_ids?) removed every "
+                "token the constraint allows. Drop that option when generating with a "
+                "constraint."
+            )
+        return scores
+
+
+class ConstraintStoppingCriteria(StoppingCriteria):
+    """Stops a row once it is accepting and its budget is spent, EOS was emitted, or no
+    token could continue it."""
+
+    def __init__(self, rows: RowStates) -> None:
+        self.rows = rows
+
+    def __call__(
+        self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any
+    ) -> torch.BoolTensor:
+        rows = self.rows
+        rows.sync(input_ids, appended=True)
+        done = [rows.done(b) for b in range(len(rows.seqs))]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)

@@ -1,0 +1,98 @@
+"""Per-sequence DFA state: the request-level half of masking."""
+
+from __future__ import annotations
+
+from compiler.errors import BudgetTooSmallError, InternalError
+from compiler.tables import CompiledTable
+from masking.masks import MaskTable, mask_table
+
+
+def check_budget(table: CompiledTable, budget: int, param: str = "max_tokens") -> None:
+    """Refuse a request up front when `budget` tokens cannot complete the constraint.
+
+    Raises:
+        BudgetTooSmallError: `budget < table.min_tokens`; the message names `param`.
+    """
+    if budget < table.min_tokens:
+        raise BudgetTooSmallError(table.min_tokens, budget, param=param)
+
+
+class SequenceState:
+    """Where one sequence stands in its constraint's DFA.
+
+    Budget semantics: with `r` tokens left (counting the one being sampled), token `v` is
+    allowed from state `s` iff `delta(s, v)` exists and `dist[delta(s, v)] <= r - 1`; EOS is
+    allowed iff `s` is accepting and does not spend budget. A sequence that is not
+    `budget_aware` only requires that `delta(s, v)` exists.
+    """
+
+    __slots__ = ("table", "masks", "budget_aware", "state", "finished", "num_tokens")
+
+    def __init__(self, table: CompiledTable, budget_aware: bool = True) -> None:
+        self.table = table
+        self.masks: MaskTable = mask_table(table)
+        self.budget_aware = budget_aware
+        self.state = table.initial
+        self.finished = False  # EOS consumed
+        self.num_tokens = 0  # non-EOS tokens consumed
+
+    def __repr__(self) -> str:
+        return (
+            f"SequenceState(state={self.state}, accepting={self.is_accepting}, "
+            f"finished={self.finished}, num_tokens={self.num_tokens})"
+        )
+
+    @property
+    def is_accepting(self) -> bool:
+        """Whether the text so far is a complete output of the constraint."""
+        return self.masks.is_accepting(self.state)
+
+    @property
+    def dist(self) -> int:
+        """Fewest further tokens that reach acceptance (0 when accepting)."""
+        return self.masks.dist(self.state)
+
+    def must_stop(self, tokens_left: int) -> bool:
+        """True when the sequence has to end now: EOS consumed, or accepting with no budget
+        left or no token that could continue it."""
+        if self.finished:
+            return True
+        if not self.is_accepting:
+            return False
+        return tokens_left <= 0 or not self.masks.has_tokens(self.state)
+
+    def advance(self, token_id: int, tokens_left: int | None = None) -> None:
+        """Consume one sampled token: one gather over the state's successor groups.
+
+        Args:
+            token_id: the token sampled for this sequence.
+            tokens_left: when given (budget-aware sequences), the budget before this token;
+                the token must leave enough of it to reach acceptance.
+        Raises:
+            InternalError: the token is not allowed here (the mask and the sampler disagree),
+                or the sequence already finished.
+        """
+        if self.finished:
+            raise InternalError(f"Token {token_id} sampled after EOS; the sequence had ended.")
+        table = self.table
+        if token_id == table.eos_token_id:
+            if not self.is_accepting:
+                raise InternalError(
+                    f"EOS sampled in non-accepting state {self.state}: the mask allowed it."
+                )
+            self.finished = True
+            return
+        nxt = self.masks.next_state(self.state, token_id)
+        if nxt < 0:
+            raise InternalError(
+                f"Token {token_id} is not allowed in state {self.state}: it was sampled "
+                "outside the mask."
+            )
+        if self.budget_aware and tokens_left is not None:
+            if self.masks.dist(nxt) > tokens_left - 1:
+                raise InternalError(
+                    f"Token {token_id} leads to state {nxt}, which needs "
+                    f"{self.masks.dist(nxt)} more tokens, but only {tokens_left - 1} are left."
+                )
+        self.state = nxt
+        self.num_tokens += 1

@@ -1,0 +1,247 @@
+"""The transformers adapter, driven by a tiny random Llama and the embedded model's tokenizer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch
+from outlines_core.json_schema import build_regex_from_schema
+from outlines_tables import table_from_regex
+
+from compiler.constraint import Constraint
+from compiler.errors import BudgetTooSmallError, ConstraintError, InternalError
+
+transformers = pytest.importorskip("transformers")
+from masking.hf import HFConstraint, create_constraint, parse_constraint  # noqa: E402
+
+TOKENIZER_DIR = "/tmp/smoltok"
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
+
+
+def test_parse_constraint_forms():
+    schema_rf = {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}}
+    assert parse_constraint(schema_rf) == Constraint.json_schema(SCHEMA)
+    assert parse_constraint({"json": SCHEMA}) == Constraint.json_schema(SCHEMA)
+    assert parse_constraint({"json": json.dumps(SCHEMA)}) == Constraint.json_schema(SCHEMA)
+    assert parse_constraint({"type": "json_object"}) == Constraint.json_object()
+    assert parse_constraint({"regex": "[ab]+"}) == Constraint.regex("[ab]+")
+    assert parse_constraint({"choice": ["yes", "no"]}) == Constraint.choice(["yes", "no"])
+    c = Constraint.regex("x")
+    assert parse_constraint(c) is c
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "json",
+        {"type": "text"},
+        {"type": "json_schema", "json_schema": {"name": "x"}},
+        {"regex": "a", "choice": ["a"]},
+        {"grammar": "root ::= 'a'"},
+    ],
+)
+def test_parse_constraint_rejects(bad):
+    with pytest.raises(ConstraintError):
+        parse_constraint(bad)
+
+
+def allowed_columns(scores):
+    return [torch.nonzero(torch.isfinite(row)).flatten().tolist() for row in scores]
+
+
+def test_new_generation_is_detected_without_generate():
+    # Language "ab" over a=0, b=1, EOS=2; prompts use id 3. Called by hand, as a custom
+    # decoding loop would: no generate() frame to read the config from.
+    from dfa_strategies import table_from_edges
+
+    c = HFConstraint.from_table(table_from_edges(4, 2, 3, [2], [(0, 0, 1), (1, 1, 2)]), 3)
+    proc, crit = c.logits_processor, c.stopping_criteria
+    ids = torch.full((2, 2), 3)
+    assert allowed_columns(proc(ids, torch.zeros(2, 4))) == [[0], [0]]
+    ids = torch.cat([ids, torch.zeros(2, 1, dtype=torch.long)], dim=1)
+    assert crit(ids, None).tolist() == [False, False]
+    assert allowed_columns(proc(ids, torch.zeros(2, 4))) == [[1], [1]]
+    ids = torch.cat([ids, torch.ones(2, 1, dtype=torch.long)], dim=1)
+    assert crit(ids, None).tolist() == [True, True]
+    # A batch of another size starts over.
+    assert allowed_columns(proc(torch.full((1, 5), 3), torch.zeros(1, 4))) == [[0]]
+    ids = torch.cat([torch.full((1, 5), 3), torch.zeros(1, 1, dtype=torch.long)], dim=1)
+    assert crit(ids, None).tolist() == [False]
+    # Same shape as the last call but other tokens: a new prompt, not a continuation.
+    assert allowed_columns(proc(torch.full((1, 6), 3), torch.zeros(1, 4))) == [[0]]
+    assert c.rows.prompt_len == 6
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # The model is tiny: thread hand-offs cost more than they save, badly so on a busy CPU.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    if not Path(TOKENIZER_DIR, "tokenizer.json").exists():
+        pytest.skip(f"the embedded tokenizer is not saved at {TOKENIZER_DIR}")
+    tok = transformers.AutoTokenizer.from_pretrained(TOKENIZER_DIR)
+    tok.padding_side = "left"
+    return tok
+
+
+@pytest.fixture(scope="module")
+def vocab(tokenizer):
+    from compiler.vocabulary import TokenVocabulary
+
+    return TokenVocabulary.from_tokenizer(tokenizer)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=len(tokenizer) + 64,  # a padded output layer, like real checkpoints
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=512,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def schema_table(vocab):
+    return table_from_regex(build_regex_from_schema(json.dumps(SCHEMA), r"[ ]?"), vocab)
+
+
+def generate(model, tokenizer, prompts, constraint, max_new_tokens, **kwargs):
+    inputs = tokenizer(prompts, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(
+            **inputs,
+            max_new_tokens=max_new_tokens,
+            logits_processor=constraint.logits_processor,
+            stopping_criteria=constraint.stopping_criteria,
+            pad_token_id=tokenizer.pad_token_id,
+            **kwargs,
+        )
+    rows = []
+    for row in out[:, inputs["input_ids"].shape[1] :].tolist():
+        eos = row.index(tokenizer.eos_token_id) if tokenizer.eos_token_id in row else len(row)
+        rows.append(row[:eos])
+    return rows
+
+
+def decode(vocab, ids):
+    return vocab.decode(ids)
+
+
+PROMPTS = ["JSON:", "Here is a much longer prompt, so that the first row is left padded:"]
+
+
+@pytest.mark.parametrize("sampling", [False, True])
+def test_generate_is_valid_within_budget(model, tokenizer, vocab, schema_table, sampling):
+    c = HFConstraint.from_table(schema_table, 24, pad_token_id=tokenizer.pad_token_id)
+    kwargs = {"do_sample": True, "top_k": 0, "temperature": 1.5} if sampling else {}
+    for ids in generate(model, tokenizer, PROMPTS, c, 24, **kwargs):
+        assert len(ids) <= 24
+        jsonschema.validate(json.loads(decode(vocab, ids)), SCHEMA)
+
+
+def test_tightest_budget_gives_the_shortest_output(model, tokenizer, vocab, schema_table):
+    n = schema_table.min_tokens
+    c = HFConstraint.from_table(schema_table, n, pad_token_id=tokenizer.pad_token_id)
+    for ids in generate(model, tokenizer, PROMPTS, c, n, do_sample=True):
+        assert len(ids) == n
+        jsonschema.validate(json.loads(decode(vocab, ids)), SCHEMA)
+
+
+def test_budget_too_small_is_refused_before_generation(schema_table):
+    with pytest.raises(BudgetTooSmallError) as err:
+        HFConstraint.from_table(schema_table, schema_table.min_tokens - 1)
+    assert err.value.param == "max_new_tokens"
+
+
+def test_reuse_across_generate_calls(model, tokenizer, vocab, schema_table):
+    # The second call's prompt is shorter than the first call's final length: the prompt
+    # length must be taken afresh, not kept from the first call.
+    c = HFConstraint.from_table(schema_table, 20, pad_token_id=tokenizer.pad_token_id)
+    for prompts in (PROMPTS, ["{"], PROMPTS[::-1] + ["three rows now"]):
+        rows = generate(model, tokenizer, prompts, c, 20, do_sample=True)
+        assert len(rows) == len(prompts)
+        for ids in rows:
+            assert len(ids) <= 20
+            jsonschema.validate(json.loads(decode(vocab, ids)), SCHEMA)
+
+
+def test_processor_alone_still_ends_valid(model, tokenizer, vocab):
+    table = table_from_regex(r"(ab|cd)+", vocab)
+    c = HFConstraint.from_table(table, 9, pad_token_id=tokenizer.pad_token_id)
+    inputs = tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(
+            **inputs,
+            max_new_tokens=9,
+            logits_processor=c.logits_processor,
+            do_sample=True,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    for row in out[:, inputs["input_ids"].shape[1] :].tolist():
+        ids = row[: row.index(2)] if 2 in row else row
+        text = decode(vocab, ids)
+        assert text and len(text) % 2 == 0 and set(text[::2]) <= {"a", "c"}, text
+
+
+def test_beam_search_is_refused(model, tokenizer, schema_table):
+    c = HFConstraint.from_table(schema_table, 20, pad_token_id=tokenizer.pad_token_id)
+    with pytest.raises(ValueError, match="Beam search"):
+        generate(model, tokenizer, PROMPTS, c, 20, num_beams=2)
+
+
+def test_generate_budget_below_constraint_budget_is_refused(model, tokenizer, schema_table):
+    c = HFConstraint.from_table(schema_table, 30, pad_token_id=tokenizer.pad_token_id)
+    with pytest.raises(ValueError, match="Pass the same max_new_tokens"):
+        generate(model, tokenizer, PROMPTS, c, 20)
+
+
+@pytest.mark.parametrize("sampling", [False, True])
+def test_create_constraint_end_to_end(model, tokenizer, vocab, sampling):
+    pytest.importorskip("compiler.compile")
+    rf = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}
+    c = create_constraint(tokenizer, rf, max_new_tokens=24)
+    assert c.min_tokens > 0
+    kwargs = {"do_sample": True} if sampling else {}
+    for ids in generate(model, tokenizer, PROMPTS, c, 24, **kwargs):
+        assert len(ids) <= 24
+        jsonschema.validate(json.loads(decode(vocab, ids)), SCHEMA)
+    with pytest.raises(BudgetTooSmallError):
+        create_constraint(tokenizer, rf, max_new_tokens=c.min_tokens - 1)
+
+
+@pytest.mark.parametrize("regex", ["ab", "(ab)+"])
+def test_rows_that_ended_survive_min_new_tokens(model, tokenizer, vocab, regex):
+    # min_new_tokens puts -inf on EOS; a row that has ended still gets a finite token.
+    c = HFConstraint.from_table(table_from_regex(regex, vocab), 8, tokenizer.pad_token_id)
+    for ids in generate(model, tokenizer, PROMPTS, c, 8, min_new_tokens=5, do_sample=True):
+        text = decode(vocab, ids)
+        assert text.startswith("ab") and set(text) <= {"a", "b"}
+
+
+def test_processor_that_removes_every_allowed_token_is_reported(model, tokenizer, vocab):
+    table = table_from_regex("ab", vocab)
+    first = table.row(table.initial)[0].tolist()  # every token that can start "ab"
+    c = HFConstraint.from_table(table, 8, tokenizer.pad_token_id)
+    with pytest.raises(InternalError, match="no token left with a finite score"):
+        generate(model, tokenizer, PROMPTS, c, 8, suppress_tokens=first)
