@@ -309,11 +309,20 @@ def build_table(
 
 def shortest_path(table: CompiledTable) -> list[int]:
     """Token ids of one shortest accepted output: at each step the lowest-id token that
-    brings the distance down by one."""
+    brings the distance down by one. Reads only the first set word of each candidate
+    group's mask, not whole rows."""
     state, out = table.initial, []
     while not table.accepting[state]:
-        toks, nxt = table.row(state)
-        step = np.flatnonzero(table.dist[nxt] == table.dist[state] - 1)[0]
-        out.append(int(toks[step]))
-        state = int(nxt[step])
+        nexts, rows = table.groups(state)
+        closer = np.flatnonzero(table.dist[nexts] == table.dist[state] - 1)
+        best_token, best_next = None, -1
+        for g in closer:
+            row = table.masks[rows[g]]
+            word = int(np.flatnonzero(row)[0])
+            bits = int(row[word]) & 0xFFFFFFFF
+            token = 32 * word + (bits & -bits).bit_length() - 1
+            if best_token is None or token < best_token:
+                best_token, best_next = token, int(nexts[g])
+        out.append(int(best_token))
+        state = best_next
     return out
