@@ -1,0 +1,368 @@
+"""Regexes for JSON string leaves: ECMA-262 patterns, formats, and literal escaping.
+
+outlines-core 0.2.14 pastes a schema's `pattern` between quotes without JSON-escaping it
+(so `.*` can emit a raw `"`), ignores `pattern` when `minLength`/`maxLength` are present,
+and some of its `format` regexes can emit invalid JSON (`email` with a quoted local part,
+`time` with a lone backslash). gclm builds these leaves itself; `compiler/regex.py`
+splices them into the regex outlines-core builds for the rest of the schema.
+
+Every regex here is written in the common subset of Rust `regex` and Python `re` syntax
+(escapes `\\xHH`, `\\uHHHH`, `\\UHHHHHHHH`; no look-around), so tests can check it with
+`re.fullmatch`. A string leaf's regex describes the JSON-encoded text between the quotes.
+"""
+
+from __future__ import annotations
+
+import re
+import re._constants as sre
+import re._parser as sre_parse
+from typing import Any
+
+from outlines_core.json_schema import STRING_INNER
+
+from compiler.errors import UnsupportedSchemaError
+
+# One JSON string character, encoded: outlines-core's own definition, so free text and
+# pattern text accept the same escapes.
+JSON_CHAR = STRING_INNER
+JSON_CHAR_NO_QUOTE = r'(?:[^"\\\x00-\x1F\x7F-\x9F]|\\[\\/bfnrt])'
+
+_DATE = (
+    r"[12][0-9]{3}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
+    r"|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))"
+)
+_HOUR_MINUTE = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]"
+_TIME = _HOUR_MINUTE + r":[0-5][0-9](?:\.[0-9]{1,6})?(?:Z|[+\-]" + _HOUR_MINUTE + ")"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = _LABEL + r"(?:\." + _LABEL + r")*"
+_URI_CHAR = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/]|%[0-9A-Fa-f]{2})"
+_QUERY_CHAR = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?]|%[0-9A-Fa-f]{2})"
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+
+# Formats gclm enforces. Each is a subset of what RFC 3339 / 3986 / 5321 allow, written
+# without characters that JSON would escape, so the text between the quotes is the value.
+FORMATS: dict[str, str] = {
+    "date-time": _DATE + "T" + _TIME,
+    "date": _DATE,
+    "time": _TIME,
+    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    "email": r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~\-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~\-]+)*@"
+    + _LABEL
+    + r"(?:\."
+    + _LABEL
+    + r")+",
+    "uri": rf"(?:https?|ftp)://{_HOSTNAME}(?::[0-9]{{1,5}})?(?:/{_URI_CHAR}*)?(?:\?{_QUERY_CHAR}*)?",
+    "hostname": _HOSTNAME,
+    "ipv4": rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}",
+}
+
+_MAX_CHAR = 0x10FFFF
+_ANY_CHAR = [(0, _MAX_CHAR)]
+_NOTHING = r"[^\x00-\U0010FFFF]"
+# ECMA-262 classes (JSON Schema patterns are ECMA-262 regexes): ASCII \d and \w, and
+# \s with the Unicode spaces and line terminators.
+_CATEGORIES = {
+    sre.CATEGORY_DIGIT: [(0x30, 0x39)],
+    sre.CATEGORY_WORD: [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)],
+    sre.CATEGORY_SPACE: [
+        (0x09, 0x0D),
+        (0x20, 0x20),
+        (0xA0, 0xA0),
+        (0x1680, 0x1680),
+        (0x2000, 0x200A),
+        (0x2028, 0x2029),
+        (0x202F, 0x202F),
+        (0x205F, 0x205F),
+        (0x3000, 0x3000),
+        (0xFEFF, 0xFEFF),
+    ],
+}
+_NOT_CATEGORIES = {
+    sre.CATEGORY_NOT_DIGIT: sre.CATEGORY_DIGIT,
+    sre.CATEGORY_NOT_WORD: sre.CATEGORY_WORD,
+    sre.CATEGORY_NOT_SPACE: sre.CATEGORY_SPACE,
+}
+_LINE_TERMINATORS = [(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)]
+# Characters JSON must escape that a pattern may still produce, and how. Other control
+# characters are left out: their \\u00XX forms would bloat every class for no real use.
+_JSON_ESCAPES = {
+    0x22: '\\"',
+    0x5C: "\\\\",
+    0x08: "\\b",
+    0x09: "\\t",
+    0x0A: "\\n",
+    0x0C: "\\f",
+    0x0D: "\\r",
+}
+_RAW_FORBIDDEN = [(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x7F, 0x9F)]
+
+
+def escape_literal(text: str) -> str:
+    """Escape `text` so it matches itself in both Rust `regex` and Python `re` syntax."""
+    return "".join(_escape_char(ord(c)) for c in text)
+
+
+_META = set("\\.+*?()|[]{}^$#&-~")
+
+
+def _escape_char(cp: int) -> str:
+    c = chr(cp)
+    if c in _META:
+        return "\\" + c
+    if 0x20 <= cp < 0x7F or cp >= 0xA0 and c.isprintable():
+        return c
+    if cp < 0x100:
+        return f"\\x{cp:02x}"
+    return f"\\u{cp:04x}" if cp < 0x10000 else f"\\U{cp:08x}"
+
+
+def _normalize(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _complement(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out, start = [], 0
+    for lo, hi in _normalize(ranges):
+        if lo > start:
+            out.append((start, lo - 1))
+        start = hi + 1
+    if start <= _MAX_CHAR:
+        out.append((start, _MAX_CHAR))
+    return out
+
+
+def _minus(ranges: list[tuple[int, int]], removed: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    keep = _complement(removed)
+    return _normalize(
+        [(max(a, c), min(b, d)) for a, b in ranges for c, d in keep if max(a, c) <= min(b, d)]
+    )
+
+
+def char_set_regex(ranges: list[tuple[int, int]], quotes: bool = True) -> str:
+    """Regex for one decoded character in `ranges`, as it appears JSON-encoded.
+
+    `quotes=False` leaves out `\\"` (see `string_regex`).
+    """
+    ranges = _normalize(ranges)
+    raw = _minus(ranges, _RAW_FORBIDDEN)
+    alternatives = []
+    if raw:
+        if len(raw) == 1 and raw[0][0] == raw[0][1]:
+            alternatives.append(_escape_char(raw[0][0]))
+        else:
+            body = "".join(
+                _escape_char(lo) if lo == hi else f"{_escape_char(lo)}-{_escape_char(hi)}"
+                for lo, hi in raw
+            )
+            alternatives.append(f"[{body}]")
+    alternatives += [
+        escape_literal(text)
+        for cp, text in _JSON_ESCAPES.items()
+        if any(lo <= cp <= hi for lo, hi in ranges) and (quotes or cp != 0x22)
+    ]
+    if not alternatives:
+        return _NOTHING
+    return alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"
+
+
+# ---------------------------------------------------------------------------- patterns
+
+
+def _parse_pattern(pattern: str, pointer: str) -> sre_parse.SubPattern:
+    # ECMA-262 named groups are `(?<name>`; Python spells them `(?P<name>`.
+    python_pattern = re.sub(r"\(\?<(?![=!])", "(?P<", pattern)
+    try:
+        parsed = sre_parse.parse(python_pattern)
+    except re.error as e:
+        raise UnsupportedSchemaError("pattern", pointer, f"{pattern!r} does not parse ({e})") from e
+    if parsed.state.flags & ~sre.SRE_FLAG_UNICODE:
+        raise UnsupportedSchemaError("pattern", pointer, f"{pattern!r} uses inline flags")
+    return parsed
+
+
+def _in_ranges(items: list[tuple[Any, Any]]) -> list[tuple[int, int]]:
+    ranges: list[tuple[int, int]] = []
+    negate = False
+    for op, av in items:
+        if op is sre.NEGATE:
+            negate = True
+        elif op is sre.LITERAL:
+            ranges.append((av, av))
+        elif op is sre.RANGE:
+            ranges.append(av)
+        elif op is sre.CATEGORY and av in _CATEGORIES:
+            ranges += _CATEGORIES[av]
+        elif op is sre.CATEGORY and av in _NOT_CATEGORIES:
+            ranges += _complement(_CATEGORIES[_NOT_CATEGORIES[av]])
+        else:
+            raise ValueError(f"character class item {op} {av}")
+    return _complement(ranges) if negate else _normalize(ranges)
+
+
+def _emit(items: list[tuple[Any, Any]], pattern: str, pointer: str, quotes: bool = True) -> str:
+    """Translate parsed pattern items into a regex over JSON-encoded string text."""
+    out = []
+    for op, av in items:
+        if op is sre.LITERAL:
+            out.append(char_set_regex([(av, av)], quotes))
+        elif op is sre.NOT_LITERAL:
+            out.append(char_set_regex(_complement([(av, av)]), quotes))
+        elif op is sre.ANY:
+            out.append(char_set_regex(_complement(_LINE_TERMINATORS), quotes))
+        elif op is sre.IN:
+            try:
+                out.append(char_set_regex(_in_ranges(av), quotes))
+            except ValueError as e:
+                raise UnsupportedSchemaError("pattern", pointer, f"{pattern!r}: {e}") from e
+        elif op is sre.BRANCH:
+            out.append(
+                "(?:" + "|".join(_emit(list(b), pattern, pointer, quotes) for b in av[1]) + ")"
+            )
+        elif op is sre.SUBPATTERN:
+            _, add_flags, del_flags, sub = av
+            if add_flags or del_flags:
+                raise UnsupportedSchemaError("pattern", pointer, f"{pattern!r} uses inline flags")
+            out.append("(?:" + _emit(list(sub), pattern, pointer, quotes) + ")")
+        elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT):
+            # Laziness changes which match a search finds, not which strings match.
+            lo, hi, sub = av
+            count = f"{{{lo},}}" if hi >= sre.MAXREPEAT else f"{{{lo},{hi}}}"
+            out.append("(?:" + _emit(list(sub), pattern, pointer, quotes) + ")" + count)
+        else:
+            what = {
+                sre.AT: "an anchor or word boundary inside the pattern",
+                sre.ASSERT: "look-around",
+                sre.ASSERT_NOT: "look-around",
+                sre.GROUPREF: "a backreference",
+                sre.GROUPREF_EXISTS: "a conditional group",
+            }.get(op, str(op).lower())
+            raise UnsupportedSchemaError("pattern", pointer, f"{pattern!r} uses {what}")
+    return "".join(out)
+
+
+def _alternatives(parsed: list[tuple[Any, Any]]) -> list[list[tuple[Any, Any]]]:
+    """Split a top-level alternation so that each branch can carry its own anchors."""
+    if len(parsed) == 1 and parsed[0][0] is sre.BRANCH:
+        return [list(b) for b in parsed[0][1][1]]
+    return [list(parsed)]
+
+
+def _strip_anchors(items: list[tuple[Any, Any]]) -> tuple[bool, list[tuple[Any, Any]], bool]:
+    starts = (sre.AT_BEGINNING, sre.AT_BEGINNING_STRING)
+    ends = (sre.AT_END, sre.AT_END_STRING)
+    start = bool(items) and items[0][0] is sre.AT and items[0][1] in starts
+    items = items[1:] if start else items
+    end = bool(items) and items[-1][0] is sre.AT and items[-1][1] in ends
+    return start, items[:-1] if end else items, end
+
+
+def pattern_regex(
+    pattern: str,
+    pointer: str,
+    min_length: int = 0,
+    max_length: int | None = None,
+    quotes: bool = True,
+) -> str:
+    """Regex for the JSON-encoded text of strings that contain a match of `pattern`.
+
+    A JSON Schema pattern is an unanchored search: `ab` accepts `xaby`. Each unanchored
+    side is padded with any JSON characters; `^...$` makes the pattern the whole string.
+    Length bounds are folded into the pattern when they can be (see `_fold_lengths`).
+    `quotes=False` generates no `"` inside the string (see `string_regex`).
+
+    Raises:
+        UnsupportedSchemaError: look-around, backreferences, inline flags, anchors inside
+            the pattern, or length bounds that cannot be combined with it.
+    """
+    branches = []
+    lengths_needed = min_length > 0 or max_length is not None
+    for items in _alternatives(list(_parse_pattern(pattern, pointer))):
+        start, body, end = _strip_anchors(items)
+        if lengths_needed:
+            body = _fold_lengths(body, start and end, min_length, max_length, pattern, pointer)
+        text = _emit(body, pattern, pointer, quotes)
+        pad = JSON_CHAR if quotes else JSON_CHAR_NO_QUOTE
+        branches.append(("" if start else f"{pad}*") + text + ("" if end else f"{pad}*"))
+    return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+
+
+def _width(items: list[tuple[Any, Any]]) -> tuple[int, int | None]:
+    lo, hi = sre_parse.SubPattern(sre_parse.State(), items).getwidth()
+    return lo, (None if hi >= sre.MAXREPEAT - 1 else hi)
+
+
+def _fold_lengths(
+    body: list[tuple[Any, Any]],
+    anchored: bool,
+    min_len: int,
+    max_len: int | None,
+    pattern: str,
+    pointer: str,
+) -> list[tuple[Any, Any]]:
+    """Make `minLength`/`maxLength` part of an anchored pattern, or raise.
+
+    Works when the bounds are implied by the pattern, or when the pattern is fixed-width
+    pieces around one repeat of a single character (`^[a-z][a-z0-9_]*$`), whose counts
+    are then narrowed. A regex cannot intersect two arbitrary languages.
+    """
+    lo, hi = _width(body)
+    if anchored and lo >= min_len and hi is not None and (max_len is None or hi <= max_len):
+        return body
+    if not anchored and max_len is None and lo >= min_len:
+        return body
+    widths = [_width([item]) for item in body]
+    varying = [i for i, (a, b) in enumerate(widths) if a != b]
+    if anchored and len(varying) == 1:
+        i = varying[0]
+        op, av = body[i]
+        if op in (sre.MAX_REPEAT, sre.MIN_REPEAT) and _width(list(av[2])) == (1, 1):
+            fixed = sum(a for j, (a, _) in enumerate(widths) if j != i)
+            rep_lo = max(av[0], min_len - fixed)
+            rep_hi = av[1] if max_len is None else min(av[1], max_len - fixed)
+            if rep_lo > rep_hi:
+                raise UnsupportedSchemaError(
+                    "pattern",
+                    pointer,
+                    f"no string matching {pattern!r} has the length minLength/maxLength require",
+                )
+            return body[:i] + [(op, (rep_lo, rep_hi, av[2]))] + body[i + 1 :]
+    raise UnsupportedSchemaError(
+        "pattern", pointer, f"{pattern!r} cannot be combined with minLength/maxLength in one regex"
+    )
+
+
+def string_regex(node: dict[str, Any], pointer: str, top_level: bool = False) -> str | None:
+    """Regex for a normalised string node with a `pattern` or `format`, quotes included.
+
+    A format is an annotation under Draft 2020-12, so it gives way: to a pattern, and to
+    length bounds it cannot be folded with. Returns None for nodes outlines-core handles
+    itself (plain strings, length bounds), except at the top level.
+
+    `top_level`: the string is the whole output. outlines-core builds an unanchored DFA as
+    well, and there every `\\"` inside a counted repetition may start a new match: its
+    size doubles with each count (`{0,16}` takes seconds, `{0,32}` never finishes). A
+    top-level string is therefore generated without `"` in it.
+
+    Raises:
+        UnsupportedSchemaError: a pattern this module cannot translate or fold lengths into.
+    """
+    min_len, max_len = node.get("minLength", 0), node.get("maxLength")
+    quotes = not top_level
+    if "pattern" in node:
+        return '"' + pattern_regex(node["pattern"], pointer, min_len, max_len, quotes) + '"'
+    if "format" in node:
+        fmt = f"^(?:{FORMATS[node['format']]})$"
+        try:
+            return '"' + pattern_regex(fmt, pointer, min_len, max_len, quotes) + '"'
+        except UnsupportedSchemaError:
+            pass  # the format gives way to the length bounds
+    if top_level:
+        count = f"{{{min_len},{'' if max_len is None else max_len}}}"
+        return f'"{JSON_CHAR_NO_QUOTE}{count}"'
+    return None

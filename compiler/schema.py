@@ -1,0 +1,381 @@
+"""Normalise a JSON Schema into the subset outlines-core 0.2.14 compiles faithfully.
+
+outlines-core reads one keyword per subschema (the first of properties, allOf, anyOf,
+oneOf, prefixItems, enum, const, $ref, type) and silently ignores the rest, so
+`{"type": "string", "enum": ["a", 1]}` may emit `1` and `allOf` is pasted end to end. It
+also ignores numeric bounds, `uniqueItems`, `contains`, `not`, `if`, dependencies and
+`required` names that are not declared. `normalize_schema` rewrites a schema into nodes
+that each say exactly one thing (see `compiler/schema_ops.py`), resolving `$ref`s,
+intersecting `allOf`, and distributing `anyOf`. Every node generates a subset of what the
+original schema accepts; a keyword that cannot be kept that way raises
+UnsupportedSchemaError with its JSON pointer. Annotations are dropped, and each rewrite
+that changes what is generated is reported in one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any
+
+from compiler.errors import ConstraintError, UnsupportedSchemaError
+from compiler.numbers import number_regex
+from compiler.patterns import FORMATS, string_regex
+from compiler.schema_finish import Finisher
+from compiler.schema_objects import object_node
+from compiler.schema_ops import (
+    ASSERTIONS,
+    Node,
+    any_node,
+    array_node,
+    array_of,
+    branches,
+    count_of,
+    dedupe,
+    escape_pointer,
+    keyword_types,
+    meet,
+    number_of,
+    union,
+)
+from compiler.schema_proofs import Prover
+from compiler.schema_refs import Refs
+
+
+@dataclass(frozen=True)
+class SchemaLimits:
+    """Bounds that keep a schema's automaton small; each one is reported when it applies.
+
+    any_depth: a `{}` subschema becomes any JSON value nested at most this deep (1: a
+        scalar, or a flat array or object of scalars). Each level multiplies the automaton
+        by about 4.
+    max_recursion: how many times one definition may be expanded inside itself (outlines-core
+        itself allows 3 `$ref`s in a row in all). Regex size grows geometrically with it.
+    length_cap: a `maxLength` above this is lowered to it. Each counted character is a few
+        automaton states over the whole vocabulary: 256 takes ~1.7 s to index on its own.
+    """
+
+    any_depth: int = 1
+    max_recursion: int = 3
+    length_cap: int = 256
+
+    def __post_init__(self) -> None:
+        for name in ("any_depth", "max_recursion", "length_cap"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ValueError(f"SchemaLimits.{name} must be a non-negative integer.")
+
+
+TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
+ANNOTATIONS = {
+    "title",
+    "description",
+    "default",
+    "examples",
+    "example",
+    "$comment",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+    "contentMediaType",
+    "contentEncoding",
+    "contentSchema",
+    "$schema",
+    "$id",
+    "id",
+    "$anchor",
+    "$dynamicAnchor",
+    "$recursiveAnchor",
+    "$vocabulary",
+    "$defs",
+    "definitions",
+    "minContains",
+    "maxContains",
+    "then",
+    "else",
+}
+
+
+def normalize_schema(
+    schema: dict[str, Any] | bool, limits: SchemaLimits | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """Rewrite `schema` into outlines-core's faithful subset.
+
+    Args:
+        schema: a JSON Schema (Draft 4 to 2020-12), as parsed JSON.
+        limits: nesting, recursion and length bounds (see SchemaLimits).
+
+    Returns:
+        (normalised schema, rewrites): the schema, self-contained (no `$ref`), and one
+        human-readable line per rewrite that changed what can be generated.
+
+    Raises:
+        UnsupportedSchemaError: a keyword that cannot be honoured (keyword and pointer).
+        ConstraintError: a malformed schema, or one that no value satisfies.
+    """
+    normalizer = Normalizer(schema, limits or SchemaLimits())
+    node = normalizer.schema(schema, "")
+    if node is None:
+        raise ConstraintError("No JSON value satisfies this JSON Schema; check its constraints.")
+    return Finisher(normalizer.note).finish(node, ""), list(normalizer.rewrites)
+
+
+class Normalizer:
+    """One pass over one schema: resolves refs, records rewrites, builds nodes."""
+
+    def __init__(self, root: Any, limits: SchemaLimits):
+        self.root = root
+        self.limits = limits
+        self.any_depth = limits.any_depth
+        self.max_recursion = limits.max_recursion
+        self.rewrites: dict[str, None] = {}  # ordered set of lines
+        self.stack: list[str] = []  # ref targets being expanded
+        self.memo: dict[str, Node | None] = {}
+        self.cuts = 0
+        self.refs = Refs(root)
+        self.prover = Prover(lambda ref: self.refs.resolve(ref, "")[1])
+
+    def note(self, pointer: str, text: str) -> None:
+        self.rewrites[f"{pointer or '/'}: {text}"] = None
+
+    # --------------------------------------------------------------------- subschemas
+
+    def schema(self, s: Any, ptr: str) -> Node | None:
+        if s is True or s == {}:
+            return self.anything(ptr)
+        if s is False:
+            return None
+        if not isinstance(s, dict):
+            raise ConstraintError(f"The subschema at {ptr or '/'} must be an object or a boolean.")
+        for key in s.keys() - ASSERTIONS - ANNOTATIONS:
+            self.note(f"{ptr}/{escape_pointer(key)}", f"unknown keyword {key!r} ignored")
+        for key in ("$dynamicRef", "$recursiveRef", "unevaluatedItems"):
+            if key in s and s[key] is not True:
+                raise UnsupportedSchemaError(key, ptr)
+        if "if" in s and ("then" in s or "else" in s):
+            raise UnsupportedSchemaError("if", ptr, "conditional subschemas (if/then/else)")
+        parts: list[Node | None] = []
+        if "$ref" in s:
+            parts.append(self.ref(s["$ref"], ptr))
+        types = self.types(s, ptr)
+        if types is not None:
+            parts.append(union([self.typed(t, s, ptr) for t in types]))
+        if "const" in s:
+            parts.append({"enum": [s["const"]]})
+        if "enum" in s:
+            values = s["enum"]
+            if not isinstance(values, list) or not values:
+                raise ConstraintError(f"'enum' at {ptr or '/'} must be a non-empty array.")
+            parts.append({"enum": dedupe(values)})
+        parts += [
+            self.schema(x, f"{ptr}/allOf/{i}") for i, x in enumerate(array_of(s, "allOf", ptr))
+        ]
+        if "anyOf" in s:
+            parts.append(
+                union(
+                    [
+                        self.schema(x, f"{ptr}/anyOf/{i}")
+                        for i, x in enumerate(array_of(s, "anyOf", ptr))
+                    ]
+                )
+            )
+        if not parts:
+            # Only oneOf/not (or nothing) constrains this value.
+            parts.append(
+                any_node(self.any_depth) if s.keys() & {"oneOf", "not"} else self.anything(ptr)
+            )
+        node = reduce(lambda a, b: meet(a, b, ptr), parts)
+        if "oneOf" in s:
+            node = self.one_of(array_of(s, "oneOf", ptr), node, ptr)
+        if "not" in s:
+            node = self.exclude(s["not"], node, ptr)
+        return node
+
+    def anything(self, ptr: str) -> Node:
+        self.note(
+            ptr, f"accepts any JSON value; generating values nested at most {self.any_depth} deep"
+        )
+        return any_node(self.any_depth)
+
+    def types(self, s: dict[str, Any], ptr: str) -> list[str] | None:
+        if "type" in s:
+            types = s["type"] if isinstance(s["type"], list) else [s["type"]]
+            for t in types:
+                if t not in TYPES:
+                    raise ConstraintError(
+                        f"Unknown type {t!r} at {ptr or '/'}; use one of {TYPES}."
+                    )
+            return [t for t in types if not (t == "integer" and "number" in types)]
+        inferred = sorted({t for key in s for t in keyword_types(key)})
+        if inferred:
+            self.note(
+                ptr,
+                f"no 'type'; generating only {' or '.join(inferred)} values (its keywords' types)",
+            )
+            return inferred
+        return None
+
+    def typed(self, t: str, s: dict[str, Any], ptr: str) -> Node | None:
+        if t in ("integer", "number"):
+            return self.number(t, s, ptr)
+        if t == "string":
+            return self.string(s, ptr)
+        if t == "array":
+            return self.array(s, ptr)
+        if t == "object":
+            return object_node(self, s, ptr)
+        return {"type": t}
+
+    def number(self, t: str, s: dict[str, Any], ptr: str) -> Node:
+        node: Node = {"type": t}
+        for key in ("minimum", "maximum", "multipleOf"):
+            if key in s:
+                node[key] = number_of(s, key, ptr)
+        for key, inclusive in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+            if s.get(key) is True and inclusive in node:  # Draft 4: a flag on the bound
+                node[key] = node.pop(inclusive)
+            elif key in s and not isinstance(s[key], bool):
+                node[key] = number_of(s, key, ptr)
+        if "format" in s:
+            self.note(f"{ptr}/format", f"format {s['format']!r} on a {t} is an annotation; ignored")
+        number_regex(node, ptr)  # raise now, with this pointer, if it cannot be built
+        return node
+
+    def string(self, s: dict[str, Any], ptr: str) -> Node | None:
+        node: Node = {"type": "string"}
+        for key in ("minLength", "maxLength"):
+            if key in s:
+                node[key] = count_of(s, key, ptr)
+        if node.get("minLength", 0) > node.get("maxLength", node.get("minLength", 0)):
+            return None
+        cap = max(self.limits.length_cap, node.get("minLength", 0))
+        if node.get("maxLength", 0) > cap:
+            self.note(f"{ptr}/maxLength", f"maxLength {node['maxLength']} lowered to {cap}")
+            node["maxLength"] = cap
+        if "pattern" in s:
+            if not isinstance(s["pattern"], str):
+                raise ConstraintError(f"'pattern' at {ptr or '/'} must be a string.")
+            node["pattern"] = s["pattern"]
+        fmt = s.get("format")
+        if fmt is not None and fmt not in FORMATS:
+            self.note(
+                f"{ptr}/format",
+                f"unknown format {fmt!r} treated as a plain string "
+                "(an annotation under Draft 2020-12)",
+            )
+        elif fmt is not None and "pattern" in node:
+            self.note(f"{ptr}/format", f"format {fmt!r} not enforced: the pattern applies instead")
+        elif fmt is not None:
+            node["format"] = fmt
+        string_regex(node, ptr)  # raise now, with this pointer, if it cannot be built
+        return node
+
+    def array(self, s: dict[str, Any], ptr: str) -> Node | None:
+        min_items = count_of(s, "minItems", ptr) if "minItems" in s else 0
+        max_items = count_of(s, "maxItems", ptr) if "maxItems" in s else None
+        if s.get("uniqueItems") is True and (max_items is None or max_items > 1):
+            raise UnsupportedSchemaError(
+                "uniqueItems", ptr, "outlines-core cannot keep items distinct"
+            )
+        if "contains" in s:
+            raise UnsupportedSchemaError("contains", ptr)
+        items = s.get("items", True)
+        if isinstance(items, list):  # Draft 4-2019 tuple form
+            prefix, rest, rest_key = items, s.get("additionalItems", True), "additionalItems"
+            prefix_key = "items"
+        else:
+            prefix, rest, rest_key = s.get("prefixItems"), items, "items"
+            prefix_key = "prefixItems"
+        if prefix is None:
+            item = (
+                self.schema(rest, f"{ptr}/{rest_key}") if "items" in s else any_node(self.any_depth)
+            )
+            return array_node(item, min_items, max_items)
+        length = len(prefix) if max_items is None else min(len(prefix), max_items)
+        nodes = []
+        for i, sub in enumerate(prefix[:length]):
+            node = self.schema(sub, f"{ptr}/{prefix_key}/{i}")
+            if node is None:
+                break  # a shorter tuple is still valid
+            nodes.append(node)
+        if len(nodes) < min_items:
+            extra = (
+                self.schema(rest, f"{ptr}/{rest_key}")
+                if rest is not True
+                else any_node(self.any_depth)
+            )
+            if extra is None:
+                return None
+            nodes += [extra] * (min_items - len(nodes))
+        if len(nodes) != len(prefix):
+            self.note(ptr, f"arrays generated with exactly {len(nodes)} items")
+        return {"type": "array", "prefixItems": nodes} if nodes else array_node(None, 0, 0)
+
+    # -------------------------------------------------------------------- combinators
+
+    def one_of(self, subs: list[Any], base: Node | None, ptr: str) -> Node | None:
+        """Keep only what provably matches exactly one branch."""
+        kept, lost = [], False
+        for i, sub in enumerate(subs):
+            generated = meet(base, self.schema(sub, f"{ptr}/oneOf/{i}"), ptr)
+            others = subs[:i] + subs[i + 1 :]
+            exclusive = [
+                b for b in branches(generated) if all(self.prover.rejects(o, b) for o in others)
+            ]
+            lost |= len(exclusive) < len(branches(generated))
+            kept += exclusive
+        if lost and not kept:
+            raise UnsupportedSchemaError(
+                "oneOf",
+                ptr,
+                "gclm cannot prove its branches exclusive; use anyOf if overlap is fine",
+            )
+        if lost:
+            self.note(
+                f"{ptr}/oneOf", "values that might match more than one branch are not generated"
+            )
+        return union(kept)
+
+    def exclude(self, sub: Any, node: Node | None, ptr: str) -> Node | None:
+        """Keep only what provably fails the `not` subschema."""
+        kept, lost = [], False
+        for branch in branches(node):
+            if "enum" in branch:
+                verdicts = [(v, self.prover.holds(sub, v)) for v in branch["enum"]]
+                values = [v for v, ok in verdicts if ok is False]
+                lost |= any(ok is None for _, ok in verdicts)
+                kept += [{"enum": values}] if values else []
+            elif self.prover.rejects(sub, branch):
+                kept.append(branch)
+            else:
+                lost |= not self.prover.accepts_all(sub, branch)
+        if lost and not kept:
+            raise UnsupportedSchemaError("not", ptr, "gclm cannot prove which values it rejects")
+        if lost:
+            self.note(f"{ptr}/not", "only values proven to fail the 'not' subschema are generated")
+        return union(kept)
+
+    # ---------------------------------------------------------------------- $ref
+
+    def ref(self, ref: Any, ptr: str) -> Node | None:
+        if not isinstance(ref, str):
+            raise ConstraintError(f"'$ref' at {ptr or '/'} must be a string.")
+        target_ptr, target = self.refs.resolve(ref, ptr)
+        if target_ptr in self.memo:
+            return self.memo[target_ptr]
+        if self.stack.count(target_ptr) >= self.max_recursion:
+            self.cuts += 1
+            self.note(
+                ptr,
+                f"recursive $ref {ref!r} cut after {self.max_recursion} levels; "
+                "deeper values are not generated",
+            )
+            return None
+        self.stack.append(target_ptr)
+        cuts = self.cuts
+        try:
+            node = self.schema(target, target_ptr)
+        finally:
+            self.stack.pop()
+        if self.cuts == cuts:  # no recursion was cut, so the result holds in any context
+            self.memo[target_ptr] = node
+        return node

@@ -1,0 +1,139 @@
+"""The object keywords of a subschema, turned into one object node.
+
+Kept: properties, required, additionalProperties, patternProperties, min/maxProperties,
+propertyNames (checked against each declared name), dependentRequired (dependents of an
+optional property become required) and dependentSchemas of a required property.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import reduce
+from typing import TYPE_CHECKING, Any
+
+from compiler.errors import UnsupportedSchemaError
+from compiler.schema_ops import (
+    Node,
+    any_node,
+    array_of,
+    count_of,
+    escape_pointer,
+    meet,
+    object_of,
+)
+
+if TYPE_CHECKING:
+    from compiler.schema import Normalizer
+
+
+def object_node(self: Normalizer, s: dict[str, Any], ptr: str) -> Node | None:
+    """The node for `s` as an object: declared properties, or free keys.
+
+    Required names that are not declared get their schema from patternProperties or
+    additionalProperties. What undeclared keys may hold is kept so that allOf can
+    intersect objects, but only declared properties are ever generated.
+    """
+    props_s = object_of(s, "properties", ptr)
+    patterns = object_of(s, "patternProperties", ptr)
+    required = list(dict.fromkeys(array_of(s, "required", ptr)))
+    extra_s = s.get("additionalProperties", s.get("unevaluatedProperties", True))
+    names_s = s.get("propertyNames", True)
+    deps = object_of(s, "dependencies", ptr)
+    dep_required = {
+        **{k: v for k, v in deps.items() if isinstance(v, list)},
+        **object_of(s, "dependentRequired", ptr),
+    }
+    dep_schemas = {
+        **{k: v for k, v in deps.items() if not isinstance(v, list)},
+        **object_of(s, "dependentSchemas", ptr),
+    }
+    for pattern in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise UnsupportedSchemaError(
+                "patternProperties", ptr, f"{pattern!r} does not parse ({e})"
+            ) from e
+
+    def matching(name: str) -> list[Node | None]:
+        return [
+            self.schema(sub, f"{ptr}/patternProperties/{escape_pointer(p)}")
+            for p, sub in patterns.items()
+            if re.search(p, name)
+        ]
+
+    declared = list(props_s) + [r for r in required if r not in props_s]
+    if not declared and (dep_required or dep_schemas):
+        key = "dependentRequired" if dep_required else "dependentSchemas"
+        raise UnsupportedSchemaError(
+            key, ptr, "keys of an object without declared properties are free"
+        )
+    if names_s not in (True, {}) and not declared:
+        raise UnsupportedSchemaError(
+            "propertyNames", ptr, "keys of an object without declared properties are free"
+        )
+    # What an undeclared key may hold: additionalProperties and every pattern it might match.
+    extra = (
+        any_node(self.any_depth)
+        if extra_s is True
+        else self.schema(extra_s, f"{ptr}/additionalProperties")
+    )
+    for p, sub in patterns.items():
+        extra = meet(extra, self.schema(sub, f"{ptr}/patternProperties/{escape_pointer(p)}"), ptr)
+    if names_s not in (True, {}):
+        extra = None  # undeclared keys could not be checked against propertyNames
+    props: dict[str, Node] = {}
+    for name in declared:
+        p_ptr = f"{ptr}/properties/{escape_pointer(name)}"
+        if name in props_s:
+            parts = [self.schema(props_s[name], p_ptr), *matching(name)]
+        else:
+            parts = matching(name) or [
+                any_node(self.any_depth)
+                if extra_s is True
+                else self.schema(extra_s, f"{ptr}/additionalProperties")
+            ]
+        node = reduce(lambda a, b: meet(a, b, p_ptr), parts)
+        ok = self.prover.holds(names_s, name)
+        if ok is None:
+            raise UnsupportedSchemaError(
+                "propertyNames", ptr, f"cannot check the name {name!r} against it"
+            )
+        if node is not None and ok:
+            props[name] = node
+        elif name in required:
+            return None
+    for trigger, needs in dep_required.items():
+        if trigger in props and any(n not in required for n in needs):
+            if any(n not in props for n in needs):
+                raise UnsupportedSchemaError(
+                    "dependentRequired", ptr, f"{trigger!r} needs undeclared properties"
+                )
+            if trigger not in required:
+                self.note(
+                    f"{ptr}/dependentRequired/{escape_pointer(trigger)}",
+                    f"{needs} made required (they depend on {trigger!r})",
+                )
+            required += [n for n in needs if n not in required]
+    out: Node | None = {
+        "type": "object",
+        "properties": props,
+        "required": [r for r in required if r in props],
+        "additionalProperties": False if extra is None else extra,
+        # Declared properties (even if none survive) mean "generate these"; without any,
+        # keys are generated freely from additionalProperties.
+        "declared": bool(props_s or required),
+    }
+    for key in ("minProperties", "maxProperties"):
+        if key in s:
+            out[key] = count_of(s, key, ptr)
+    for trigger, sub in dep_schemas.items():
+        if trigger in required:
+            out = meet(
+                out, self.schema(sub, f"{ptr}/dependentSchemas/{escape_pointer(trigger)}"), ptr
+            )
+        elif trigger in props:
+            raise UnsupportedSchemaError(
+                "dependentSchemas", ptr, f"{trigger!r} is optional; make it required"
+            )
+    return out

@@ -1,0 +1,85 @@
+"""Bounded-number regexes against Decimal arithmetic, on hand-picked and generated values."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compiler.errors import UnsupportedSchemaError
+from compiler.numbers import nonneg_int_range, number_regex
+
+
+def valid(node: dict, text: str) -> bool:
+    x = Decimal(text)
+    if node["type"] == "integer" and x != x.to_integral_value():
+        return False
+    checks = {
+        "minimum": lambda b: x >= b,
+        "maximum": lambda b: x <= b,
+        "exclusiveMinimum": lambda b: x > b,
+        "exclusiveMaximum": lambda b: x < b,
+        "multipleOf": lambda b: x % b == 0,
+    }
+    return all(check(Decimal(str(node[k]))) for k, check in checks.items() if k in node)
+
+
+NODES = [
+    {"type": "integer", "minimum": 0},
+    {"type": "integer", "minimum": 1, "maximum": 65535},
+    {"type": "integer", "minimum": -360, "maximum": 360},
+    {"type": "integer", "exclusiveMinimum": 0.5, "maximum": 100.5},
+    {"type": "integer", "multipleOf": 5},
+    {"type": "integer", "multipleOf": 7, "minimum": 0, "maximum": 100},
+    {"type": "number", "minimum": 0},
+    {"type": "number", "minimum": 0, "maximum": 1},
+    {"type": "number", "minimum": 0.2},
+    {"type": "number", "exclusiveMinimum": 0},
+    {"type": "number", "minimum": -180.5, "exclusiveMaximum": 180.25},
+    {"type": "number", "minimum": 0, "maximum": 0.5},
+    {"type": "number", "maximum": 0},
+    {"type": "number", "multipleOf": 0.01},
+]
+
+# Plain decimals without redundant spellings (no leading zeros, no trailing fraction zeros):
+# every number in range has exactly one such spelling, and the regex must accept it.
+DECIMALS = st.builds(
+    lambda sign, whole, frac: f"{sign}{whole}" + (f".{frac}" if frac else ""),
+    st.sampled_from(["", "-"]),
+    st.one_of(st.integers(0, 20), st.integers(0, 100_000)),
+    st.one_of(st.just(""), st.from_regex(r"[0-9]{0,3}[1-9]", fullmatch=True)),
+).filter(lambda t: t not in ("-0",))
+
+
+@pytest.mark.parametrize("node", NODES, ids=lambda n: str(n))
+@settings(max_examples=60, deadline=None)
+@given(text=DECIMALS)
+def test_regex_accepts_exactly_the_valid_spellings(node, text):
+    assert (re.fullmatch(number_regex(node, ""), text) is not None) == valid(node, text)
+
+
+def test_edges():
+    r = number_regex({"type": "number", "exclusiveMinimum": 0, "maximum": 1}, "")
+    assert [t for t in ("0", "0.0", "0.001", "1", "1.5", "-0.5") if re.fullmatch(r, t)] == [
+        "0.001",
+        "1",
+    ]
+
+
+def test_integer_ranges_split_by_length():
+    assert nonneg_int_range(5, 12) == "(?:[5-9]|1[0-2])"
+    assert nonneg_int_range(0, None) == "(?:[0-9]|[1-9][0-9]{1,})"
+    assert nonneg_int_range(3, 2) is None
+
+
+def test_no_bounds_means_outlines_core_handles_it():
+    assert number_regex({"type": "number"}, "") is None
+
+
+def test_unsupported_multiple_of_names_the_pointer():
+    with pytest.raises(UnsupportedSchemaError) as e:
+        number_regex({"type": "number", "multipleOf": 2.5}, "/properties/x")
+    assert (e.value.keyword, e.value.pointer) == ("multipleOf", "/properties/x")

@@ -1,0 +1,116 @@
+"""ECMA-262 patterns and formats as regexes over JSON-encoded string text."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import date, datetime
+
+import pytest
+
+from compiler.errors import UnsupportedSchemaError
+from compiler.patterns import FORMATS, escape_literal, pattern_regex, string_regex
+
+
+def encoded(value: str) -> str:
+    """The text between the quotes of `value` as JSON."""
+    return json.dumps(value, ensure_ascii=False)[1:-1]
+
+
+def matches(pattern: str, value: str, **lengths) -> bool:
+    return re.fullmatch(pattern_regex(pattern, "", **lengths), encoded(value)) is not None
+
+
+def test_escape_literal_round_trips():
+    text = "a.b(c)|d[e]{f}^$*+?\\-&~# \"'\t é日本\U0001f600"
+    assert re.fullmatch(escape_literal(text), text)
+    assert not re.fullmatch(escape_literal("a.b"), "axb")
+
+
+def test_ecma_classes_are_ascii():
+    assert matches(r"^\d+$", "123")
+    assert not matches(r"^\d+$", "١٢٣")  # Arabic-Indic digits are \d in Python, not in ECMA
+    assert matches(r"^\w+$", "a_1")
+    assert not matches(r"^\w+$", "é")
+
+
+def test_negated_class_keeps_escapes_json_valid():
+    assert matches("^[^@]+$", 'quote " and \\ backslash')
+    assert matches("^[^@]+$", "line\nbreak")
+    assert not matches("^[^@]+$", "a@b")
+
+
+def test_dot_excludes_line_terminators():
+    assert matches("^a.c$", 'a"c')
+    assert not matches("^a.c$", "a\nc")
+
+
+def test_lazy_and_counted_repeats():
+    assert matches("^a{2,3}?b$", "aab")
+    assert not matches("^a{2,3}?b$", "ab")
+
+
+def test_named_group_in_ecma_spelling():
+    assert matches("^(?<year>[0-9]{4})$", "2024")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "reason"),
+    [
+        ("^a(?!b)", "look-around"),
+        (r"^(a)\1$", "backreference"),
+        ("a^b", "anchor"),
+        ("(?i)a", "inline flags"),
+        (r"\p{L}", "does not parse"),
+    ],
+)
+def test_unsupported_pattern_features(pattern, reason):
+    with pytest.raises(UnsupportedSchemaError) as e:
+        pattern_regex(pattern, "/properties/p")
+    assert e.value.keyword == "pattern" and e.value.pointer == "/properties/p"
+    assert reason in e.value.message
+
+
+def test_lengths_fold_into_a_single_repeat():
+    assert matches("^[a-z]+$", "abc", min_length=2, max_length=3)
+    assert not matches("^[a-z]+$", "abcd", min_length=2, max_length=3)
+    assert not matches("^[a-z]+$", "a", min_length=2, max_length=3)
+    assert matches("^x[0-9]*$", "x12", max_length=3)
+    assert not matches("^x[0-9]*$", "x123", max_length=3)
+
+
+def test_lengths_implied_by_the_pattern_are_dropped():
+    assert matches("^[0-9]{4}$", "2024", min_length=1, max_length=10)
+
+
+VALID_FORMATS = {
+    "date-time": ["2024-02-28T13:45:00Z", "1999-12-31T23:59:59.123+05:30"],
+    "date": ["2024-02-28", "2023-11-30"],
+    "time": ["13:45:00Z", "00:00:00.5-08:00"],
+    "uuid": ["123e4567-e89b-12d3-a456-426614174000"],
+    "email": ["a.b+c@example.co.uk"],
+    "uri": ["https://example.com/a/b?x=1&y=%20", "ftp://host:21/"],
+    "hostname": ["example.com", "a-b.c"],
+    "ipv4": ["192.168.0.1", "255.255.255.255"],
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_formats_accept_typical_values(fmt):
+    regex = string_regex({"type": "string", "format": fmt}, "")
+    for value in VALID_FORMATS[fmt]:
+        assert re.fullmatch(regex, json.dumps(value)), value
+
+
+def test_format_values_parse():
+    regex = re.compile(string_regex({"type": "string", "format": "date"}, ""))
+    assert not regex.fullmatch('"2023-02-29"')  # also never generated: Feb 29 is left out
+    assert date.fromisoformat("2024-02-28")
+    dt = re.compile(string_regex({"type": "string", "format": "date-time"}, ""))
+    assert not dt.fullmatch('"2024-02-28T13:45:00"')  # RFC 3339 needs an offset
+    assert datetime.fromisoformat("2024-02-28T13:45:00+00:00")
+
+
+def test_pattern_wins_over_format():
+    regex = string_regex({"type": "string", "pattern": "^x$", "format": "date"}, "")
+    assert re.fullmatch(regex, '"x"')
