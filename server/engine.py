@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import cache
 from typing import Any
 
 import torch
@@ -32,6 +34,7 @@ from masking import (
     fill_bitmask,
     fill_unconstrained,
 )
+from masking.slack import spread_slack
 from server.batch import KVBatch
 from compiler.errors import InvalidRequestError
 from server.interface import ErrorEvent, FinishEvent, GenerationRequest, StreamEvent
@@ -64,6 +67,8 @@ class BatchEngine:
         self.max_batch = max_batch
         self.queue_size = queue_size
         self.device = next(model.parameters()).device
+        if self.device.type == "cpu":
+            _leave_a_core()
         self.eos_ids = _eos_ids(model, tokenizer)
         self.context_length = _context_length(model, tokenizer)
         self._bitmask = allocate_bitmask(max_batch, vocab.size)  # [max_batch, W]
@@ -218,6 +223,11 @@ class BatchEngine:
             else:
                 fill_bitmask(self._bitmask, row, seq.constraint, seq.tokens_left)
         apply_bitmask(logits, self._bitmask[:batch])
+        for row, seq in enumerate(self._running):
+            policy = seq.request.extra.get("slack_policy")  # opt-in, bench/budget.py's 4th arm
+            if policy is not None and seq.constraint is not None and seq.constraint.budget_aware:
+                c, budget = seq.constraint, seq.request.params.max_tokens
+                spread_slack(logits[row], c.table, c.state, seq.tokens_left, budget, policy)
 
     def _evict(self, done: list[Sequence]) -> None:
         if not done:
@@ -228,6 +238,20 @@ class BatchEngine:
         for seq in done:
             if seq.cancelled and not seq.finished:
                 seq.finish("cancelled")
+
+
+@cache  # once per process: a second engine must not take away another core
+def _leave_a_core() -> None:
+    """Run the model on one core fewer than torch would, unless OMP_NUM_THREADS is set.
+
+    The event loop (HTTP, SSE, detokenized text) and the compile workers need a core too.
+    OpenMP's intra-op threads wait for each other at every op, so when one of them is
+    descheduled the whole forward stalls: on 2 busy cores, 2 threads decoded a batch of 8
+    ~13x slower than 1 thread (1.6 s against 0.12 s per step).
+    """
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, torch.get_num_threads() - 1))
+        log.info("%d intra-op thread(s); set OMP_NUM_THREADS to choose", torch.get_num_threads())
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:

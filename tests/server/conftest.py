@@ -28,3 +28,7 @@ def settings(tmp_path) -> ServerSettings:
 @pytest.fixture
 def app(engine: FakeEngine, settings: ServerSettings) -> FastAPI:
     return create_app(engine, settings)
+
+
+# The end-to-end tests' real server (tests/server/e2e_server.py), started on first use.
+from e2e_server import gclm_server  # noqa: E402, F401

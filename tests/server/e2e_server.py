@@ -1,0 +1,33 @@
+"""The end-to-end fixture: a real `gclm serve` (embedded model, CPU) for the whole session.
+
+The process launcher is shared with the serving benchmark (`bench/_server.py`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+_ROOT = Path(__file__).resolve().parents[2]
+if str(_ROOT) not in sys.path:  # `bench` is a folder of scripts, not an installed package
+    sys.path.insert(0, str(_ROOT))
+
+from bench._server import GclmServer  # noqa: E402
+
+MAX_BATCH = 8
+
+
+@pytest.fixture(scope="session")
+def gclm_server() -> Iterator[GclmServer]:
+    """A running server (max batch 8); `.url` is its base URL, without /v1.
+
+    At the end of the session, the server must not have logged a traceback (a failed engine
+    step, an exception in the app) even where every client saw a proper answer.
+    """
+    with GclmServer(max_batch=MAX_BATCH) as server:
+        yield server
+        log = server.log_path.read_text(errors="replace")
+    assert "Traceback" not in log, f"the server logged an exception:\n{log[-4000:]}"
