@@ -173,7 +173,9 @@ def main() -> None:
 
     report["engine"] = asyncio.run(run_engine())
     n_base = min(args.requests, 8)
-    report["generate_tps"] = generate_arm(model, tokenizer, prompts[:n_base], args.max_tokens, args.device)
+    report["generate_tps"] = generate_arm(
+        model, tokenizer, prompts[:n_base], args.max_tokens, args.device
+    )
     report["mask_apply_us"] = {
         f"B{b}_V{v}": mask_cost(v, args.device, b) for b in (1, 8, 64) for v in (49152, 151936)
     }

@@ -33,9 +33,7 @@ def compile_constraint(
     except (ValueError, RuntimeError) as e:
         raise ConstraintError(f"The constraint could not be compiled: {e}") from e
     table = table_from_index(index, vocab, max_states=max_states)
-    return table.with_info(
-        rewrites=regex.rewrites, compile_seconds=time.perf_counter() - started
-    )
+    return table.with_info(rewrites=regex.rewrites, compile_seconds=time.perf_counter() - started)
 
 
 def table_from_index(

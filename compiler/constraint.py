@@ -35,7 +35,9 @@ class Constraint:
             raise ConstraintError(f"Unknown constraint kind {self.kind!r}; use one of {KINDS}.")
 
     @classmethod
-    def json_schema(cls, schema: dict[str, Any] | bool | str, whitespace: str = DEFAULT_WHITESPACE) -> Constraint:
+    def json_schema(
+        cls, schema: dict[str, Any] | bool | str, whitespace: str = DEFAULT_WHITESPACE
+    ) -> Constraint:
         if isinstance(schema, str):
             try:
                 schema = json.loads(schema)

@@ -4,7 +4,7 @@
     ├── ConstraintError            400  the constraint itself is wrong or unsupported
     │   ├── UnsupportedSchemaError 400  a schema keyword gclm cannot honour (has a JSON pointer)
     │   └── CompileLimitError      400  compiling ran past the time, memory or state limit
-    ├── BudgetTooSmallError        400  max_tokens is below the constraint's minimum (param max_tokens)
+    ├── BudgetTooSmallError        400  max_tokens is below the constraint's minimum
     ├── InvalidRequestError        400  a request parameter is invalid, conflicting or unsupported
     ├── ModelNotFoundError         404  the request names a model this server does not serve
     ├── AuthenticationError        401
@@ -35,7 +35,13 @@ class GclmError(Exception):
 class ConstraintError(GclmError):
     """The constraint (schema, regex, choices) is invalid or cannot be compiled."""
 
-    def __init__(self, message: str, *, param: str | None = "response_format", code: str | None = "invalid_constraint"):
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = "response_format",
+        code: str | None = "invalid_constraint",
+    ):
         super().__init__(message, param=param, code=code)
 
 
@@ -98,7 +104,9 @@ class AuthenticationError(GclmError):
     status_code = 401
     error_type = "authentication_error"
 
-    def __init__(self, message: str = "Missing or invalid API key. Send 'Authorization: Bearer <key>'."):
+    def __init__(
+        self, message: str = "Missing or invalid API key. Send 'Authorization: Bearer <key>'."
+    ):
         super().__init__(message, code="invalid_api_key")
 
 

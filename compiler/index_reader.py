@@ -116,7 +116,22 @@ _OK, _MORE_IDS, _MORE_GROUPS = 0, 1, 2
 
 
 @nb.njit(cache=True)
-def _record(buf, pos, deg, k, eos, n_bits, token_hash, dense, n_states, stamp, slot_of, rows, row_hash, gnext):  # noqa: E501
+def _record(
+    buf,
+    pos,
+    deg,
+    k,
+    eos,
+    n_bits,
+    token_hash,
+    dense,
+    n_states,
+    stamp,
+    slot_of,
+    rows,
+    row_hash,
+    gnext,
+):  # noqa: E501
     """Bucket one state's edges by successor into packed rows.
 
     Returns (status, pos, groups, n_states). No array is reallocated here: this is the
@@ -200,8 +215,20 @@ def _group(buf, words, token_hash, eos, id_cap, group_cap):
         src = dense[sid]
         deg, pos = _varint(buf, pos)
         status, pos, ng, n_states = _record(
-            buf, pos, deg, k, eos, words * 32, token_hash,
-            dense, n_states, stamp, slot_of, rows, row_hash, gnext,
+            buf,
+            pos,
+            deg,
+            k,
+            eos,
+            words * 32,
+            token_hash,
+            dense,
+            n_states,
+            stamp,
+            slot_of,
+            rows,
+            row_hash,
+            gnext,
         )
         if status != _OK:
             return _retry(status, words)

@@ -259,9 +259,7 @@ def finish_table(
     )
     if token_bytes is None:
         return table
-    text = b"".join(token_bytes[t] or b"" for t in shortest_path(table)).decode(
-        "utf-8", "replace"
-    )
+    text = b"".join(token_bytes[t] or b"" for t in shortest_path(table)).decode("utf-8", "replace")
     return table.with_info(shortest_output=text)
 
 

@@ -103,7 +103,9 @@ class TokenVocabulary:
             for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items()
             if not t.special
         }
-        special |= {i for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items() if t.special}
+        special |= {
+            i for i, t in getattr(tokenizer, "added_tokens_decoder", {}).items() if t.special
+        }
         vocab = tokenizer.get_vocab()
         size = max(max(vocab.values()) + 1, len(tokenizer))
         table: list[bytes | None] = [None] * size

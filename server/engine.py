@@ -24,7 +24,7 @@ import torch
 
 from compiler.cache import TableCache
 from compiler.constraint import Constraint
-from compiler.errors import GclmError, InternalError, QueueFullError
+from compiler.errors import GclmError, InternalError, InvalidRequestError, QueueFullError
 from compiler.tables import CompiledTable
 from compiler.vocabulary import TokenVocabulary
 from masking import (
@@ -36,10 +36,9 @@ from masking import (
 )
 from masking.slack import spread_slack
 from server.batch import KVBatch
-from compiler.errors import InvalidRequestError
 from server.interface import ErrorEvent, FinishEvent, GenerationRequest, StreamEvent
-from server.sequence import Sequence
 from server.sampling import sample
+from server.sequence import Sequence
 
 log = logging.getLogger("gclm.engine")
 
@@ -175,7 +174,9 @@ class BatchEngine:
                 self._step()
             except Exception as e:  # a bug or an out-of-memory: fail the batch, keep serving
                 log.exception("engine step failed")
-                error = e if isinstance(e, GclmError) else InternalError(f"Generation failed: {e!r}")
+                error = (
+                    e if isinstance(e, GclmError) else InternalError(f"Generation failed: {e!r}")
+                )
                 for seq in self._running:
                     seq.fail(error)
                 self._running, self._kv = [], KVBatch()
@@ -188,7 +189,9 @@ class BatchEngine:
         self._running.extend(admitted)
         self._mask(logits)
         tokens = sample(logits, self._running)  # [B]
-        done = [seq for seq, t in zip(self._running, tokens, strict=True) if seq.update(t, self.eos_ids)]
+        done = [
+            seq for seq, t in zip(self._running, tokens, strict=True) if seq.update(t, self.eos_ids)
+        ]
         self._evict(done)
 
     def _admit(self) -> list[Sequence]:
@@ -270,4 +273,3 @@ def _context_length(model: Any, tokenizer: Any) -> int:
         if isinstance(value, int) and value > 0:
             return value
     return int(min(getattr(tokenizer, "model_max_length", 2048), 1 << 20))
-

@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -25,9 +24,8 @@ from typing import Any
 
 import torch
 
-from server.settings import default_cache_dir
-
 from compiler.errors import ModelLoadError
+from server.settings import default_cache_dir
 
 logger = logging.getLogger("gclm.model")
 

@@ -6,8 +6,8 @@ import numpy as np
 import outlines_core
 import pytest
 
-from compiler.constraint import Constraint
 from compiler.compile import table_from_index
+from compiler.constraint import Constraint
 from compiler.index_reader import OUTLINES_CORE_VERSION, parse_index_bytes
 from compiler.regex import to_regex
 from compiler.tables import CompiledTable, build_table
@@ -73,7 +73,10 @@ def _canonical(table: CompiledTable) -> list[tuple]:
         Constraint.json_schema(
             {
                 "type": "object",
-                "properties": {"name": {"type": "string", "maxLength": 4}, "n": {"type": "integer"}},
+                "properties": {
+                    "name": {"type": "string", "maxLength": 4},
+                    "n": {"type": "integer"},
+                },
                 "required": ["name"],
             }
         ),
