@@ -98,7 +98,10 @@ async def engine_arm(engine, prompts, tables, max_tokens, concurrency):
 
     started = time.perf_counter()
     await asyncio.gather(*(one(p, t) for p, t in zip(prompts, tables, strict=True)))
-    return tokens / (time.perf_counter() - started), outputs
+    wall = time.perf_counter() - started
+    # Outputs of unequal length make tokens/s alone misleading when one wave fills the
+    # batch: the wave lasts as long as its longest output. Report the mean length too.
+    return tokens / wall, outputs, tokens / len(prompts)
 
 
 def generate_arm(model, tokenizer, prompts, max_tokens, device):
@@ -163,12 +166,19 @@ def main() -> None:
             )
             try:
                 await engine_arm(engine, prompts[:2], constrained[:2], args.max_tokens, c)  # warm
-                a, outs = await engine_arm(engine, prompts, constrained, args.max_tokens, c)
-                b, _ = await engine_arm(engine, prompts, [None] * len(prompts), args.max_tokens, c)
+                a, outs, a_len = await engine_arm(engine, prompts, constrained, args.max_tokens, c)
+                unconstrained = [None] * len(prompts)
+                b, _, b_len = await engine_arm(engine, prompts, unconstrained, args.max_tokens, c)
             finally:
                 engine.shutdown()
             invalid = sum(1 for text, _ in outs if not _valid_json(text))
-            rows[c] = {"constrained_tps": a, "unconstrained_tps": b, "invalid_outputs": invalid}
+            rows[c] = {
+                "constrained_tps": a,
+                "unconstrained_tps": b,
+                "constrained_mean_tokens": a_len,
+                "unconstrained_mean_tokens": b_len,
+                "invalid_outputs": invalid,
+            }
         return rows
 
     report["engine"] = asyncio.run(run_engine())
@@ -182,13 +192,15 @@ def main() -> None:
     base = report["generate_tps"]
     print(f"device {device_name}, dtype {dtype}, max_tokens {args.max_tokens}")
     print(f"sequential generate(): {base:8.1f} tok/s")
-    print("concurrency  constrained  unconstrained  a/b    b/generate  invalid")
+    print("concurrency  constrained  unconstrained  a/b    b/generate  invalid  mean tokens a/b")
     for c, r in report["engine"].items():
         r["constrained_ratio"] = r["constrained_tps"] / r["unconstrained_tps"]
         r["batching_speedup"] = r["unconstrained_tps"] / base
         print(
             f"{c:11d}  {r['constrained_tps']:11.1f}  {r['unconstrained_tps']:13.1f}  "
-            f"{r['constrained_ratio']:.2f}   {r['batching_speedup']:9.2f}  {r['invalid_outputs']}"
+            f"{r['constrained_ratio']:.2f}   {r['batching_speedup']:9.2f}  "
+            f"{r['invalid_outputs']:7d}"
+            f"  {r['constrained_mean_tokens']:.1f}/{r['unconstrained_mean_tokens']:.1f}"
         )
     for k, v in report["mask_apply_us"].items():
         print(f"apply_bitmask {k}: {v:.1f} µs/step")
