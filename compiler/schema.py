@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
-from compiler.errors import ConstraintError, UnsupportedSchemaError
+from compiler.errors import CompileLimitError, ConstraintError, UnsupportedSchemaError
 from compiler.numbers import number_regex
 from compiler.patterns import FORMATS, string_regex
 from compiler.schema_finish import Finisher
@@ -64,6 +64,10 @@ class SchemaLimits:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 raise ValueError(f"SchemaLimits.{name} must be a non-negative integer.")
 
+
+# Inlining a $ref that is not recursive is memoised; recursive ones are expanded afresh
+# each time, and a DAG of them can multiply. Past this many expansions we stop.
+MAX_REF_EXPANSIONS = 20_000
 
 TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 ANNOTATIONS = {
@@ -131,6 +135,7 @@ class Normalizer:
         self.stack: list[str] = []  # ref targets being expanded
         self.memo: dict[str, Node | None] = {}
         self.cuts = 0
+        self.expansions = 0
         self.refs = Refs(root)
         self.prover = Prover(lambda ref: self.refs.resolve(ref, "")[1])
 
@@ -166,9 +171,14 @@ class Normalizer:
             if not isinstance(values, list) or not values:
                 raise ConstraintError(f"'enum' at {ptr or '/'} must be a non-empty array.")
             parts.append({"enum": dedupe(values)})
-        parts += [
-            self.schema(x, f"{ptr}/allOf/{i}") for i, x in enumerate(array_of(s, "allOf", ptr))
-        ]
+        # An allOf member that only says `not` is applied after the meet: what it excludes
+        # is easier to prove once the siblings have narrowed the value.
+        nots = [(s["not"], ptr)] if "not" in s else []
+        for i, x in enumerate(array_of(s, "allOf", ptr)):
+            if isinstance(x, dict) and "not" in x and not (x.keys() & ASSERTIONS) - {"not"}:
+                nots.append((x["not"], f"{ptr}/allOf/{i}"))
+            else:
+                parts.append(self.schema(x, f"{ptr}/allOf/{i}"))
         if "anyOf" in s:
             parts.append(
                 union(
@@ -180,14 +190,12 @@ class Normalizer:
             )
         if not parts:
             # Only oneOf/not (or nothing) constrains this value.
-            parts.append(
-                any_node(self.any_depth) if s.keys() & {"oneOf", "not"} else self.anything(ptr)
-            )
+            parts.append(any_node(self.any_depth) if nots or "oneOf" in s else self.anything(ptr))
         node = reduce(lambda a, b: meet(a, b, ptr), parts)
         if "oneOf" in s:
             node = self.one_of(array_of(s, "oneOf", ptr), node, ptr)
-        if "not" in s:
-            node = self.exclude(s["not"], node, ptr)
+        for sub, where in nots:
+            node = self.exclude(sub, node, where)
         return node
 
     def anything(self, ptr: str) -> Node:
@@ -370,6 +378,12 @@ class Normalizer:
                 "deeper values are not generated",
             )
             return None
+        self.expansions += 1
+        if self.expansions > MAX_REF_EXPANSIONS:
+            raise CompileLimitError(
+                f"The schema's $refs expand to more than {MAX_REF_EXPANSIONS:,} subschemas; "
+                "no automaton that size compiles in time. Reduce nesting or recursion."
+            )
         self.stack.append(target_ptr)
         cuts = self.cuts
         try:
