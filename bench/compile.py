@@ -179,9 +179,10 @@ def split_phases(constraint: Constraint, vocab: TokenVocabulary) -> dict[str, An
     """compile_constraint's steps, timed one by one."""
     import outlines_core
 
+    from compiler.compile import table_from_grouped
     from compiler.index_reader import parse_index_bytes
     from compiler.regex import to_regex
-    from compiler.tables import finish_table, shortest_path
+    from compiler.tables import shortest_path
 
     t, out = time.perf_counter(), {}
 
@@ -200,17 +201,7 @@ def split_phases(constraint: Constraint, vocab: TokenVocabulary) -> dict[str, An
     lap("parse")
     del index
     lap("drop_index")
-    table = finish_table(
-        vocab_size=vocab.size,
-        eos_token_id=vocab.eos_token_id,
-        initial=grouped.initial,
-        accepting=grouped.accepting,
-        group_src=grouped.group_src,
-        group_next=grouped.group_next,
-        group_mask=grouped.group_mask,
-        masks=grouped.masks,
-        state_mask=grouped.state_mask,
-    )
+    table = table_from_grouped(grouped, vocab, spell_shortest=False)
     lap("finish")
     b"".join(vocab.token_bytes[i] or b"" for i in shortest_path(table))
     lap("shortest")

@@ -12,7 +12,7 @@ import outlines_core
 
 from compiler.constraint import Constraint
 from compiler.errors import CompileLimitError, ConstraintError
-from compiler.index_reader import read_index
+from compiler.index_reader import GroupedIndex, read_index
 from compiler.regex import to_regex
 from compiler.tables import CompiledTable, finish_table
 from compiler.vocabulary import TokenVocabulary
@@ -41,6 +41,17 @@ def table_from_index(
 ) -> CompiledTable:
     """The CompiledTable of an outlines-core Index built over `vocab`."""
     grouped = read_index(index, vocab.size, vocab.eos_token_id)
+    return table_from_grouped(grouped, vocab, max_states=max_states)
+
+
+def table_from_grouped(
+    grouped: GroupedIndex,
+    vocab: TokenVocabulary,
+    *,
+    max_states: int | None = None,
+    spell_shortest: bool = True,
+) -> CompiledTable:
+    """Distances, pruning and (unless `spell_shortest` is False) the shortest output."""
     states = grouped.accepting.shape[0]
     if max_states is not None and states > max_states:
         raise CompileLimitError(
@@ -58,7 +69,7 @@ def table_from_index(
             group_mask=grouped.group_mask,
             masks=grouped.masks,
             state_mask=grouped.state_mask,
-            token_bytes=vocab.token_bytes,
+            token_bytes=vocab.token_bytes if spell_shortest else None,
         )
     except ValueError as e:
         raise ConstraintError(

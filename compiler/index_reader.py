@@ -131,7 +131,7 @@ def _record(
     rows,
     row_hash,
     gnext,
-):  # noqa: E501
+):
     """Bucket one state's edges by successor into packed rows.
 
     Returns (status, pos, groups, n_states). No array is reallocated here: this is the
