@@ -6,13 +6,24 @@ left. With `r` tokens left in state `s`, the token to `n` leaves the slack
 that likes long strings spends all of it on the first string and is then forced into the
 shortest closure for everything after it (empty strings, minimal arrays).
 
-`spread_slack` is a soft policy on top of the mask. It keeps, for the part of the output
-still ahead, a share of the slack proportional to how much of the shortest output is still
-ahead: with budget `B`, `d0 = dist[initial]` and `S0 = B - d0`, the reserve at `n` is
-`reserve * S0 * dist[n] / d0`, and a token whose successor leaves less slack than that has
-its logit lowered by `penalty` per token of shortfall. It only adds finite amounts to
-logits, so it never allows a masked token (-inf stays -inf) and never removes an allowed
-one: the budget guarantee is the mask's, unchanged.
+`spread_slack` is a soft policy on top of the mask. With budget `B`, `d0 = dist[initial]`
+and `S0 = B - d0`, it keeps a reserve of slack for what is still ahead,
+
+    reserve * S0 * min(dist[n] / d0, (r - 1) / B)
+
+the smaller of two even schedules: one by structure (the share of the shortest output
+still to write) and one by time (the share of the budget still to spend). A lateral token
+(one whose successor is as far from acceptance as the current state: string content,
+digits, a blank) that leaves less slack than that has its logit lowered by `penalty` per
+token of shortfall. Tokens that move away from acceptance (opening an optional property or
+another array item) are left alone: they are the model's choice of content, and
+penalising their one-off cost closes objects of optional properties at once. Likewise the
+time schedule: where `d0` is tiny (`{}`), the structure schedule alone would keep nearly
+all the slack in reserve.
+
+The policy only adds finite amounts to logits, so it never allows a masked token (-inf
+stays -inf) and never removes an allowed one: the budget guarantee is the mask's,
+unchanged.
 """
 
 from __future__ import annotations
@@ -47,7 +58,8 @@ class SlackPolicy:
 def slack_penalties(
     table: CompiledTable, state: int, tokens_left: int, budget: int, policy: SlackPolicy
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(mask rows, penalties) for the successor groups of `state` that eat into the reserve.
+    """(mask rows, penalties) for the lateral successor groups of `state` that eat into the
+    reserve.
 
     Args:
         table: the sequence's compiled table.
@@ -64,9 +76,11 @@ def slack_penalties(
     nexts, rows = table.groups(state)
     dist_next = table.dist[nexts].astype(np.float64)  # [G_s]
     slack_after = tokens_left - 1 - dist_next
-    shortfall = policy.reserve * spare * dist_next / d0 - slack_after
+    ahead = np.minimum(dist_next / d0, (tokens_left - 1) / budget)
+    shortfall = policy.reserve * spare * ahead - slack_after
+    lateral = dist_next == table.dist[state]
     # Groups the mask removes (slack_after < 0) need no penalty: their logits are -inf.
-    hit = (shortfall > 0) & (slack_after >= 0)
+    hit = lateral & (shortfall > 0) & (slack_after >= 0)
     return rows[hit].astype(np.int32), policy.penalty * shortfall[hit]
 
 

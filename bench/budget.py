@@ -1,0 +1,420 @@
+"""The GCLM budget table on a real model: vanilla vs forward-only DFA vs budget-aware.
+
+    python bench/budget.py [--json PATH] [--quick] [--samples N] [--bench-schemas K]
+
+Runs the embedded model (SmolLM2-135M-Instruct) on the CPU through the engine itself
+(`build_engine`, batches of 16), on three hand-written schemas (a person, an order with
+items and an address, a tool call) plus K schemas (default 50) sampled from
+../shared/jsonschemabench: files sorted by name, grouped by subset (the file-name prefix
+before `---` or `_<n>`), each subset shuffled with a fixed seed, then one file from each
+subset in turn until K are picked.
+
+Every schema is compiled with `engine.compile`; the ones that fail count against coverage
+and are left out of every arm. For each compiled schema with shortest output `min_tokens`,
+the budget levels are min, min+2, min+5, 16, 32 and 64, keeping those >= min_tokens (levels
+that land on the same budget run once and count for each). At each budget, with the same
+chat prompt (the schema's JSON, cut at --schema-chars characters, and a request for one
+JSON value matching it), four arms generate greedily once and at temperature 0.7 with N
+fixed seeds (default N=2):
+
+    vanilla        no constraint; the prompt alone asks for JSON
+    forward-only   the DFA mask, budget ignored (budget_aware=False): cut off at max_tokens
+    budget-aware   the DFA mask with the budget (gclm's default)
+    spread-slack   budget-aware plus masking/slack.py's soft penalty (--slack-reserve,
+                   --slack-penalty; SlackPolicy's defaults)
+
+bench/budget_metrics.py defines each measure (parse, valid, degenerate, hollow share);
+bench/budget_report.py writes the table and the figure.
+Writes bench/results/budget.md and budget.png (and --json PATH: every row and output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import random
+import re
+import sys
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+from budget_metrics import aggregate, score, validator_for  # noqa: E402
+from budget_report import ARMS, LEVELS, format_table, machine, write_markdown, write_png  # noqa: E402
+
+from masking.slack import SlackPolicy  # noqa: E402
+
+BENCH_DIR = ROOT.parent / "shared" / "jsonschemabench"
+RESULTS = ROOT / "bench" / "results"
+TEMPERATURE = 0.7
+SAMPLE_SEED = 1000
+PICK_SEED = 20250101
+
+STR = {"type": "string"}
+
+SEED_SCHEMAS: dict[str, dict[str, Any]] = {
+    "seed/person": {
+        "type": "object",
+        "properties": {
+            "name": STR,
+            "age": {"type": "integer", "minimum": 0, "maximum": 150},
+            "email": {"type": "string", "format": "email"},
+        },
+        "required": ["name", "age", "email"],
+        "additionalProperties": False,
+    },
+    "seed/order": {
+        "type": "object",
+        "properties": {
+            "order_id": STR,
+            "items": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "sku": STR,
+                        "qty": {"type": "integer", "minimum": 1},
+                        "price": {"type": "number", "minimum": 0},
+                    },
+                    "required": ["sku", "qty", "price"],
+                    "additionalProperties": False,
+                },
+            },
+            "address": {
+                "type": "object",
+                "properties": {"street": STR, "city": STR, "zip": STR},
+                "required": ["street", "city", "zip"],
+                "additionalProperties": False,
+            },
+        },
+        "required": ["order_id", "items", "address"],
+        "additionalProperties": False,
+    },
+    "seed/tool_call": {
+        "type": "object",
+        "properties": {
+            "name": {"const": "get_weather"},
+            "arguments": {
+                "type": "object",
+                "properties": {
+                    "city": STR,
+                    "unit": {"enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["city", "unit"],
+                "additionalProperties": False,
+            },
+        },
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    },
+}
+
+
+def subset_of(filename: str) -> str:
+    """A jsonschemabench file's subset: the name's prefix before `---` or `_<n>.json`."""
+    stem = filename.removesuffix(".json")
+    if "---" in stem:
+        return stem.split("---", 1)[0]
+    return re.sub(r"_\d+$", "", stem)
+
+
+def pick_bench_files(names: list[str], count: int, seed: int = PICK_SEED) -> list[str]:
+    """`count` file names spread evenly over the subsets, deterministically."""
+    by_subset: dict[str, list[str]] = defaultdict(list)
+    for name in sorted(names):
+        by_subset[subset_of(name)].append(name)
+    rng = random.Random(seed)
+    queues = []
+    for subset in sorted(by_subset):
+        files = by_subset[subset][:]
+        rng.shuffle(files)
+        queues.append(files)
+    picked: list[str] = []
+    while len(picked) < count and any(queues):
+        for files in queues:
+            if files and len(picked) < count:
+                picked.append(files.pop())
+    return picked
+
+
+def load_schemas(bench_count: int) -> list[tuple[str, Any]]:
+    """(name, schema) pairs: the seed schemas, then the sampled jsonschemabench ones."""
+    out = list(SEED_SCHEMAS.items())
+    names = [p.name for p in BENCH_DIR.glob("*.json")]
+    for name in pick_bench_files(names, bench_count):
+        data = json.loads((BENCH_DIR / name).read_text())
+        out.append((f"bench/{name.removesuffix('.json')}", data["schema"]))
+    return out
+
+
+def prompt_messages(schema: Any, limit: int) -> list[dict[str, str]]:
+    """The one chat prompt every arm gets for `schema` (its JSON cut at `limit` chars)."""
+    text = json.dumps(schema, separators=(",", ":"))
+    if len(text) > limit:
+        text = text[:limit] + " ...(truncated)"
+    return [
+        {
+            "role": "user",
+            "content": "Reply with one JSON value that matches this JSON Schema, and nothing "
+            f"else.\nSchema: {text}",
+        }
+    ]
+
+
+def level_budgets(min_tokens: int) -> dict[str, int]:
+    """Budget of each level that is at least `min_tokens`."""
+    budgets = {
+        "min": min_tokens,
+        "min+2": min_tokens + 2,
+        "min+5": min_tokens + 5,
+        "16": 16,
+        "32": 32,
+        "64": 64,
+    }
+    return {level: b for level, b in budgets.items() if b >= min_tokens}
+
+
+@dataclass
+class Job:
+    schema: str
+    arm: str
+    budget: int
+    levels: list[str]
+    temperature: float
+    seed: int
+    prompt_ids: list[int]
+    table: Any = None
+    text: str = ""
+    tokens: int = 0
+    finish_reason: str = ""
+    error: str = ""
+
+
+def make_jobs(
+    schema: str,
+    table: Any,
+    prompt_ids: list[int],
+    samples: list[tuple[float, int]],
+    arms: list[str] = ARMS,
+) -> list[Job]:
+    """Every (arm, budget, sample) for one compiled schema."""
+    by_budget: dict[int, list[str]] = defaultdict(list)
+    for level, budget in level_budgets(table.min_tokens).items():
+        by_budget[budget].append(level)
+    return [
+        Job(schema, arm, budget, levels, temperature, seed, prompt_ids, table)
+        for arm in arms
+        for budget, levels in by_budget.items()
+        for temperature, seed in samples
+    ]
+
+
+async def run_job(
+    engine: Any, job: Job, policy: Any, done: list[int], total: int, started: float
+) -> None:
+    from server.interface import (
+        ErrorEvent,
+        FinishEvent,
+        GenerationRequest,
+        SamplingParams,
+        TokenEvent,
+    )
+
+    request = GenerationRequest(
+        prompt_ids=job.prompt_ids,
+        params=SamplingParams(max_tokens=job.budget, temperature=job.temperature, seed=job.seed),
+        table=None if job.arm == "vanilla" else job.table,
+        budget_aware=job.arm != "forward-only",
+        extra={"slack_policy": policy} if job.arm == "spread-slack" else {},
+    )
+    parts = []
+    try:
+        handle = engine.submit(request)
+        async for event in engine.stream(handle):
+            if isinstance(event, TokenEvent):
+                parts.append(event.text)
+            elif isinstance(event, FinishEvent):
+                job.tokens, job.finish_reason = event.completion_tokens, event.finish_reason
+            elif isinstance(event, ErrorEvent):
+                job.finish_reason, job.error = "error", repr(event.error)
+    except Exception as e:  # noqa: BLE001 - every failure is a result here
+        job.finish_reason, job.error = "error", repr(e)
+    job.text = "".join(parts)
+    done[0] += 1
+    if done[0] % 50 == 0 or done[0] == total:
+        elapsed = time.perf_counter() - started
+        print(f"  {done[0]}/{total} sequences, {elapsed:.0f} s", file=sys.stderr, flush=True)
+
+
+async def generate(args: argparse.Namespace) -> dict[str, Any]:
+    """Compile, build every job, run them all through one engine; return the raw results."""
+    import torch
+
+    from compiler.constraint import Constraint
+    from server.launch import build_engine
+    from server.settings import ServerSettings
+
+    torch.set_num_threads(args.threads)
+    settings = ServerSettings(
+        device="cpu", max_batch=16, queue_size=1 << 20, compile_timeout=args.compile_timeout
+    )
+    engine, pool = build_engine(settings)
+    try:
+        schemas = load_schemas(args.bench_schemas)
+        compiled: dict[str, Any] = {}
+        failures: dict[str, str] = {}
+        for name, schema in schemas:
+            try:
+                compiled[name] = await engine.compile(Constraint.json_schema(schema))
+            except Exception as e:  # noqa: BLE001 - a failed compile is a coverage figure
+                failures[name] = f"{type(e).__name__}: {e}"
+        print(f"compiled {len(compiled)}/{len(schemas)} schemas", file=sys.stderr)
+        samples = [(0.0, 0)] + [(TEMPERATURE, SAMPLE_SEED + i) for i in range(args.samples)]
+        jobs: list[Job] = []
+        for name, schema in schemas:
+            if name in compiled:
+                text = engine.render_chat(prompt_messages(schema, args.schema_chars))
+                ids = engine.encode_prompt(text)
+                jobs += make_jobs(name, compiled[name], ids, samples, args.arms)
+        started = time.perf_counter()
+        done = [0]
+        policy = SlackPolicy(args.slack_reserve, args.slack_penalty)
+        await asyncio.gather(*(run_job(engine, j, policy, done, len(jobs), started) for j in jobs))
+        seconds = time.perf_counter() - started
+    finally:
+        engine.shutdown()
+        pool.close()
+    return {
+        "schemas": schemas,
+        "compiled": compiled,
+        "failures": failures,
+        "jobs": jobs,
+        "seconds": seconds,
+        "model": engine.model_id,
+    }
+
+
+def score_jobs(schemas: list[tuple[str, Any]], jobs: list[Job]) -> list[dict[str, Any]]:
+    """One record per (job, level): the job's output measured against its schema."""
+    by_name = dict(schemas)
+    validators = {name: validator_for(by_name[name]) for name in {j.schema for j in jobs}}
+    records = []
+    for j in jobs:
+        measured = asdict(score(j.text, by_name[j.schema], validators[j.schema]))
+        for level in j.levels:
+            records.append(
+                {
+                    "schema": j.schema,
+                    "arm": j.arm,
+                    "level": level,
+                    "budget": j.budget,
+                    "min_tokens": j.table.min_tokens,
+                    "temperature": j.temperature,
+                    "seed": j.seed,
+                    "tokens": j.tokens,
+                    "finish_reason": j.finish_reason,
+                    "error": j.error,
+                    "text": j.text,
+                    **measured,
+                }
+            )
+    return records
+
+
+def arm3_failures(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Budget-aware outputs that break the guarantee: invalid, errored, over budget, cut off."""
+    return [
+        r
+        for r in records
+        if r["arm"] in ("budget-aware", "spread-slack")
+        and not r["validator_error"]
+        and (
+            not r["valid"]
+            or r["error"]
+            or r["tokens"] > r["budget"]
+            or r["finish_reason"] != "stop"
+        )
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", type=Path, help="write every row and output here")
+    parser.add_argument("--quick", action="store_true", help="5 bench schemas, N=1")
+    parser.add_argument("--samples", type=int, default=2, help="seeded samples at T=0.7")
+    parser.add_argument("--bench-schemas", type=int, default=50)
+    parser.add_argument("--schema-chars", type=int, default=400, help="schema text in the prompt")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--compile-timeout", type=float, default=10.0)
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for budget.md/png")
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset of arms")
+    parser.add_argument("--slack-reserve", type=float, default=SlackPolicy.reserve)
+    parser.add_argument("--slack-penalty", type=float, default=SlackPolicy.penalty)
+    args = parser.parse_args()
+    args.arms = [a for a in ARMS if a in args.arms.split(",")]
+    if args.quick:
+        args.bench_schemas, args.samples = 5, 1
+
+    raw = asyncio.run(generate(args))
+    if args.json:  # the raw outputs first, so that a failure while scoring loses nothing
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        keep = [f.name for f in fields(Job) if f.name not in ("table", "prompt_ids")]
+        dump = [{k: getattr(j, k) for k in keep} for j in raw["jobs"]]
+        args.json.write_text(json.dumps({"raw": dump}))
+    records = score_jobs(raw["schemas"], raw["jobs"])
+    rows = aggregate(records, args.arms, LEVELS)
+    failures = arm3_failures(records)
+    bench_total = sum(1 for name, _ in raw["schemas"] if name.startswith("bench/"))
+    bench_ok = sum(1 for name in raw["compiled"] if name.startswith("bench/"))
+    info = {
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(),
+        "model": raw["model"],
+        "samples": f"greedy once + {args.samples} at T={TEMPERATURE} (seeds {SAMPLE_SEED}..)",
+        "schemas": len(raw["schemas"]),
+        "compiled": len(raw["compiled"]),
+        "coverage": f"{bench_ok}/{bench_total} jsonschemabench schemas compile "
+        f"({100 * bench_ok / max(bench_total, 1):.0f}%)",
+        "compile_failures": raw["failures"],
+        "min_tokens": {name: t.min_tokens for name, t in raw["compiled"].items()},
+        "generation_seconds": round(raw["seconds"], 1),
+        "sequences": len(raw["jobs"]),
+        "quick": args.quick,
+        "schema_chars": args.schema_chars,
+        "threads": args.threads,
+        "slack_policy": f"reserve {args.slack_reserve}, penalty {args.slack_penalty}",
+        "validator_errors": sorted(
+            {(r["schema"], r["validator_error"]) for r in records if r["validator_error"]}
+        ),
+    }
+    table = format_table(rows)
+    print(table)
+    print(f"\ncoverage: {info['coverage']}")
+    print(f"budget-aware failures: {len(failures)}")
+    for f in failures[:20]:
+        print(
+            f"  {f['schema']} {f['arm']} budget={f['budget']}: {f['finish_reason']} "
+            f"{f['error']} {f['text']!r}"
+        )
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_markdown(args.out / "budget.md", table, info, failures)
+    write_png(rows, args.out / "budget.png")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(
+            json.dumps(
+                {"info": info, "rows": rows, "failures": failures, "outputs": records}, indent=1
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
