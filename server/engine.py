@@ -33,6 +33,7 @@ from masking import (
     check_budget,
     fill_bitmask,
     fill_unconstrained,
+    mask_table,
 )
 from masking.slack import spread_slack
 from server.batch import KVBatch
@@ -84,7 +85,12 @@ class BatchEngine:
 
     async def compile(self, constraint: Constraint) -> CompiledTable:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._compile_pool, self.cache.get, constraint)
+        return await loop.run_in_executor(self._compile_pool, self._prepare, constraint)
+
+    def _prepare(self, constraint: Constraint) -> CompiledTable:
+        table = self.cache.get(constraint)
+        mask_table(table)  # build the mask rows here, not on the engine thread's first step
+        return table
 
     def encode_prompt(self, prompt: str) -> list[int]:
         return list(self.tokenizer.encode(prompt, add_special_tokens=True))
