@@ -167,7 +167,7 @@ def full_compile(
         "c_s": statistics.median(hits),
         "states": table.num_states,
         "groups": table.num_groups,
-        "masks": int(table.masks.shape[0]),
+        "masks": len(table.masks),
         "table_bytes": table.nbytes,
         "dense_bytes": dense,
         "table_pct_of_dense": 100.0 * table.nbytes / dense,

@@ -38,8 +38,9 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 
 from compiler.compile import compile_constraint  # noqa: E402
 from compiler.constraint import Constraint  # noqa: E402
+from compiler.maskpool import unpack_row  # noqa: E402
 from compiler.regex import to_regex  # noqa: E402
-from compiler.tables import CompiledTable, unpack_row  # noqa: E402
+from compiler.tables import CompiledTable  # noqa: E402
 from compiler.vocabulary import TokenVocabulary  # noqa: E402
 from masking import (  # noqa: E402
     SequenceState,
@@ -121,7 +122,7 @@ def sample_walk(table: CompiledTable, rng: np.random.Generator) -> Walk:
         nexts, rows = table.groups(seq.state)
         closer = np.flatnonzero(table.dist[nexts] < seq.dist)
         if closer.size and rng.random() < P_PROGRESS:
-            tokens = unpack_row(table.masks[rows[rng.choice(closer)]])
+            tokens = table.masks.tokens_of(int(rows[rng.choice(closer)]))
         else:
             fill_bitmask(buf, 0, seq, left)
             tokens = unpack_row(buf[0].numpy())

@@ -5,10 +5,11 @@ Here `R[t, s] = 1` exactly when `dist[s] <= t`, so one int32 vector from a rever
 every budget.
 
 Transitions are stored by successor: the tokens of state `s` that lead to the same state `n`
-form a group, kept as one packed bitmask (int32 words, bit `v` of word `v // 32`). Masks are
+form a group, whose token set is one row of a MaskPool (compiler/maskpool.py: a token list,
+a list of the tokens it lacks, or a packed bitmask, whichever is smallest). Sets are
 deduplicated across the whole table: inside a JSON string every position has the same
-"k characters long" token sets, so a table of thousands of states has few distinct masks.
-Each state also has its forward mask (the OR of its groups), the one used whenever the
+"k characters long" token sets, so a table of thousands of states has few distinct sets.
+Each state also has its forward set (the union of its groups), the one used whenever the
 budget does not bite. EOS is not stored as an edge: it is allowed exactly in accepting
 states and does not spend budget (README, "Budget semantics").
 """
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from compiler.maskpool import MaskPool, words_for
+
 UNREACHABLE = np.iinfo(np.int32).max
 
 _ARRAY_FIELDS = (
@@ -30,12 +33,9 @@ _ARRAY_FIELDS = (
     "group_next",
     "group_mask",
     "state_mask",
-    "masks",
 )
-
-
-def words_for(vocab_size: int) -> int:
-    return (vocab_size + 31) // 32
+# Bumped when the stored arrays change; a cache file of another format is compiled again.
+TABLE_FORMAT = 2
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,7 +44,7 @@ class CompiledTable:
 
     States are dense ids `0..S-1`, and every state can reach acceptance (others are pruned).
     Groups of state `s` are `group_offsets[s]:group_offsets[s+1]`; group `g` leads to
-    `group_next[g]` on the tokens set in `masks[group_mask[g]]`.
+    `group_next[g]` on the tokens of set `group_mask[g]` of the pool `masks`.
     """
 
     vocab_size: int  # token ids are < vocab_size; logit columns past it are never allowed
@@ -54,9 +54,9 @@ class CompiledTable:
     dist: np.ndarray  # int32 [S], fewest tokens from s to an accepting state
     group_offsets: np.ndarray  # int64 [S+1]
     group_next: np.ndarray  # int32 [G]
-    group_mask: np.ndarray  # int32 [G], row of `masks`
-    state_mask: np.ndarray  # int32 [S], row of `masks`: the forward mask, EOS bit excluded
-    masks: np.ndarray  # int32 [M, W], unique packed token sets
+    group_mask: np.ndarray  # int32 [G], set of `masks`
+    state_mask: np.ndarray  # int32 [S], set of `masks`: the forward set, EOS excluded
+    masks: MaskPool  # [M] distinct token sets
     shortest_output: str = ""
     rewrites: tuple[str, ...] = ()  # what schema normalisation changed, for the user
     compile_seconds: float = 0.0
@@ -77,15 +77,13 @@ class CompiledTable:
 
     @property
     def nbytes(self) -> int:
-        return sum(getattr(self, name).nbytes for name in _ARRAY_FIELDS) + len(
-            self.shortest_output.encode()
-        )
+        arrays = sum(getattr(self, name).nbytes for name in _ARRAY_FIELDS)
+        return arrays + self.masks.nbytes + len(self.shortest_output.encode())
 
     @property
     def num_transitions(self) -> int:
         """Number of (state, token) edges, EOS excluded."""
-        counts = popcount_rows(self.masks)
-        return int(counts[self.group_mask].sum())
+        return int(self.masks.counts()[self.group_mask].sum())
 
     @property
     def max_next_dist(self) -> np.ndarray:
@@ -109,14 +107,15 @@ class CompiledTable:
         if not 0 <= token < self.vocab_size:
             return -1
         nexts, rows = self.groups(state)
-        # Arithmetic shift keeps bit 31 right: (x >> 31) & 1 is the sign bit.
-        hit = np.flatnonzero((self.masks[rows, token >> 5] >> (token & 31)) & 1)
-        return int(nexts[hit[0]]) if hit.size else -1
+        for nxt, row in zip(nexts.tolist(), rows.tolist(), strict=True):
+            if self.masks.contains(row, token):
+                return nxt
+        return -1
 
     def row(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         """(tokens, next states) allowed from `state`, EOS excluded, sorted by token."""
         nexts, rows = self.groups(state)
-        toks = [unpack_row(self.masks[r]) for r in rows]
+        toks = [self.masks.tokens_of(r) for r in rows.tolist()]
         if not toks:
             return np.zeros(0, np.int32), np.zeros(0, np.int32)
         tokens = np.concatenate(toks)
@@ -131,6 +130,7 @@ class CompiledTable:
     def to_bytes(self) -> bytes:
         """Serialise as an uncompressed .npz (arrays plus a JSON header; no pickle)."""
         info = {
+            "format": TABLE_FORMAT,
             "vocab_size": self.vocab_size,
             "eos_token_id": self.eos_token_id,
             "initial": self.initial,
@@ -144,33 +144,20 @@ class CompiledTable:
             allow_pickle=False,
             info=np.frombuffer(json.dumps(info).encode(), dtype=np.uint8),
             **{name: getattr(self, name) for name in _ARRAY_FIELDS},
+            **self.masks.arrays(),
         )
         return buf.getvalue()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> CompiledTable:
+        """Load `to_bytes` output. Raises ValueError for another format or a damaged file."""
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             info = json.loads(z["info"].tobytes())
+            if info.pop("format", 1) != TABLE_FORMAT:
+                raise ValueError("the table was stored by another gclm version")
             info["rewrites"] = tuple(info["rewrites"])
-            return cls(**info, **{name: z[name] for name in _ARRAY_FIELDS})
-
-
-def unpack_row(row: np.ndarray) -> np.ndarray:
-    """Token ids set in one packed int32 row."""
-    bits = np.unpackbits(row.view(np.uint8), bitorder="little")
-    return np.flatnonzero(bits).astype(np.int32)
-
-
-def pack_tokens(tokens: np.ndarray, words: int) -> np.ndarray:
-    """One packed int32 row with the given token bits set."""
-    bits = np.zeros(words * 32, dtype=np.uint8)
-    bits[np.asarray(tokens, dtype=np.int64)] = 1
-    return np.packbits(bits, bitorder="little").view(np.int32)
-
-
-def popcount_rows(masks: np.ndarray) -> np.ndarray:
-    """Number of bits set in each packed row: int64 [M]."""
-    return np.unpackbits(masks.view(np.uint8), axis=1).sum(axis=1, dtype=np.int64)
+            masks = MaskPool.from_arrays(dict(z.items()), info["vocab_size"])
+            return cls(**info, **{name: z[name] for name in _ARRAY_FIELDS}, masks=masks)
 
 
 def distances(
@@ -220,8 +207,9 @@ def finish_table(
 ) -> CompiledTable:
     """Compute distances, prune dead states, renumber densely and build the table.
 
-    Input groups are sorted by `group_src` (dense ids before pruning). `state_mask`, the
-    forward mask row of each state, is reused when no state is pruned. Raises ValueError if
+    Input groups are sorted by `group_src` (dense ids before pruning); `masks` are their
+    distinct token sets as packed int32 rows [M, W]. `state_mask`, the forward row of each
+    state, is reused when no state is pruned. Raises ValueError if
     the initial state cannot reach acceptance.
     """
     num_states = accepting.shape[0]
@@ -255,7 +243,7 @@ def finish_table(
         group_next=nxt.astype(np.int32),
         group_mask=np.asarray(group_rows, dtype=np.int32),
         state_mask=np.asarray(state_rows, dtype=np.int32),
-        masks=np.ascontiguousarray(pool, dtype=np.int32),
+        masks=MaskPool.from_packed(pool, vocab_size),
     )
     if token_bytes is None:
         return table
@@ -307,18 +295,14 @@ def build_table(
 
 def shortest_path(table: CompiledTable) -> list[int]:
     """Token ids of one shortest accepted output: at each step the lowest-id token that
-    brings the distance down by one. Reads only the first set word of each candidate
-    group's mask, not whole rows."""
+    brings the distance down by one. Reads only the lowest token of each candidate group."""
     state, out = table.initial, []
     while not table.accepting[state]:
         nexts, rows = table.groups(state)
         closer = np.flatnonzero(table.dist[nexts] == table.dist[state] - 1)
         best_token, best_next = None, -1
-        for g in closer:
-            row = table.masks[rows[g]]
-            word = int(np.flatnonzero(row)[0])
-            bits = int(row[word]) & 0xFFFFFFFF
-            token = 32 * word + (bits & -bits).bit_length() - 1
+        for g in closer.tolist():
+            token = table.masks.first_token(int(rows[g]))
             if best_token is None or token < best_token:
                 best_token, best_next = token, int(nexts[g])
         out.append(int(best_token))

@@ -4,8 +4,9 @@ A mask row is `ceil(V / 32)` int32 words; bit `v % 32` of word `v // 32` is set 
 may be sampled. Two kinds of row exist:
 
 - forward rows: every token with a transition, plus EOS in accepting states. The table
-  already stores each state's forward mask (EOS excluded) in its deduplicated pool; here
-  they get the EOS bit and are deduplicated again by (mask, accepting), once per table.
+  already stores each state's forward set (EOS excluded) in its deduplicated pool; here
+  they are packed, get the EOS bit and are deduplicated again by (set, accepting), once
+  per table.
 - tight rows: forward rows without the tokens whose successor cannot reach acceptance in
   the budget left. They are only needed where the budget bites, i.e. when
   `r - 1 < max_next_dist[s]` (the largest distance-to-acceptance among `s`'s successors).
@@ -21,13 +22,16 @@ table for as long as the table lives.
 
 from __future__ import annotations
 
+import itertools
+import sys
 import weakref
 from bisect import bisect_right
 
 import numpy as np
 
 from compiler.errors import InternalError
-from compiler.tables import CompiledTable, popcount_rows, words_for
+from compiler.maskpool import MaskPool, words_for
+from compiler.tables import CompiledTable
 
 # Tight rows kept per table before the cache is dropped and rebuilt on demand.
 DEFAULT_TIGHT_CACHE_BYTES = 256 << 20
@@ -36,6 +40,32 @@ DEFAULT_EAGER_TIGHT_BYTES = 32 << 20
 # (state, r - 1) lookups remembered per table; past this the memo starts over (the ladders
 # stay, so a forgotten lookup costs one bisect).
 _MAX_TIGHT_KEYS = 1 << 16
+# Sets of at most this many listed tokens answer `next_state` from a frozenset (a few KiB at
+# most, and faster than a packed row); larger ones from a packed row.
+_MAX_SET_TOKENS = 64
+# How `next_state` tests a group's set: a bit of a packed row, in a frozenset, not in one.
+_PACKED, _IN, _NOT_IN = 0, 1, 2
+
+
+def _membership(pool: MaskPool, needed: set[int]) -> tuple[dict[int, tuple[int, object]], int]:
+    """How `next_state` tests a token against each needed set of the pool: (_IN or _NOT_IN,
+    frozenset) for a short token list, (_PACKED, packed int32 row) for the rest (the pool's
+    own row when it is stored packed). Also returns the bytes allocated for them."""
+    tests: dict[int, tuple[int, object]] = {}
+    to_pack: list[int] = []
+    for i in sorted(needed):
+        if pool.is_packed(i):
+            tests[i] = (_PACKED, pool.dense[pool.dense_row[i]])
+        elif pool.listed(i).size <= _MAX_SET_TOKENS:
+            kind = _NOT_IN if pool.complement[i] else _IN
+            tests[i] = (kind, frozenset(pool.listed(i).tolist()))
+        else:
+            to_pack.append(i)
+    packed = pool.packed(to_pack)  # [P, W]
+    for i, row in zip(to_pack, packed, strict=True):
+        tests[i] = (_PACKED, row)
+    sets = sum(sys.getsizeof(obj) for kind, obj in tests.values() if kind != _PACKED)
+    return tests, packed.nbytes + sets
 
 
 def num_words(vocab_size: int) -> int:
@@ -70,11 +100,11 @@ class MaskTable:
         self.vocab_size = table.vocab_size
         self.eos_token_id = table.eos_token_id
         self.width = num_words(table.vocab_size)
-        if table.masks.shape[1] != self.width:
+        if table.masks.vocab_size != self.vocab_size:
             raise ValueError(
-                f"The table's masks have {table.masks.shape[1]} words per row, not {self.width}."
+                f"The table's masks cover {table.masks.vocab_size} tokens, not {self.vocab_size}."
             )
-        self._masks = table.masks
+        self._pool = table.masks
         self._group_offsets = table.group_offsets
         self._group_next = table.group_next
         self._group_mask = table.group_mask
@@ -86,21 +116,11 @@ class MaskTable:
         self._dist_list = table.dist.tolist()
         self._accepting_list = table.accepting.tolist()
         self._has_tokens = (np.diff(table.group_offsets) > 0).tolist()
-        # (mask row, next state) per state, largest token set first: advancing tests one bit
-        # per group, and most sampled tokens belong to the largest group.
-        size = popcount_rows(table.masks)[table.group_mask]  # [G]
-        src = np.repeat(np.arange(table.num_states), np.diff(table.group_offsets))  # [G]
-        order = np.lexsort((-size, src))
-        gmask, gnext = table.group_mask[order].tolist(), table.group_next[order].tolist()
-        pairs = list(zip(gmask, gnext, strict=True))
-        bounds = table.group_offsets.tolist()
-        self._groups_by_size = [pairs[bounds[s] : bounds[s + 1]] for s in range(table.num_states)]
-
         # One forward row per distinct (pool row, accepting) pair: the EOS bit is the only
         # difference between a state's forward row and its pool row.
         key = table.state_mask.astype(np.int64) * 2 + table.accepting  # [S]
         uniq, inverse = np.unique(key, return_inverse=True)
-        rows = table.masks[uniq >> 1]  # [U, W], a copy
+        rows = table.masks.packed(uniq >> 1)  # [U, W]
         eos = self.eos_token_id
         rows.view(np.uint32)[np.flatnonzero(uniq & 1), eos >> 5] |= np.uint32(1 << (eos & 31))
         rows.flags.writeable = False
@@ -108,6 +128,23 @@ class MaskTable:
         self.row_of_state = inverse.reshape(-1).astype(np.int32)  # [S]
         views = list(rows)
         self._state_rows = [views[u] for u in self.row_of_state.tolist()]
+
+        # A state's groups are disjoint and their union is its forward row, so a token in
+        # the forward row that is in none of the smaller groups is in the largest one: the
+        # largest group (often nearly the whole vocabulary) needs no test of its own.
+        size = table.masks.counts()[table.group_mask]  # [G]
+        src = np.repeat(np.arange(table.num_states), np.diff(table.group_offsets))  # [G]
+        order = np.lexsort((-size, src))
+        gmask, gnext = table.group_mask[order].tolist(), table.group_next[order].tolist()
+        bounds = table.group_offsets.tolist()
+        self._largest_next = [gnext[b] if b < e else -1 for b, e in itertools.pairwise(bounds)]
+        smaller = [i for b, e in itertools.pairwise(bounds) for i in range(b + 1, e)]
+        tests, self._test_bytes = _membership(table.masks, {gmask[i] for i in smaller})
+        triples = [(*tests[gmask[i]], gnext[i]) for i in smaller]
+        offsets = np.cumsum([0] + [max(e - b - 1, 0) for b, e in itertools.pairwise(bounds)])
+        self._smaller_groups = [
+            triples[offsets[s] : offsets[s + 1]] for s in range(table.num_states)
+        ]
 
         self._tight_limit = max(1, tight_cache_bytes // (self.width * 4))
         self._tight_rows = 0  # rungs held in self._ladders
@@ -137,9 +174,11 @@ class MaskTable:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the forward rows, the state index and the tight rows cached so far."""
+        """Bytes of the forward rows, the state index, the group tests and the tight rows
+        cached so far (the per-state Python lists are not counted)."""
         tight = self._tight_rows * self.width * 4
-        return self.rows.nbytes + self.row_of_state.nbytes + self.maxsucc.nbytes + tight
+        index = self.row_of_state.nbytes + self.maxsucc.nbytes
+        return self.rows.nbytes + index + self._test_bytes + tight
 
     def forward_row(self, state: int) -> np.ndarray:
         """int32 [W]: every token with a transition from `state`, EOS if accepting."""
@@ -186,8 +225,8 @@ class MaskTable:
         rungs: list[np.ndarray | None] = [self._eos_only if accepting else None]
         acc = self._eos_only.copy() if accepting else np.zeros(self.width, dtype=np.int32)
         for level in np.unique(succ)[:-1].tolist():  # the top level is the forward row
-            for g in rows[succ == level].tolist():
-                np.bitwise_or(acc, self._masks[g], out=acc)
+            level_rows = self._pool.packed(rows[succ == level])  # [k, W]
+            np.bitwise_or(acc, np.bitwise_or.reduce(level_rows, axis=0), out=acc)
             rung = acc.copy()
             rung.flags.writeable = False
             levels.append(level)
@@ -208,16 +247,20 @@ class MaskTable:
 
     def next_state(self, state: int, token: int) -> int:
         """The state `token` leads to from `state`, or -1 when it is not allowed (EOS
-        included). One bit test per successor group, largest group first."""
-        if not 0 <= token < self.vocab_size:
+        included). A bit test in the forward row, then one test per group but the largest."""
+        if not 0 <= token < self.vocab_size or token == self.eos_token_id:
             return -1
         word, bit = token >> 5, token & 31
-        masks = self._masks
-        for row, nxt in self._groups_by_size[state]:
-            # Python ints shift arithmetically, so bit 31 (the sign) reads right too.
-            if (int(masks[row, word]) >> bit) & 1:
+        # Python ints shift arithmetically, so bit 31 (the sign) reads right too.
+        if not (int(self._state_rows[state][word]) >> bit) & 1:
+            return -1
+        for kind, members, nxt in self._smaller_groups[state]:
+            if kind == _PACKED:
+                if (int(members[word]) >> bit) & 1:
+                    return nxt
+            elif (token in members) != (kind == _NOT_IN):
                 return nxt
-        return -1
+        return self._largest_next[state]
 
     def is_accepting(self, state: int) -> bool:
         return self._accepting_list[state]

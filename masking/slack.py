@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from compiler.tables import CompiledTable, unpack_row
+from compiler.tables import CompiledTable
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def slack_penalties(
         tokens_left: tokens left, counting the one about to be sampled.
         budget: the request's max_tokens (the slack is spread over this whole budget).
     Returns:
-        int32 [K] rows of `table.masks` and float64 [K] penalties (> 0), one per group.
+        int32 [K] sets of `table.masks` and float64 [K] penalties (> 0), one per group.
     """
     d0 = table.min_tokens
     spare = budget - d0
@@ -99,6 +99,6 @@ def spread_slack(
     """
     rows, penalties = slack_penalties(table, state, tokens_left, budget, policy)
     for row, amount in zip(rows.tolist(), penalties.tolist(), strict=True):
-        tokens = unpack_row(table.masks[row])
+        tokens = table.masks.tokens_of(row)
         tokens = torch.from_numpy(tokens[tokens < logits.shape[0]].astype(np.int64))
         logits[tokens.to(logits.device)] -= amount

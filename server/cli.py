@@ -112,7 +112,7 @@ def _compile(args: argparse.Namespace) -> int:
         "dense_table_bytes": dense,
         "cache_key": cache_key(constraint, vocab.fingerprint),
         "groups": table.num_groups,
-        "unique_masks": int(table.masks.shape[0]),
+        "unique_masks": len(table.masks),
         "rewrites": list(table.rewrites),
         "wall_seconds": round(wall, 4),
     }

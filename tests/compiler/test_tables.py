@@ -48,9 +48,29 @@ def test_empty_language_for_vocabulary_is_refused():
 def test_table_bytes_round_trip():
     table = compile_constraint(Constraint.regex("(ab|b)a?"), ABC)
     again = CompiledTable.from_bytes(table.to_bytes())
-    for name in ("accepting", "dist", "group_offsets", "group_next", "group_mask", "masks"):
+    for name in ("accepting", "dist", "group_offsets", "group_next", "group_mask"):
         assert np.array_equal(getattr(table, name), getattr(again, name))
+    for name, array in table.masks.arrays().items():
+        assert np.array_equal(array, again.masks.arrays()[name])
     assert (again.initial, again.shortest_output) == (table.initial, table.shortest_output)
+
+
+def test_table_of_another_format_is_refused():
+    import io
+    import json
+
+    import pytest
+
+    table = compile_constraint(Constraint.regex("(ab|b)a?"), ABC)
+    with np.load(io.BytesIO(table.to_bytes())) as z:
+        arrays = dict(z.items())
+    info = json.loads(arrays["info"].tobytes())
+    info["format"] = 1
+    arrays["info"] = np.frombuffer(json.dumps(info).encode(), dtype=np.uint8)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    with pytest.raises(ValueError, match="another gclm version"):
+        CompiledTable.from_bytes(buf.getvalue())
 
 
 @st.composite

@@ -118,3 +118,23 @@ def test_next_state_matches_the_table(table):
     for s in range(table.num_states):
         for t in range(-1, table.vocab_size + 1):
             assert masks.next_state(s, t) == table.next_state(s, t)
+
+
+def test_next_state_in_every_set_form():
+    """4096 tokens (128 words): sets of under 128 tokens are listed (frozensets up to 64,
+    packed rows past that), sets lacking under 128 tokens are listed complements, the rest
+    packed. Every form must give the successor of the edge list."""
+    vocab, eos = 4096, 4095
+    edges = {(0, 5): 1}
+    edges |= {(0, t): 2 for t in range(100, 200)}  # 100 listed tokens
+    edges |= {(0, t): 3 for t in range(1000, 3000)}  # packed, the largest group
+    edges |= {(1, t): 3 for t in range(vocab - 1) if t not in (5, 7)}  # a complement
+    edges |= {(1, 5): 2, (2, 10): 3, (2, 11): 3, (3, 7): 3, (3, 8): 0}
+    table = table_from_edges(vocab, eos, 4, [3], [(s, t, n) for (s, t), n in edges.items()])
+    pool = table.masks
+    assert pool.complement.any() and pool.is_packed(int(table.state_mask[0]))
+    assert max(pool.listed(i).size for i in range(len(pool))) == 100
+    masks = MaskTable(table)
+    for s in range(4):
+        got = [masks.next_state(s, t) for t in range(-1, vocab + 1)]
+        assert got == [edges.get((s, t), -1) for t in range(-1, vocab + 1)]

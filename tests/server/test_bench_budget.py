@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from compiler.tables import build_table, unpack_row
+from compiler.tables import build_table
 from masking import SequenceState, allocate_bitmask, apply_bitmask, fill_bitmask
 from masking.slack import SlackPolicy, slack_penalties, spread_slack
 
@@ -246,7 +246,7 @@ def test_slack_penalty_targets_tokens_that_eat_the_reserve():
     # away from acceptance: not lateral, never penalised.
     rows, pens = slack_penalties(table, 0, 5, 5, policy)
     assert np.allclose(sorted(pens.tolist()), [0.4, 0.4])
-    penalised = np.concatenate([unpack_row(table.masks[r]) for r in rows])
+    penalised = np.concatenate([table.masks.tokens_of(r) for r in rows.tolist()])
     assert sorted(penalised.tolist()) == [1, 3, 4]  # a, c, d; not e (35) nor f (6)
     # Two tokens later (3 left, still in state 0) the slack is 1 against 4 * 2/5 = 1.6.
     rows, pens = slack_penalties(table, 0, 3, 5, policy)
