@@ -57,6 +57,7 @@ def test_bench_on_tiny_schemas(bench_compile, vocab, tmp_path):
         for key in ("a_s", "b_s", "c_s", "ratio", "states", "table_bytes", "table_pct_of_dense"):
             assert row[key] > 0
         assert row["dense_bytes"] == row["states"] * vocab.size * 8
+        assert row["all_packed_pct_of_dense"] > 0 and row["runtime_bytes"] > 0
     broken = rows["Broken_3.json"]
     assert not broken["ok"] and broken["reason"].startswith("ConstraintError: Unknown type")
 
