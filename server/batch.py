@@ -8,11 +8,30 @@ padding columns no row needs any more are trimmed.
 
 from __future__ import annotations
 
+import inspect
+from functools import lru_cache
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
+
+
+@lru_cache(maxsize=16)
+def _cache_kwarg(model_type: type) -> str:
+    """The name forward() takes the KV cache under: transformers 5.24 renamed
+    `past_key_values` to `cache` (the old name warns, and is due to go in 5.40)."""
+    try:
+        params = inspect.signature(model_type.forward).parameters
+    except (AttributeError, TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _forward(model: Any, cache: DynamicCache, **inputs: Any) -> Any:
+    """One forward pass that updates `cache` in place (a DynamicCache grows where it is)."""
+    inputs[_cache_kwarg(type(model))] = cache
+    return model(**inputs, use_cache=True, logits_to_keep=1)
 
 
 class KVBatch:
@@ -44,31 +63,29 @@ class KVBatch:
             attention[b, width - len(p) :] = 1
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache()
-        out = model(
+        out = _forward(
+            model,
+            cache,
             input_ids=ids.to(device),
             attention_mask=attention.to(device),
             position_ids=positions.to(device),
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
         )
         lengths = torch.tensor([len(p) for p in prompts], dtype=torch.long)
-        return cls(out.past_key_values, attention.to(device), lengths.to(device)), out.logits[:, -1]
+        return cls(cache, attention.to(device), lengths.to(device)), out.logits[:, -1]
 
     def decode(self, model: Any, last_tokens: list[int], device: torch.device) -> torch.Tensor:
         """Feed each row its last sampled token; returns next-token logits [B, V]."""
         assert self.attention is not None and self.lengths is not None
         ones = torch.ones((self.size, 1), dtype=torch.long, device=device)
         self.attention = torch.cat([self.attention, ones], dim=1)  # [B, T+1]
-        out = model(
+        assert self.cache is not None
+        out = _forward(
+            model,
+            self.cache,
             input_ids=torch.tensor(last_tokens, device=device)[:, None],
             attention_mask=self.attention,
             position_ids=self.lengths[:, None],
-            past_key_values=self.cache,
-            use_cache=True,
-            logits_to_keep=1,
         )
-        self.cache = out.past_key_values
         self.lengths = self.lengths + 1
         return out.logits[:, -1]
 
