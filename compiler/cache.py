@@ -132,7 +132,7 @@ class TableCache:
                 self.stats.disk_hits += 1
                 return table
             except (OSError, ValueError, KeyError) as e:  # a damaged file: compile again
-                log.warning("ignoring unreadable cache file %s: %s", path, e)
+                log.warning("ignoring cache file %s (%s); compiling again", path, e)
         started = time.perf_counter()
         table = self._compile(constraint)
         with self._lock:
