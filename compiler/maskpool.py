@@ -46,8 +46,9 @@ def unpack_row(row: np.ndarray) -> np.ndarray:
     return np.flatnonzero(bits).astype(np.int32)
 
 
-def _gather(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Positions of every listed token of `rows` in order, and the index into `rows` of each."""
+def spans(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For a CSR `offsets`, the positions in `offsets[r]:offsets[r+1]` of every `r` in `rows`,
+    concatenated in order, and the index into `rows` each position came from."""
     starts, counts = offsets[rows], offsets[rows + 1] - offsets[rows]
     which = np.repeat(np.arange(rows.size), counts)
     idx = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
@@ -192,7 +193,7 @@ class MaskPool:
         out[self.complement[rows]] = full_row(self.vocab_size)
         dense = self.dense_row[rows]
         out[dense >= 0] = self.dense[dense[dense >= 0]].view(np.uint32)
-        idx, which = _gather(self.offsets, rows)
+        idx, which = spans(self.offsets, rows)
         tok = self.tokens[idx].astype(np.int64)
         # Listed tokens are distinct within a set, so XOR sets them (or clears them from a
         # complement's full row).

@@ -24,48 +24,6 @@ from compiler.patterns import FORMATS
 Node = dict[str, Any]
 MAX_BRANCHES = 256  # an allOf of anyOfs multiplies branches; past this we refuse
 NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
-# Keywords whose presence makes a subschema say something about a value.
-ASSERTIONS = {
-    "type",
-    "enum",
-    "const",
-    "allOf",
-    "anyOf",
-    "oneOf",
-    "not",
-    "$ref",
-    "if",
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
-    "multipleOf",
-    "minLength",
-    "maxLength",
-    "pattern",
-    "format",
-    "items",
-    "prefixItems",
-    "additionalItems",
-    "minItems",
-    "maxItems",
-    "uniqueItems",
-    "contains",
-    "properties",
-    "required",
-    "additionalProperties",
-    "patternProperties",
-    "minProperties",
-    "maxProperties",
-    "propertyNames",
-    "dependentRequired",
-    "dependentSchemas",
-    "dependencies",
-    "unevaluatedItems",
-    "unevaluatedProperties",
-    "$dynamicRef",
-    "$recursiveRef",
-}
 
 
 _KEYWORD_TYPES = {
@@ -95,6 +53,21 @@ _KEYWORD_TYPES = {
     },
     "number": set(NUMERIC) | {"multipleOf"},
 }
+
+# Keywords whose presence makes a subschema say something about a value.
+ASSERTIONS = {
+    "type",
+    "enum",
+    "const",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "not",
+    "$ref",
+    "if",
+    "$dynamicRef",
+    "$recursiveRef",
+}.union(*_KEYWORD_TYPES.values())
 
 
 def keyword_types(keyword: str) -> set[str]:

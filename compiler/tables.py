@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from compiler.maskpool import MaskPool, words_for
+from compiler.maskpool import MaskPool, spans, words_for
 
 UNREACHABLE = np.iinfo(np.int32).max
 
@@ -152,12 +152,13 @@ class CompiledTable:
     def from_bytes(cls, data: bytes) -> CompiledTable:
         """Load `to_bytes` output. Raises ValueError for another format or a damaged file."""
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            info = json.loads(z["info"].tobytes())
-            if info.pop("format", 1) != TABLE_FORMAT:
-                raise ValueError("the table was stored by another gclm version")
-            info["rewrites"] = tuple(info["rewrites"])
-            masks = MaskPool.from_arrays(dict(z.items()), info["vocab_size"])
-            return cls(**info, **{name: z[name] for name in _ARRAY_FIELDS}, masks=masks)
+            arrays = dict(z.items())
+        info = json.loads(arrays.pop("info").tobytes())
+        if info.pop("format", 1) != TABLE_FORMAT:
+            raise ValueError("the table was stored by another gclm version")
+        info["rewrites"] = tuple(info["rewrites"])
+        masks = MaskPool.from_arrays(arrays, info["vocab_size"])
+        return cls(**info, **{name: arrays[name] for name in _ARRAY_FIELDS}, masks=masks)
 
 
 def distances(
@@ -182,10 +183,8 @@ def distances(
     level = 0
     while frontier.size:
         level += 1
-        starts, ends = rev_offsets[frontier], rev_offsets[frontier + 1]
-        counts = ends - starts
-        # All predecessors of the frontier at once: edge positions starts[i]..ends[i].
-        idx = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+        # All predecessors of the frontier at once.
+        idx, _ = spans(rev_offsets, frontier)
         preds = np.unique(rev_src[idx])
         frontier = preds[dist[preds] == UNREACHABLE]
         dist[frontier] = level

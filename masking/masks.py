@@ -53,7 +53,7 @@ def _membership(pool: MaskPool, needed: set[int]) -> tuple[dict[int, tuple[int, 
     own row when it is stored packed). Also returns the bytes allocated for them."""
     tests: dict[int, tuple[int, object]] = {}
     to_pack: list[int] = []
-    for i in sorted(needed):
+    for i in needed:
         if pool.is_packed(i):
             tests[i] = (_PACKED, pool.dense[pool.dense_row[i]])
         elif pool.listed(i).size <= _MAX_SET_TOKENS:
