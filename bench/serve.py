@@ -1,6 +1,6 @@
 """Serving throughput and latency: constrained vs unconstrained through gclm, vs model.generate.
 
-    python bench/serve.py [--json PATH] [--quick] [--max-batch N] [--threads N]
+    python -m bench.serve [--json PATH] [--quick] [--max-batch N] [--threads N]
                           [--baseline-threads N ...]
 
 Starts `gclm serve` (embedded SmolLM2-135M-Instruct, CPU) in a subprocess and drives it with
@@ -41,9 +41,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
-
-from bench._server import GclmServer  # noqa: E402
+from bench._server import GclmServer
 
 STR = {"type": "string"}
 INT = {"type": "integer"}
@@ -217,7 +215,7 @@ class Generate:
     def __init__(self, plan: Plan) -> None:
         import torch
 
-        from server.model import load_model
+        from gclm.server.model import load_model
 
         loaded = load_model(None, device="cpu")
         self.model, self.tokenizer = loaded.model, loaded.tokenizer

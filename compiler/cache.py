@@ -20,9 +20,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
-from compiler.constraint import Constraint
-from compiler.errors import GclmError
-from compiler.tables import CompiledTable
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.tables import CompiledTable
+from gclm.errors import GclmError
 
 log = logging.getLogger("gclm.compiler")
 

@@ -10,12 +10,12 @@ import time
 
 import outlines_core
 
-from compiler.constraint import Constraint
-from compiler.errors import CompileLimitError, ConstraintError
-from compiler.index_reader import GroupedIndex, read_index
-from compiler.regex import to_regex
-from compiler.tables import CompiledTable, finish_table
-from compiler.vocabulary import TokenVocabulary
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.index_reader import GroupedIndex, read_index
+from gclm.compiler.regex import to_regex
+from gclm.compiler.tables import CompiledTable, finish_table
+from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.errors import CompileLimitError, ConstraintError
 
 
 def compile_constraint(

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from compiler.errors import ConstraintError
+from gclm.errors import ConstraintError
 
 # Between JSON tokens allow at most one space. outlines-core's default, [\n\t ]*, lets a
 # model spend its whole budget on whitespace.

@@ -13,7 +13,7 @@ import math
 from decimal import Decimal
 from typing import Any
 
-from compiler.errors import UnsupportedSchemaError
+from gclm.errors import UnsupportedSchemaError
 
 _ENUMERATE_LIMIT = 1000  # a bounded multipleOf with at most this many values is listed
 

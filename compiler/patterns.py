@@ -20,7 +20,7 @@ from typing import Any
 
 from outlines_core.json_schema import STRING_INNER
 
-from compiler.errors import UnsupportedSchemaError
+from gclm.errors import UnsupportedSchemaError
 
 # One JSON string character, encoded: outlines-core's own definition, so free text and
 # pattern text accept the same escapes.

@@ -19,12 +19,12 @@ from typing import Any
 import outlines_core
 from outlines_core.json_schema import build_regex_from_schema
 
-from compiler.constraint import DEFAULT_WHITESPACE, Constraint
-from compiler.errors import CompileLimitError, ConstraintError
-from compiler.numbers import number_regex
-from compiler.patterns import escape_literal, string_regex
-from compiler.schema import SchemaLimits, normalize_schema
-from compiler.schema_ops import any_node, escape_pointer
+from gclm.compiler.constraint import DEFAULT_WHITESPACE, Constraint
+from gclm.compiler.numbers import number_regex
+from gclm.compiler.patterns import escape_literal, string_regex
+from gclm.compiler.schema import SchemaLimits, normalize_schema
+from gclm.compiler.schema_ops import any_node, escape_pointer
+from gclm.errors import CompileLimitError, ConstraintError
 
 # json_object allows this many levels of arrays and objects, the outer object included:
 # `{"a": {"b": [1]}}` but not `{"a": {"b": [[1]]}}`. Each level multiplies the regex by ~4.

@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
-from compiler.errors import CompileLimitError, ConstraintError, UnsupportedSchemaError
-from compiler.numbers import number_regex
-from compiler.patterns import FORMATS, string_regex
-from compiler.schema_finish import Finisher
-from compiler.schema_objects import object_node
-from compiler.schema_ops import (
+from gclm.compiler.numbers import number_regex
+from gclm.compiler.patterns import FORMATS, string_regex
+from gclm.compiler.schema_finish import Finisher
+from gclm.compiler.schema_objects import object_node
+from gclm.compiler.schema_ops import (
     ASSERTIONS,
     Node,
     any_node,
@@ -38,8 +37,9 @@ from compiler.schema_ops import (
     number_of,
     union,
 )
-from compiler.schema_proofs import Prover
-from compiler.schema_refs import Refs
+from gclm.compiler.schema_proofs import Prover
+from gclm.compiler.schema_refs import Refs
+from gclm.errors import CompileLimitError, ConstraintError, UnsupportedSchemaError
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from compiler.errors import UnsupportedSchemaError
-from compiler.schema_ops import Node, escape_pointer
+from gclm.compiler.schema_ops import Node, escape_pointer
+from gclm.errors import UnsupportedSchemaError
 
 
 class Finisher:

@@ -11,8 +11,7 @@ import re
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-from compiler.errors import UnsupportedSchemaError
-from compiler.schema_ops import (
+from gclm.compiler.schema_ops import (
     Node,
     any_node,
     array_of,
@@ -21,9 +20,10 @@ from compiler.schema_ops import (
     meet,
     object_of,
 )
+from gclm.errors import UnsupportedSchemaError
 
 if TYPE_CHECKING:
-    from compiler.schema import Normalizer
+    from gclm.compiler.schema import Normalizer
 
 
 def object_node(self: Normalizer, s: dict[str, Any], ptr: str) -> Node | None:

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from compiler.errors import ConstraintError, UnsupportedSchemaError
-from compiler.patterns import FORMATS
+from gclm.compiler.patterns import FORMATS
+from gclm.errors import ConstraintError, UnsupportedSchemaError
 
 Node = dict[str, Any]
 MAX_BRANCHES = 256  # an allOf of anyOfs multiplies branches; past this we refuse

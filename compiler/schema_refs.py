@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote
 
-from compiler.errors import ConstraintError, UnsupportedSchemaError
-from compiler.schema_ops import escape_pointer
+from gclm.compiler.schema_ops import escape_pointer
+from gclm.errors import ConstraintError, UnsupportedSchemaError
 
 
 class Refs:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from compiler.maskpool import MaskPool, spans, words_for
+from gclm.compiler.maskpool import MaskPool, spans, words_for
 
 UNREACHABLE = np.iinfo(np.int32).max
 

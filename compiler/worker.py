@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-from compiler.constraint import Constraint
-from compiler.errors import CompileLimitError, ConstraintError, GclmError
-from compiler.tables import CompiledTable
-from compiler.vocabulary import TokenVocabulary
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.tables import CompiledTable
+from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.errors import CompileLimitError, ConstraintError, GclmError
 
 log = logging.getLogger("gclm.compiler")
 
@@ -50,7 +50,7 @@ def _serve(conn: Connection, vocab: TokenVocabulary, limits: CompileLimits) -> N
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
     except (ImportError, ValueError, OSError):  # not on this platform: the timeout still holds
         pass
-    from compiler.compile import compile_constraint
+    from gclm.compiler.compile import compile_constraint
 
     _warm_up(vocab)
     conn.send(("ready", None))
@@ -73,7 +73,7 @@ def _serve(conn: Connection, vocab: TokenVocabulary, limits: CompileLimits) -> N
 def _warm_up(vocab: TokenVocabulary) -> None:
     """Build the outlines Vocabulary and load the compiled reader before the first request,
     so that the first request's compile time is its own."""
-    from compiler.compile import compile_constraint
+    from gclm.compiler.compile import compile_constraint
 
     text = next((b.decode() for b in vocab.token_bytes if b and b.isalnum()), None)
     if text is not None:

@@ -1,8 +1,8 @@
 """Turn compiled tables plus per-sequence state plus budget into token masks."""
 
-from masking.bitmask import allocate_bitmask, apply_bitmask, fill_bitmask, fill_unconstrained
-from masking.masks import MaskTable, mask_table, num_words
-from masking.sequence import SequenceState, check_budget
+from gclm.masking.bitmask import allocate_bitmask, apply_bitmask, fill_bitmask, fill_unconstrained
+from gclm.masking.masks import MaskTable, mask_table, num_words
+from gclm.masking.sequence import SequenceState, check_budget
 
 __all__ = [
     "MaskTable",

@@ -19,9 +19,9 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from compiler.errors import InternalError
-from masking.masks import num_words
-from masking.sequence import SequenceState
+from gclm.errors import InternalError
+from gclm.masking.masks import num_words
+from gclm.masking.sequence import SequenceState
 
 # The byte views below read bit v of a row as bit v % 8 of byte v // 8.
 _LITTLE_ENDIAN = sys.byteorder == "little"

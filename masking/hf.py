@@ -29,11 +29,11 @@ from transformers import (
     StoppingCriteriaList,
 )
 
-from compiler.constraint import Constraint
-from compiler.errors import ConstraintError, InternalError
-from compiler.tables import CompiledTable
-from masking.bitmask import allocate_bitmask, apply_bitmask, fill_bitmask, fill_unconstrained
-from masking.sequence import SequenceState, check_budget
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.tables import CompiledTable
+from gclm.errors import ConstraintError, InternalError
+from gclm.masking.bitmask import allocate_bitmask, apply_bitmask, fill_bitmask, fill_unconstrained
+from gclm.masking.sequence import SequenceState, check_budget
 
 _STRUCTURED_KEYS = ("json", "regex", "choice")
 
@@ -86,7 +86,7 @@ _VOCABS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def _vocabulary(tokenizer: Any) -> Any:
-    from compiler.vocabulary import TokenVocabulary
+    from gclm.compiler.vocabulary import TokenVocabulary
 
     try:
         vocab = _VOCABS.get(tokenizer)
@@ -109,7 +109,7 @@ def create_constraint(tokenizer: Any, constraint: Any, max_new_tokens: int) -> H
         BudgetTooSmallError: `max_new_tokens` is below the shortest valid output's length
             (param "max_new_tokens").
     """
-    from compiler.compile import compile_constraint
+    from gclm.compiler.compile import compile_constraint
 
     table = compile_constraint(parse_constraint(constraint), _vocabulary(tokenizer))
     return HFConstraint.from_table(table, max_new_tokens, pad_token_id=tokenizer.pad_token_id)

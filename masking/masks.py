@@ -29,9 +29,9 @@ from bisect import bisect_right
 
 import numpy as np
 
-from compiler.errors import InternalError
-from compiler.maskpool import MaskPool, words_for
-from compiler.tables import CompiledTable
+from gclm.compiler.maskpool import MaskPool, words_for
+from gclm.compiler.tables import CompiledTable
+from gclm.errors import InternalError
 
 # Tight rows kept per table before the cache is dropped and rebuilt on demand.
 DEFAULT_TIGHT_CACHE_BYTES = 256 << 20

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from compiler.errors import BudgetTooSmallError, InternalError
-from compiler.tables import CompiledTable
-from masking.masks import MaskTable, mask_table
+from gclm.compiler.tables import CompiledTable
+from gclm.errors import BudgetTooSmallError, InternalError
+from gclm.masking.masks import MaskTable, mask_table
 
 
 def check_budget(table: CompiledTable, budget: int, param: str = "max_tokens") -> None:

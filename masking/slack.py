@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from compiler.tables import CompiledTable
+from gclm.compiler.tables import CompiledTable
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,16 @@ from contextlib import aclosing
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from compiler.errors import AuthenticationError, BudgetTooSmallError, ConstraintError
-from compiler.tables import CompiledTable
-from server.constraints import ConstraintSpec, constraint_spec, with_param
-from server.errors import ModelNotFoundError, as_gclm_error, install_error_handlers
-from server.interface import (
+from gclm.compiler.tables import CompiledTable
+from gclm.errors import (
+    AuthenticationError,
+    BudgetTooSmallError,
+    ConstraintError,
+    ModelNotFoundError,
+)
+from gclm.server.constraints import ConstraintSpec, constraint_spec, with_param
+from gclm.server.http_errors import as_gclm_error, install_error_handlers
+from gclm.server.interface import (
     Engine,
     FinishEvent,
     GenerationRequest,
@@ -30,9 +35,9 @@ from server.interface import (
     SamplingParams,
     TokenEvent,
 )
-from server.metrics import Metrics, RequestCounter
-from server.protocol import ChatCompletionRequest, CompletionRequest, OpenAIRequest
-from server.responses import (
+from gclm.server.metrics import Metrics, RequestCounter
+from gclm.server.protocol import ChatCompletionRequest, CompletionRequest, OpenAIRequest
+from gclm.server.responses import (
     ChatRenderer,
     CompletionRenderer,
     ModelCard,
@@ -40,8 +45,8 @@ from server.responses import (
     Renderer,
     Usage,
 )
-from server.settings import ServerSettings
-from server.streaming import (
+from gclm.server.settings import ServerSettings
+from gclm.server.streaming import (
     DONE,
     ClientDisconnected,
     EventStreamResponse,

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compiler.errors import GclmError
+from gclm.errors import GclmError
 
 log = logging.getLogger("gclm")
 
@@ -63,8 +63,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from server.launch import serve
-    from server.settings import ServerSettings
+    from gclm.server.launch import serve
+    from gclm.server.settings import ServerSettings
 
     overrides = {k: v for k, v in vars(args).items() if k != "run"}
     serve(ServerSettings.from_env(**overrides))
@@ -72,7 +72,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _constraint(args: argparse.Namespace) -> Any:
-    from compiler.constraint import DEFAULT_WHITESPACE, Constraint
+    from gclm.compiler.constraint import DEFAULT_WHITESPACE, Constraint
 
     if args.json_schema is not None:
         try:
@@ -86,10 +86,10 @@ def _constraint(args: argparse.Namespace) -> Any:
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from compiler.cache import cache_key
-    from compiler.vocabulary import TokenVocabulary
-    from compiler.worker import CompileLimits, CompilerPool
-    from server.model import load_tokenizer
+    from gclm.compiler.cache import cache_key
+    from gclm.compiler.vocabulary import TokenVocabulary
+    from gclm.compiler.worker import CompileLimits, CompilerPool
+    from gclm.server.model import load_tokenizer
 
     logging.getLogger().setLevel(logging.WARNING)
     constraint = _constraint(args)

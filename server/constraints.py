@@ -14,10 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from compiler.constraint import Constraint
-from compiler.errors import ConstraintError
-from server.errors import InvalidRequestError
-from server.protocol import OpenAIRequest, ResponseFormat, StructuredOutputs
+from gclm.compiler.constraint import Constraint
+from gclm.errors import ConstraintError, InvalidRequestError
+from gclm.server.protocol import OpenAIRequest, ResponseFormat, StructuredOutputs
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,12 @@ from typing import Any
 
 import torch
 
-from compiler.cache import TableCache
-from compiler.constraint import Constraint
-from compiler.errors import GclmError, InternalError, InvalidRequestError, QueueFullError
-from compiler.tables import CompiledTable
-from compiler.vocabulary import TokenVocabulary
-from masking import (
+from gclm.compiler.cache import TableCache
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.tables import CompiledTable
+from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.errors import GclmError, InternalError, InvalidRequestError, QueueFullError
+from gclm.masking import (
     allocate_bitmask,
     apply_bitmask,
     check_budget,
@@ -35,11 +35,11 @@ from masking import (
     fill_unconstrained,
     mask_table,
 )
-from masking.slack import spread_slack
-from server.batch import KVBatch
-from server.interface import ErrorEvent, FinishEvent, GenerationRequest, StreamEvent
-from server.sampling import sample
-from server.sequence import Sequence
+from gclm.masking.slack import spread_slack
+from gclm.server.batch import KVBatch
+from gclm.server.interface import ErrorEvent, FinishEvent, GenerationRequest, StreamEvent
+from gclm.server.sampling import sample
+from gclm.server.sequence import Sequence
 
 log = logging.getLogger("gclm.engine")
 

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from compiler.constraint import Constraint
-from compiler.tables import CompiledTable
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.tables import CompiledTable
 
 
 @dataclass(frozen=True)

@@ -7,18 +7,18 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
-from compiler.cache import TableCache
-from compiler.vocabulary import TokenVocabulary
-from compiler.worker import CompileLimits, CompilerPool
-from server.engine import BatchEngine
-from server.settings import ServerSettings
+from gclm.compiler.cache import TableCache
+from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.worker import CompileLimits, CompilerPool
+from gclm.server.engine import BatchEngine
+from gclm.server.settings import ServerSettings
 
 log = logging.getLogger("gclm.server")
 
 
 def build_engine(settings: ServerSettings) -> tuple[BatchEngine, CompilerPool]:
     """Load the model and start the compiler worker and the engine thread."""
-    from server.model import load_model
+    from gclm.server.model import load_model
 
     started = time.perf_counter()
     loaded = load_model(
@@ -50,7 +50,7 @@ def serve(settings: ServerSettings) -> None:
     """Run until interrupted."""
     import uvicorn
 
-    from server.app import create_app
+    from gclm.server.app import create_app
 
     engine, pool = build_engine(settings)
 

@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server.interface import Engine
+from gclm.server.interface import Engine
 
 logger = logging.getLogger("gclm.server")
 

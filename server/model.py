@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from compiler.errors import ModelLoadError
-from server.settings import default_cache_dir
+from gclm.errors import ModelLoadError
+from gclm.server.settings import default_cache_dir
 
 logger = logging.getLogger("gclm.model")
 

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from typing_extensions import Self
 
-from server.errors import InvalidRequestError
+from gclm.errors import InvalidRequestError
 
 JsonSchema = dict[str, Any] | bool
 

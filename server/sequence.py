@@ -7,11 +7,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from compiler.errors import GclmError
-from compiler.vocabulary import TokenVocabulary
-from masking import SequenceState
-from server.detokenize import TextStream
-from server.interface import ErrorEvent, FinishEvent, GenerationRequest, StreamEvent, TokenEvent
+from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.errors import GclmError
+from gclm.masking import SequenceState
+from gclm.server.detokenize import TextStream
+from gclm.server.interface import (
+    ErrorEvent,
+    FinishEvent,
+    GenerationRequest,
+    StreamEvent,
+    TokenEvent,
+)
 
 
 @dataclass(eq=False)

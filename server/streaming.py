@@ -19,9 +19,9 @@ from pydantic import BaseModel
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from compiler.errors import InternalError
-from server.errors import gclm_error_body
-from server.interface import Engine, ErrorEvent, FinishEvent, Handle, StreamEvent
+from gclm.errors import InternalError
+from gclm.server.http_errors import gclm_error_body
+from gclm.server.interface import Engine, ErrorEvent, FinishEvent, Handle, StreamEvent
 
 T = TypeVar("T")
 

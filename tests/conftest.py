@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.vocabulary import TokenVocabulary
+from gclm.compiler.vocabulary import TokenVocabulary
 
 
 @pytest.fixture(scope="session")
 def embedded_tokenizer():
-    from server.model import load_tokenizer
+    from gclm.server.model import load_tokenizer
 
     return load_tokenizer(None)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from compiler.vocabulary import TokenVocabulary
-from compiler.worker import CompileLimits
+from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.worker import CompileLimits
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,13 +21,8 @@ SCHEMAS = {
 
 @pytest.fixture(scope="module")
 def bench_compile():
-    import sys
+    import bench.compile as module
 
-    sys.path.insert(0, str(REPO))  # bench/ is a folder of scripts, not an installed package
-    try:
-        import bench.compile as module
-    finally:
-        sys.path.remove(str(REPO))
     return module
 
 

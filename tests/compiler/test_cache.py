@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from compiler.cache import TableCache, cache_key
-from compiler.compile import compile_constraint
-from compiler.constraint import Constraint
-from compiler.errors import ConstraintError
-from compiler.vocabulary import TokenVocabulary
+from gclm.compiler.cache import TableCache, cache_key
+from gclm.compiler.compile import compile_constraint
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.errors import ConstraintError
 
 ABC = TokenVocabulary((b"a", b"b", b"ab", None), 3, "plain")
 

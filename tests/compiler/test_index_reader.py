@@ -6,11 +6,11 @@ import numpy as np
 import outlines_core
 import pytest
 
-from compiler.compile import table_from_index
-from compiler.constraint import Constraint
-from compiler.index_reader import OUTLINES_CORE_VERSION, parse_index_bytes
-from compiler.regex import to_regex
-from compiler.tables import CompiledTable, build_table
+from gclm.compiler.compile import table_from_index
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.index_reader import OUTLINES_CORE_VERSION, parse_index_bytes
+from gclm.compiler.regex import to_regex
+from gclm.compiler.tables import CompiledTable, build_table
 
 
 def test_pinned_outlines_core_version():

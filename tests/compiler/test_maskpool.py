@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compiler.maskpool import MaskPool, unpack_row, words_for
+from gclm.compiler.maskpool import MaskPool, unpack_row, words_for
 
 # 100 tokens: 4 words per packed row, so sets of < 4 tokens are listed, sets lacking < 4
 # tokens are listed as complements, and the rest are packed.

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compiler.errors import UnsupportedSchemaError
-from compiler.numbers import nonneg_int_range, number_regex
+from gclm.compiler.numbers import nonneg_int_range, number_regex
+from gclm.errors import UnsupportedSchemaError
 
 
 def valid(node: dict, text: str) -> bool:

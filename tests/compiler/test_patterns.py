@@ -8,8 +8,8 @@ from datetime import date, datetime
 
 import pytest
 
-from compiler.errors import UnsupportedSchemaError
-from compiler.patterns import FORMATS, escape_literal, pattern_regex, string_regex
+from gclm.compiler.patterns import FORMATS, escape_literal, pattern_regex, string_regex
+from gclm.errors import UnsupportedSchemaError
 
 
 def encoded(value: str) -> str:

@@ -9,9 +9,9 @@ import re
 import outlines_core
 import pytest
 
-from compiler.constraint import Constraint
-from compiler.errors import ConstraintError
-from compiler.regex import JSON_OBJECT_DEPTH, RegexResult, check_regex, to_regex
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.regex import JSON_OBJECT_DEPTH, RegexResult, check_regex, to_regex
+from gclm.errors import ConstraintError
 
 
 @functools.cache

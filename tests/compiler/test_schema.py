@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from compiler.constraint import Constraint
-from compiler.errors import ConstraintError, UnsupportedSchemaError
-from compiler.regex import to_regex
-from compiler.schema import SchemaLimits, normalize_schema
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.regex import to_regex
+from gclm.compiler.schema import SchemaLimits, normalize_schema
+from gclm.errors import ConstraintError, UnsupportedSchemaError
 
 ANY_1 = {
     "anyOf": [

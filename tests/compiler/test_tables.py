@@ -6,10 +6,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compiler.compile import compile_constraint
-from compiler.constraint import Constraint
-from compiler.tables import UNREACHABLE, CompiledTable, build_table, distances
-from compiler.vocabulary import TokenVocabulary
+from gclm.compiler.compile import compile_constraint
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.tables import UNREACHABLE, CompiledTable, build_table, distances
+from gclm.compiler.vocabulary import TokenVocabulary
 
 # A three-token vocabulary: a, b, ab; EOS is id 3.
 ABC = TokenVocabulary((b"a", b"b", b"ab", None), 3, "plain")
@@ -39,7 +39,7 @@ def test_longer_chain_exact_distance():
 def test_empty_language_for_vocabulary_is_refused():
     import pytest
 
-    from compiler.errors import ConstraintError
+    from gclm.errors import ConstraintError
 
     with pytest.raises(ConstraintError):
         compile_constraint(Constraint.regex("c"), ABC)
@@ -133,7 +133,7 @@ def test_built_table_prunes_and_keeps_shortest(dfa):
     )
     assert table.min_tokens == dist[0]
     assert np.all(table.dist != UNREACHABLE)
-    from compiler.tables import shortest_path
+    from gclm.compiler.tables import shortest_path
 
     path = shortest_path(table)
     assert len(path) == table.min_tokens

@@ -6,10 +6,10 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from compiler.compile import compile_constraint
-from compiler.constraint import Constraint
-from compiler.errors import ConstraintError
-from compiler.vocabulary import BYTE_DECODER, TokenVocabulary, byte_level_bytes
+from gclm.compiler.compile import compile_constraint
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.vocabulary import BYTE_DECODER, TokenVocabulary, byte_level_bytes
+from gclm.errors import ConstraintError
 
 
 def test_gpt2_alphabet_covers_every_byte_once():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.constraint import Constraint
-from compiler.errors import CompileLimitError, ConstraintError, UnsupportedSchemaError
-from compiler.worker import CompileLimits, CompilerPool
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.worker import CompileLimits, CompilerPool
+from gclm.errors import CompileLimitError, ConstraintError, UnsupportedSchemaError
 
 # Many free-text fields with long bounds: seconds of DFA building at this vocabulary.
 HEAVY = Constraint.json_schema(

@@ -7,8 +7,8 @@ import torch
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from compiler.tables import CompiledTable, build_table
-from masking import SequenceState, allocate_bitmask, apply_bitmask, check_budget, fill_bitmask
+from gclm.compiler.tables import CompiledTable, build_table
+from gclm.masking import SequenceState, allocate_bitmask, apply_bitmask, check_budget, fill_bitmask
 
 
 def table_from_edges(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import outlines_core
 
-from compiler.tables import CompiledTable, build_table
-from compiler.vocabulary import TokenVocabulary
+from gclm.compiler.tables import CompiledTable, build_table
+from gclm.compiler.vocabulary import TokenVocabulary
 
 
 def table_from_index(index: outlines_core.Index, vocab: TokenVocabulary) -> CompiledTable:

@@ -7,8 +7,8 @@ import pytest
 import torch
 from dfa_strategies import bits_of, table_from_edges
 
-from compiler.errors import InternalError
-from masking import (
+from gclm.errors import InternalError
+from gclm.masking import (
     SequenceState,
     allocate_bitmask,
     apply_bitmask,

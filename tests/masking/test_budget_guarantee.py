@@ -7,7 +7,7 @@ from dfa_strategies import decode, random_tables
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compiler.errors import BudgetTooSmallError
+from gclm.errors import BudgetTooSmallError
 
 
 def accepts(table, tokens: list[int]) -> bool:

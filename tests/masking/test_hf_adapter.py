@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -11,13 +10,12 @@ import torch
 from outlines_core.json_schema import build_regex_from_schema
 from outlines_tables import table_from_regex
 
-from compiler.constraint import Constraint
-from compiler.errors import BudgetTooSmallError, ConstraintError, InternalError
+from gclm.compiler.constraint import Constraint
+from gclm.errors import BudgetTooSmallError, ConstraintError, InternalError
 
 transformers = pytest.importorskip("transformers")
-from masking.hf import HFConstraint, create_constraint, parse_constraint  # noqa: E402
+from gclm.masking.hf import HFConstraint, create_constraint, parse_constraint  # noqa: E402
 
-TOKENIZER_DIR = "/tmp/smoltok"
 SCHEMA = {
     "type": "object",
     "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
@@ -89,19 +87,14 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    if not Path(TOKENIZER_DIR, "tokenizer.json").exists():
-        pytest.skip(f"the embedded tokenizer is not saved at {TOKENIZER_DIR}")
-    tok = transformers.AutoTokenizer.from_pretrained(TOKENIZER_DIR)
-    tok.padding_side = "left"
-    return tok
+def tokenizer(embedded_tokenizer):
+    assert embedded_tokenizer.padding_side == "left"
+    return embedded_tokenizer
 
 
 @pytest.fixture(scope="module")
-def vocab(tokenizer):
-    from compiler.vocabulary import TokenVocabulary
-
-    return TokenVocabulary.from_tokenizer(tokenizer)
+def vocab(embedded_vocab):
+    return embedded_vocab
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +211,7 @@ def test_generate_budget_below_constraint_budget_is_refused(model, tokenizer, sc
 
 @pytest.mark.parametrize("sampling", [False, True])
 def test_create_constraint_end_to_end(model, tokenizer, vocab, sampling):
-    pytest.importorskip("compiler.compile")
+    pytest.importorskip("gclm.compiler.compile")
     rf = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}
     c = create_constraint(tokenizer, rf, max_new_tokens=24)
     assert c.min_tokens > 0

@@ -7,8 +7,8 @@ import pytest
 from dfa_strategies import bits_of, random_tables, reference_allowed, table_from_edges
 from hypothesis import given, settings
 
-from compiler.errors import InternalError
-from masking import MaskTable, mask_table, num_words
+from gclm.errors import InternalError
+from gclm.masking import MaskTable, mask_table, num_words
 
 A, B, EOS = 0, 1, 2
 

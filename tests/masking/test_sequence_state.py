@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from dfa_strategies import table_from_edges
 
-from compiler.errors import BudgetTooSmallError, InternalError
-from masking import SequenceState, check_budget
+from gclm.errors import BudgetTooSmallError, InternalError
+from gclm.masking import SequenceState, check_budget
 
 A, B, EOS = 0, 1, 2
 

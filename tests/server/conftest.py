@@ -6,8 +6,8 @@ import pytest
 from fake_engine import FakeEngine
 from fastapi import FastAPI
 
-from server.app import create_app
-from server.settings import ServerSettings
+from gclm.server.app import create_app
+from gclm.server.settings import ServerSettings
 
 
 @pytest.fixture

@@ -5,17 +5,11 @@ The process launcher is shared with the serving benchmark (`bench/_server.py`).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-_ROOT = Path(__file__).resolve().parents[2]
-if str(_ROOT) not in sys.path:  # `bench` is a folder of scripts, not an installed package
-    sys.path.insert(0, str(_ROOT))
-
-from bench._server import GclmServer  # noqa: E402
+from bench._server import GclmServer
 
 MAX_BATCH = 8
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from compiler.constraint import Constraint
-from compiler.errors import ConstraintError, QueueFullError
-from compiler.tables import CompiledTable, build_table
-from server.interface import (
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.tables import CompiledTable, build_table
+from gclm.errors import ConstraintError, QueueFullError
+from gclm.server.interface import (
     ErrorEvent,
     FinishEvent,
     GenerationRequest,

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from server.batch import KVBatch
+from gclm.server.batch import KVBatch
 
 CPU = torch.device("cpu")
 

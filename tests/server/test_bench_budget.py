@@ -3,33 +3,17 @@ guarantee: the slack penalty never allows a masked token nor removes an allowed 
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from compiler.tables import build_table
-from masking import SequenceState, allocate_bitmask, apply_bitmask, fill_bitmask
-from masking.slack import SlackPolicy, slack_penalties, spread_slack
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _load(name: str):
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-metrics = _load("budget_metrics")
-budget = _load("budget")
+from bench import budget
+from bench import budget_metrics as metrics
+from gclm.compiler.tables import build_table
+from gclm.masking import SequenceState, allocate_bitmask, apply_bitmask, fill_bitmask
+from gclm.masking.slack import SlackPolicy, slack_penalties, spread_slack
 
 PERSON = {
     "type": "object",

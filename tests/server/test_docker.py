@@ -26,8 +26,8 @@ import httpx
 import pytest
 import yaml  # a dependency of transformers and huggingface_hub
 
-from server.model import EMBEDDED_MODEL_ID
-from server.settings import default_cache_dir
+from gclm.server.model import EMBEDDED_MODEL_ID
+from gclm.server.settings import default_cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"

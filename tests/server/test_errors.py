@@ -9,9 +9,9 @@ from fake_engine import FakeEngine
 from fastapi import FastAPI
 from harness import API_KEY, BASE_URL, http_client, openai_client
 
-from compiler.errors import InternalError
-from server.app import create_app
-from server.settings import ServerSettings
+from gclm.errors import InternalError
+from gclm.server.app import create_app
+from gclm.server.settings import ServerSettings
 
 pytestmark = pytest.mark.anyio
 

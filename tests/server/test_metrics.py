@@ -8,8 +8,8 @@ from fake_engine import FakeEngine
 from fastapi import FastAPI
 from harness import http_client, openai_client
 
-from server.app import create_app
-from server.settings import ServerSettings
+from gclm.server.app import create_app
+from gclm.server.settings import ServerSettings
 
 pytestmark = pytest.mark.anyio
 

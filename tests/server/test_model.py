@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from compiler.errors import ModelLoadError
-from server.model import (
+from gclm.errors import ModelLoadError
+from gclm.server.model import (
     EMBEDDED_MODEL_ID,
     LoadedModel,
     default_cache_dir,

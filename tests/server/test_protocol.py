@@ -10,8 +10,8 @@ from fastapi import FastAPI
 from harness import http_client, openai_client
 from pydantic import BaseModel
 
-from server.app import create_app
-from server.settings import ServerSettings
+from gclm.server.app import create_app
+from gclm.server.settings import ServerSettings
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from server.settings import ServerSettings
+from gclm.server.settings import ServerSettings
 
 
 def test_defaults() -> None:

@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from compiler.errors import InternalError
-from server.app import create_app
-from server.settings import ServerSettings
+from gclm.errors import InternalError
+from gclm.server.app import create_app
+from gclm.server.settings import ServerSettings
 
 pytestmark = pytest.mark.anyio
 

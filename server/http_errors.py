@@ -23,11 +23,10 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from compiler.errors import (  # noqa: F401  (re-exported for the HTTP layer)
+from gclm.errors import (
     GclmError,
     InternalError,
     InvalidRequestError,
-    ModelNotFoundError,
     QueueFullError,
 )
 

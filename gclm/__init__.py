@@ -1,0 +1,75 @@
+"""gclm: constrained generation whose outputs are valid and complete within max_tokens.
+
+The public API, importable from here:
+
+    from gclm import Constraint, create_constraint, GclmError
+
+- `Constraint`: a JSON Schema, any JSON object, a regex or a choice of strings.
+- `create_constraint(tokenizer, constraint, max_new_tokens)`: a LogitsProcessor plus a
+  StoppingCriteria for Hugging Face `model.generate()` (imports transformers when called).
+- `compile_constraint(constraint, vocab)`: the compiled table, in this process.
+- The error tree (`gclm.errors`); every error gclm raises on purpose is a `GclmError`.
+
+Subpackages: `gclm.compiler` (constraint -> tables), `gclm.masking` (tables + state +
+budget -> logits masks, and the transformers adapter), `gclm.server` (HTTP, engine, model).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gclm.errors import (
+    AuthenticationError,
+    BudgetTooSmallError,
+    CompileLimitError,
+    ConstraintError,
+    GclmError,
+    InternalError,
+    InvalidRequestError,
+    ModelLoadError,
+    ModelNotFoundError,
+    QueueFullError,
+    UnsupportedSchemaError,
+)
+
+if TYPE_CHECKING:
+    from gclm.compiler.compile import compile_constraint
+    from gclm.compiler.constraint import Constraint
+    from gclm.masking.hf import HFConstraint, create_constraint
+
+__all__ = [
+    "AuthenticationError",
+    "BudgetTooSmallError",
+    "CompileLimitError",
+    "Constraint",
+    "ConstraintError",
+    "GclmError",
+    "HFConstraint",
+    "InternalError",
+    "InvalidRequestError",
+    "ModelLoadError",
+    "ModelNotFoundError",
+    "QueueFullError",
+    "UnsupportedSchemaError",
+    "compile_constraint",
+    "create_constraint",
+]
+
+# Imported on first use: `import gclm` must not pull in torch, transformers or numba.
+_LAZY = {
+    "Constraint": "gclm.compiler.constraint",
+    "compile_constraint": "gclm.compiler.compile",
+    "HFConstraint": "gclm.masking.hf",
+    "create_constraint": "gclm.masking.hf",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gclm' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
