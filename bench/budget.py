@@ -231,7 +231,7 @@ async def run_job(
         params=SamplingParams(max_tokens=job.budget, temperature=job.temperature, seed=job.seed),
         table=None if job.arm == "vanilla" else job.table,
         budget_aware=job.arm != "forward-only",
-        extra={"slack_policy": policy} if job.arm == "spread-slack" else {},
+        policy=policy if job.arm == "spread-slack" else None,
     )
     parts = []
     try:

@@ -165,13 +165,13 @@ def full_compile(
         cache.get(constraint)
         hits.append(time.perf_counter() - started)
     dense = table.num_states * vocab.size * 8
-    all_packed = table.nbytes - table.masks.nbytes + table.masks.packed_nbytes
+    all_packed = table.nbytes - table.token_sets.nbytes + table.token_sets.packed_nbytes
     return {
         "b_s": b_s,
         "c_s": statistics.median(hits),
         "states": table.num_states,
         "groups": table.num_groups,
-        "masks": len(table.masks),
+        "token_sets": len(table.token_sets),
         "table_bytes": table.nbytes,
         "dense_bytes": dense,
         "table_pct_of_dense": 100.0 * table.nbytes / dense,
@@ -198,7 +198,7 @@ def split_phases(constraint: Constraint, vocab: TokenVocabulary) -> dict[str, An
     from gclm.compiler.compile import table_from_grouped
     from gclm.compiler.index_reader import parse_index_bytes
     from gclm.compiler.regex import to_regex
-    from gclm.compiler.tables import shortest_path
+    from gclm.compiler.tables import with_shortest_output
 
     t, out = time.perf_counter(), {}
 
@@ -217,9 +217,9 @@ def split_phases(constraint: Constraint, vocab: TokenVocabulary) -> dict[str, An
     lap("parse")
     del index
     lap("drop_index")
-    table = table_from_grouped(grouped, vocab, spell_shortest=False)
+    table = table_from_grouped(grouped, vocab)
     lap("finish")
-    b"".join(vocab.token_bytes[i] or b"" for i in shortest_path(table))
+    table = with_shortest_output(table, vocab.token_bytes)
     lap("shortest")
     out.update(blob_bytes=len(blob), states=table.num_states, groups=table.num_groups)
     return out

@@ -35,12 +35,12 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 from gclm.compiler.compile import compile_constraint
 from gclm.compiler.constraint import Constraint
-from gclm.compiler.maskpool import unpack_row
 from gclm.compiler.regex import to_regex
 from gclm.compiler.tables import CompiledTable
+from gclm.compiler.token_sets import unpack_row
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.masking import (
-    SequenceState,
+    ConstraintState,
     allocate_bitmask,
     apply_bitmask,
     fill_bitmask,
@@ -111,7 +111,7 @@ def sample_walk(table: CompiledTable, rng: np.random.Generator) -> Walk:
     Half the requests are generous (BUDGET), half leave 10-60 tokens of slack, so that the
     budget bites near their end."""
     budget = BUDGET if rng.random() < 0.5 else table.min_tokens + int(rng.integers(10, 61))
-    seq, out, left = SequenceState(table), [], budget
+    seq, out, left = ConstraintState(table), [], budget
     buf = allocate_bitmask(1, table.vocab_size)
     while not seq.must_stop(left):
         if seq.is_accepting and rng.random() < 0.5:
@@ -119,7 +119,7 @@ def sample_walk(table: CompiledTable, rng: np.random.Generator) -> Walk:
         nexts, rows = table.groups(seq.state)
         closer = np.flatnonzero(table.dist[nexts] < seq.dist)
         if closer.size and rng.random() < P_PROGRESS:
-            tokens = table.masks.tokens_of(int(rows[rng.choice(closer)]))
+            tokens = table.token_sets.tokens_of(int(rows[rng.choice(closer)]))
         else:
             fill_bitmask(buf, 0, seq, left)
             tokens = unpack_row(buf[0].numpy())
@@ -148,7 +148,7 @@ class Row:
         self.walk, self.budget = self.walks[self.k % len(self.walks)]
         self.k += 1
         self.pos = 0
-        self.seq = SequenceState(self.table)
+        self.seq = ConstraintState(self.table)
         self.guide = outlines_core.Guide(self.index)
 
     @property

@@ -13,7 +13,7 @@ import outlines_core
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.index_reader import GroupedIndex, read_index
 from gclm.compiler.regex import to_regex
-from gclm.compiler.tables import CompiledTable, finish_table
+from gclm.compiler.tables import CompiledTable, finish_table, with_shortest_output
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import CompileLimitError, ConstraintError
 
@@ -39,9 +39,10 @@ def compile_constraint(
 def table_from_index(
     index: outlines_core.Index, vocab: TokenVocabulary, *, max_states: int | None = None
 ) -> CompiledTable:
-    """The CompiledTable of an outlines-core Index built over `vocab`."""
+    """The CompiledTable of an outlines-core Index built over `vocab`, shortest output spelled."""
     grouped = read_index(index, vocab.size, vocab.eos_token_id)
-    return table_from_grouped(grouped, vocab, max_states=max_states)
+    table = table_from_grouped(grouped, vocab, max_states=max_states)
+    return with_shortest_output(table, vocab.token_bytes)
 
 
 def table_from_grouped(
@@ -49,9 +50,8 @@ def table_from_grouped(
     vocab: TokenVocabulary,
     *,
     max_states: int | None = None,
-    spell_shortest: bool = True,
 ) -> CompiledTable:
-    """Distances, pruning and (unless `spell_shortest` is False) the shortest output."""
+    """Distances and pruning; the shortest output is left unspelled."""
     states = grouped.accepting.shape[0]
     if max_states is not None and states > max_states:
         raise CompileLimitError(
@@ -66,10 +66,9 @@ def table_from_grouped(
             accepting=grouped.accepting,
             group_src=grouped.group_src,
             group_next=grouped.group_next,
-            group_mask=grouped.group_mask,
-            masks=grouped.masks,
-            state_mask=grouped.state_mask,
-            token_bytes=vocab.token_bytes if spell_shortest else None,
+            group_set=grouped.group_set,
+            packed_sets=grouped.packed_sets,
+            state_set=grouped.state_set,
         )
     except ValueError as e:
         raise ConstraintError(

@@ -37,9 +37,9 @@ class GroupedIndex:
     accepting: np.ndarray  # bool [S]
     group_src: np.ndarray  # int64 [G], sorted
     group_next: np.ndarray  # int64 [G]
-    group_mask: np.ndarray  # int64 [G], row of masks
-    state_mask: np.ndarray  # int64 [S], row of masks (forward mask, EOS excluded)
-    masks: np.ndarray  # int32 [M, W], unique rows
+    group_set: np.ndarray  # int64 [G], row of packed_sets
+    state_set: np.ndarray  # int64 [S], row of packed_sets (the forward set, EOS excluded)
+    packed_sets: np.ndarray  # int32 [M, W], unique rows
     eos_token_id: int
 
 
@@ -81,9 +81,9 @@ def parse_index_bytes(
         accepting=accepting.astype(bool),
         group_src=gsrc[order],
         group_next=gnext[order],
-        group_mask=gmask[order],
-        state_mask=smask,
-        masks=pool.view(np.int32),
+        group_set=gmask[order],
+        state_set=smask,
+        packed_sets=pool.view(np.int32),
         eos_token_id=eos,
     )
 
@@ -204,7 +204,7 @@ def _group(buf, words, token_hash, eos, id_cap, group_cap):
     g_next = np.empty_like(g_src)
     g_mask = np.empty_like(g_src)
     n_groups = 0
-    state_mask = np.full(id_cap, -1, dtype=np.int64)
+    state_set = np.full(id_cap, -1, dtype=np.int64)
     for k in range(n_rec):
         sid, pos = _varint(buf, pos)
         if sid >= id_cap:
@@ -248,7 +248,7 @@ def _group(buf, words, token_hash, eos, id_cap, group_cap):
             mid, n_pool = _intern(rows[g], row_hash[g], pool, n_pool, table, hashes)
             g_src[n_groups], g_next[n_groups], g_mask[n_groups] = src, gnext[g], mid
             n_groups += 1
-        state_mask[src], n_pool = _intern(fwd, fwd_hash, pool, n_pool, table, hashes)
+        state_set[src], n_pool = _intern(fwd, fwd_hash, pool, n_pool, table, hashes)
     trailer_eos, pos = _varint(buf, pos)
     _, pos = _varint(buf, pos)  # outlines' vocab_size: unused, ours is the tokenizer's
 
@@ -259,7 +259,7 @@ def _group(buf, words, token_hash, eos, id_cap, group_cap):
     if 2 * (n_pool + 2) > table.size:
         table, hashes = _rehash(n_pool, hashes, 4 * (n_pool + 2))
     empty_id, n_pool = _intern(fwd, np.uint64(0), pool, n_pool, table, hashes)
-    smask = state_mask[:n_states].copy()
+    smask = state_set[:n_states].copy()
     for i in range(n_states):
         if smask[i] == -1:
             smask[i] = empty_id

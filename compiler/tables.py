@@ -5,7 +5,7 @@ Here `R[t, s] = 1` exactly when `dist[s] <= t`, so one int32 vector from a rever
 every budget.
 
 Transitions are stored by successor: the tokens of state `s` that lead to the same state `n`
-form a group, whose token set is one row of a MaskPool (compiler/maskpool.py: a token list,
+form a group, whose token set is one row of a TokenSets (compiler/token_sets.py: a token list,
 a list of the tokens it lacks, or a packed bitmask, whichever is smallest). Sets are
 deduplicated across the whole table: inside a JSON string every position has the same
 "k characters long" token sets, so a table of thousands of states has few distinct sets.
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from gclm.compiler.maskpool import MaskPool, spans, words_for
+from gclm.compiler.token_sets import TokenSets, spans, words_for
 
 UNREACHABLE = np.iinfo(np.int32).max
 
@@ -31,11 +31,11 @@ _ARRAY_FIELDS = (
     "dist",
     "group_offsets",
     "group_next",
-    "group_mask",
-    "state_mask",
+    "group_set",
+    "state_set",
 )
 # Bumped when the stored arrays change; a cache file of another format is compiled again.
-TABLE_FORMAT = 2
+TABLE_FORMAT = 3  # 3: group_set, state_set and set_* arrays (were *_mask, mask_*)
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,7 +44,7 @@ class CompiledTable:
 
     States are dense ids `0..S-1`, and every state can reach acceptance (others are pruned).
     Groups of state `s` are `group_offsets[s]:group_offsets[s+1]`; group `g` leads to
-    `group_next[g]` on the tokens of set `group_mask[g]` of the pool `masks`.
+    `group_next[g]` on the tokens of set `group_set[g]` of `token_sets`.
     """
 
     vocab_size: int  # token ids are < vocab_size; logit columns past it are never allowed
@@ -54,9 +54,9 @@ class CompiledTable:
     dist: np.ndarray  # int32 [S], fewest tokens from s to an accepting state
     group_offsets: np.ndarray  # int64 [S+1]
     group_next: np.ndarray  # int32 [G]
-    group_mask: np.ndarray  # int32 [G], set of `masks`
-    state_mask: np.ndarray  # int32 [S], set of `masks`: the forward set, EOS excluded
-    masks: MaskPool  # [M] distinct token sets
+    group_set: np.ndarray  # int32 [G], index into `token_sets`
+    state_set: np.ndarray  # int32 [S], index into `token_sets`: the forward set, EOS excluded
+    token_sets: TokenSets  # [M] distinct token sets
     shortest_output: str = ""
     rewrites: tuple[str, ...] = ()  # what schema normalisation changed, for the user
     compile_seconds: float = 0.0
@@ -78,12 +78,12 @@ class CompiledTable:
     @property
     def nbytes(self) -> int:
         arrays = sum(getattr(self, name).nbytes for name in _ARRAY_FIELDS)
-        return arrays + self.masks.nbytes + len(self.shortest_output.encode())
+        return arrays + self.token_sets.nbytes + len(self.shortest_output.encode())
 
     @property
     def num_transitions(self) -> int:
         """Number of (state, token) edges, EOS excluded."""
-        return int(self.masks.counts()[self.group_mask].sum())
+        return int(self.token_sets.counts()[self.group_set].sum())
 
     @property
     def max_next_dist(self) -> np.ndarray:
@@ -100,7 +100,7 @@ class CompiledTable:
     def groups(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         """(next states, mask rows) of `state`'s successor groups."""
         lo, hi = self.group_offsets[state], self.group_offsets[state + 1]
-        return self.group_next[lo:hi], self.group_mask[lo:hi]
+        return self.group_next[lo:hi], self.group_set[lo:hi]
 
     def next_state(self, state: int, token: int) -> int:
         """The state `token` leads to from `state`, or -1 if it is not allowed (EOS: -1)."""
@@ -108,14 +108,14 @@ class CompiledTable:
             return -1
         nexts, rows = self.groups(state)
         for nxt, row in zip(nexts.tolist(), rows.tolist(), strict=True):
-            if self.masks.contains(row, token):
+            if self.token_sets.contains(row, token):
                 return nxt
         return -1
 
-    def row(self, state: int) -> tuple[np.ndarray, np.ndarray]:
+    def transitions(self, state: int) -> tuple[np.ndarray, np.ndarray]:
         """(tokens, next states) allowed from `state`, EOS excluded, sorted by token."""
         nexts, rows = self.groups(state)
-        toks = [self.masks.tokens_of(r) for r in rows.tolist()]
+        toks = [self.token_sets.tokens_of(r) for r in rows.tolist()]
         if not toks:
             return np.zeros(0, np.int32), np.zeros(0, np.int32)
         tokens = np.concatenate(toks)
@@ -144,7 +144,7 @@ class CompiledTable:
             allow_pickle=False,
             info=np.frombuffer(json.dumps(info).encode(), dtype=np.uint8),
             **{name: getattr(self, name) for name in _ARRAY_FIELDS},
-            **self.masks.arrays(),
+            **self.token_sets.arrays(),
         )
         return buf.getvalue()
 
@@ -157,8 +157,8 @@ class CompiledTable:
         if info.pop("format", 1) != TABLE_FORMAT:
             raise ValueError("the table was stored by another gclm version")
         info["rewrites"] = tuple(info["rewrites"])
-        masks = MaskPool.from_arrays(arrays, info["vocab_size"])
-        return cls(**info, **{name: arrays[name] for name in _ARRAY_FIELDS}, masks=masks)
+        token_sets = TokenSets.from_arrays(arrays, info["vocab_size"])
+        return cls(**info, **{name: arrays[name] for name in _ARRAY_FIELDS}, token_sets=token_sets)
 
 
 def distances(
@@ -199,15 +199,14 @@ def finish_table(
     accepting: np.ndarray,
     group_src: np.ndarray,
     group_next: np.ndarray,
-    group_mask: np.ndarray,
-    masks: np.ndarray,
-    state_mask: np.ndarray | None = None,
-    token_bytes: tuple[bytes | None, ...] | list[bytes | None] | None = None,
+    group_set: np.ndarray,
+    packed_sets: np.ndarray,
+    state_set: np.ndarray | None = None,
 ) -> CompiledTable:
     """Compute distances, prune dead states, renumber densely and build the table.
 
-    Input groups are sorted by `group_src` (dense ids before pruning); `masks` are their
-    distinct token sets as packed int32 rows [M, W]. `state_mask`, the forward row of each
+    Input groups are sorted by `group_src` (dense ids before pruning); `packed_sets` are
+    their distinct token sets as packed int32 rows [M, W]. `state_set`, the forward row of each
     state, is reused when no state is pruned. Raises ValueError if
     the initial state cannot reach acceptance.
     """
@@ -218,21 +217,23 @@ def finish_table(
     live = dist != UNREACHABLE
     new_id = np.cumsum(live) - 1
     keep = live[group_src] & live[group_next]
-    src, nxt, gmask = new_id[group_src[keep]], new_id[group_next[keep]], group_mask[keep]
+    src, nxt, gmask = new_id[group_src[keep]], new_id[group_next[keep]], group_set[keep]
     n_live = int(live.sum())
     offsets = np.zeros(n_live + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=n_live), out=offsets[1:])
 
-    if state_mask is not None and live.all():
-        pool, group_rows, state_rows = masks, gmask, state_mask
+    if state_set is not None and live.all():
+        pool, group_rows, state_rows = packed_sets, gmask, state_set
     else:
-        # Forward mask per state: OR of its live groups' masks, deduplicated into the pool.
-        forward = np.zeros((n_live, masks.shape[1]), dtype=np.int32)
-        np.bitwise_or.at(forward, src, masks[gmask])
-        pool, inverse = np.unique(np.concatenate([masks, forward]), axis=0, return_inverse=True)
+        # Forward set per state: OR of its live groups' sets, deduplicated into the pool.
+        forward = np.zeros((n_live, packed_sets.shape[1]), dtype=np.int32)
+        np.bitwise_or.at(forward, src, packed_sets[gmask])
+        pool, inverse = np.unique(
+            np.concatenate([packed_sets, forward]), axis=0, return_inverse=True
+        )
         inverse = inverse.reshape(-1)
-        group_rows, state_rows = inverse[gmask], inverse[masks.shape[0] :]
-    table = CompiledTable(
+        group_rows, state_rows = inverse[gmask], inverse[packed_sets.shape[0] :]
+    return CompiledTable(
         vocab_size=vocab_size,
         eos_token_id=eos_token_id,
         initial=int(new_id[initial]),
@@ -240,14 +241,10 @@ def finish_table(
         dist=dist[live].astype(np.int32),
         group_offsets=offsets,
         group_next=nxt.astype(np.int32),
-        group_mask=np.asarray(group_rows, dtype=np.int32),
-        state_mask=np.asarray(state_rows, dtype=np.int32),
-        masks=MaskPool.from_packed(pool, vocab_size),
+        group_set=np.asarray(group_rows, dtype=np.int32),
+        state_set=np.asarray(state_rows, dtype=np.int32),
+        token_sets=TokenSets.from_packed(pool, vocab_size),
     )
-    if token_bytes is None:
-        return table
-    text = b"".join(token_bytes[t] or b"" for t in shortest_path(table)).decode("utf-8", "replace")
-    return table.with_info(shortest_output=text)
 
 
 def build_table(
@@ -265,7 +262,8 @@ def build_table(
     """Build a CompiledTable from a dense-numbered edge list (EOS edges already removed).
 
     The general, plain-numpy path (tests, hand-made DFAs); compiling an outlines-core Index
-    goes through compiler/_kernels.py instead, which gives the same table.
+    goes through compiler/index_reader.py and `finish_table` instead, which give the same
+    table.
     """
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
@@ -277,19 +275,19 @@ def build_table(
     group_of_edge = group_of_edge.reshape(-1)
     bits = np.zeros((pairs.shape[0], words * 32), dtype=np.uint8)
     bits[group_of_edge, tokens] = 1
-    group_masks = np.packbits(bits, axis=1, bitorder="little").view(np.int32)
-    masks, gmask = np.unique(group_masks, axis=0, return_inverse=True)
-    return finish_table(
+    group_sets = np.packbits(bits, axis=1, bitorder="little").view(np.int32)
+    packed_sets, gmask = np.unique(group_sets, axis=0, return_inverse=True)
+    table = finish_table(
         vocab_size=vocab_size,
         eos_token_id=eos_token_id,
         initial=initial,
         accepting=np.asarray(accepting, dtype=bool),
         group_src=pairs[:, 0].reshape(-1) if pairs.size else np.zeros(0, np.int64),
         group_next=pairs[:, 1].reshape(-1) if pairs.size else np.zeros(0, np.int64),
-        group_mask=gmask.reshape(-1),
-        masks=masks if masks.size else np.zeros((0, words), np.int32),
-        token_bytes=token_bytes,
+        group_set=gmask.reshape(-1),
+        packed_sets=packed_sets if packed_sets.size else np.zeros((0, words), np.int32),
     )
+    return table if token_bytes is None else with_shortest_output(table, token_bytes)
 
 
 def shortest_path(table: CompiledTable) -> list[int]:
@@ -301,9 +299,17 @@ def shortest_path(table: CompiledTable) -> list[int]:
         closer = np.flatnonzero(table.dist[nexts] == table.dist[state] - 1)
         best_token, best_next = None, -1
         for g in closer.tolist():
-            token = table.masks.first_token(int(rows[g]))
+            token = table.token_sets.first_token(int(rows[g]))
             if best_token is None or token < best_token:
                 best_token, best_next = token, int(nexts[g])
         out.append(int(best_token))
         state = best_next
     return out
+
+
+def with_shortest_output(
+    table: CompiledTable, token_bytes: tuple[bytes | None, ...] | list[bytes | None]
+) -> CompiledTable:
+    """`table` with `shortest_output` spelled from `shortest_path` (shown to users)."""
+    text = b"".join(token_bytes[t] or b"" for t in shortest_path(table))
+    return table.with_info(shortest_output=text.decode("utf-8", "replace"))

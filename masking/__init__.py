@@ -2,11 +2,11 @@
 
 from gclm.masking.bitmask import allocate_bitmask, apply_bitmask, fill_bitmask, fill_unconstrained
 from gclm.masking.masks import MaskTable, mask_table, num_words
-from gclm.masking.sequence import SequenceState, check_budget
+from gclm.masking.state import ConstraintState, check_budget
 
 __all__ = [
     "MaskTable",
-    "SequenceState",
+    "ConstraintState",
     "allocate_bitmask",
     "apply_bitmask",
     "check_budget",

@@ -2,7 +2,7 @@
 applied to the logits in one vectorised pass just before sampling.
 
     bitmask = allocate_bitmask(max_batch, vocab_size)       # once, at engine start
-    for i, (dfa, tokens_left) in enumerate(batch):          # each step; dfa: SequenceState
+    for i, (dfa, tokens_left) in enumerate(batch):          # each step; dfa: ConstraintState
         fill_bitmask(bitmask, i, dfa, tokens_left)          # or fill_unconstrained
     apply_bitmask(logits, bitmask[:len(batch)])             # logits [B, V_logits]
 
@@ -21,7 +21,7 @@ import torch
 
 from gclm.errors import InternalError
 from gclm.masking.masks import num_words
-from gclm.masking.sequence import SequenceState
+from gclm.masking.state import ConstraintState
 
 # The byte views below read bit v of a row as bit v % 8 of byte v // 8.
 _LITTLE_ENDIAN = sys.byteorder == "little"
@@ -51,7 +51,7 @@ def _as_array(bitmask: torch.Tensor | np.ndarray) -> np.ndarray:
 
 
 def fill_bitmask(
-    bitmask: torch.Tensor | np.ndarray, row: int, seq: SequenceState, tokens_left: int | None
+    bitmask: torch.Tensor | np.ndarray, row: int, seq: ConstraintState, tokens_left: int | None
 ) -> None:
     """Write the tokens `seq` may sample next into `bitmask[row]`.
 
@@ -66,7 +66,7 @@ def fill_bitmask(
         ValueError: the buffer was allocated for another vocabulary size.
     """
     buf = _as_array(bitmask)
-    masks = seq.masks
+    masks = seq.mask_table
     if buf.shape[1] != masks.width:
         raise ValueError(
             f"The bitmask has {buf.shape[1]} words per row but the table's vocabulary needs "

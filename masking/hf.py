@@ -33,7 +33,7 @@ from gclm.compiler.constraint import Constraint
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import ConstraintError, InternalError
 from gclm.masking.bitmask import allocate_bitmask, apply_bitmask, fill_bitmask, fill_unconstrained
-from gclm.masking.sequence import SequenceState, check_budget
+from gclm.masking.state import ConstraintState, check_budget
 
 _STRUCTURED_KEYS = ("json", "regex", "choice")
 
@@ -191,7 +191,7 @@ class RowStates:
         self.reset()
 
     def reset(self) -> None:
-        self.seqs: list[SequenceState] = []
+        self.seqs: list[ConstraintState] = []
         self.abandoned: list[bool] = []  # stopped by another criterion, then padded
         self.prompt_len = 0
         self.length = 0  # input_ids length synced so far
@@ -225,7 +225,7 @@ class RowStates:
                     "the same max_new_tokens to create_constraint and to generate()."
                 )
         batch, length = input_ids.shape
-        self.seqs = [SequenceState(self.table) for _ in range(batch)]
+        self.seqs = [ConstraintState(self.table) for _ in range(batch)]
         self.abandoned = [False] * batch
         self.prompt_len = length - 1 if appended else length
         self.length = self.prompt_len

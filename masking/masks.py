@@ -29,8 +29,8 @@ from bisect import bisect_right
 
 import numpy as np
 
-from gclm.compiler.maskpool import MaskPool, words_for
 from gclm.compiler.tables import CompiledTable
+from gclm.compiler.token_sets import TokenSets, words_for
 from gclm.errors import InternalError
 
 # Tight rows kept per table before the cache is dropped and rebuilt on demand.
@@ -47,7 +47,7 @@ _MAX_SET_TOKENS = 64
 _PACKED, _IN, _NOT_IN = 0, 1, 2
 
 
-def _membership(pool: MaskPool, needed: set[int]) -> tuple[dict[int, tuple[int, object]], int]:
+def _membership(pool: TokenSets, needed: set[int]) -> tuple[dict[int, tuple[int, object]], int]:
     """How `next_state` tests a token against each needed set of the pool: (_IN or _NOT_IN,
     frozenset) for a short token list, (_PACKED, packed int32 row) for the rest (the pool's
     own row when it is stored packed). Also returns the bytes allocated for them."""
@@ -100,14 +100,15 @@ class MaskTable:
         self.vocab_size = table.vocab_size
         self.eos_token_id = table.eos_token_id
         self.width = num_words(table.vocab_size)
-        if table.masks.vocab_size != self.vocab_size:
+        if table.token_sets.vocab_size != self.vocab_size:
             raise ValueError(
-                f"The table's masks cover {table.masks.vocab_size} tokens, not {self.vocab_size}."
+                f"The table's token sets cover {table.token_sets.vocab_size} tokens, "
+                f"not {self.vocab_size}."
             )
-        self._pool = table.masks
+        self._pool = table.token_sets
         self._group_offsets = table.group_offsets
         self._group_next = table.group_next
-        self._group_mask = table.group_mask
+        self._group_mask = table.group_set
         self._dist = table.dist
 
         self.maxsucc = table.max_next_dist  # int32 [S], -1 where no token leaves
@@ -118,9 +119,9 @@ class MaskTable:
         self._has_tokens = (np.diff(table.group_offsets) > 0).tolist()
         # One forward row per distinct (pool row, accepting) pair: the EOS bit is the only
         # difference between a state's forward row and its pool row.
-        key = table.state_mask.astype(np.int64) * 2 + table.accepting  # [S]
+        key = table.state_set.astype(np.int64) * 2 + table.accepting  # [S]
         uniq, inverse = np.unique(key, return_inverse=True)
-        rows = table.masks.packed(uniq >> 1)  # [U, W]
+        rows = table.token_sets.packed(uniq >> 1)  # [U, W]
         eos = self.eos_token_id
         rows.view(np.uint32)[np.flatnonzero(uniq & 1), eos >> 5] |= np.uint32(1 << (eos & 31))
         rows.flags.writeable = False
@@ -132,14 +133,14 @@ class MaskTable:
         # A state's groups are disjoint and their union is its forward row, so a token in
         # the forward row that is in none of the smaller groups is in the largest one: the
         # largest group (often nearly the whole vocabulary) needs no test of its own.
-        size = table.masks.counts()[table.group_mask]  # [G]
+        size = table.token_sets.counts()[table.group_set]  # [G]
         src = np.repeat(np.arange(table.num_states), np.diff(table.group_offsets))  # [G]
         order = np.lexsort((-size, src))
-        gmask, gnext = table.group_mask[order].tolist(), table.group_next[order].tolist()
+        gmask, gnext = table.group_set[order].tolist(), table.group_next[order].tolist()
         bounds = table.group_offsets.tolist()
         self._largest_next = [gnext[b] if b < e else -1 for b, e in itertools.pairwise(bounds)]
         smaller = [i for b, e in itertools.pairwise(bounds) for i in range(b + 1, e)]
-        tests, self._test_bytes = _membership(table.masks, {gmask[i] for i in smaller})
+        tests, self._test_bytes = _membership(table.token_sets, {gmask[i] for i in smaller})
         triples = [(*tests[gmask[i]], gnext[i]) for i in smaller]
         offsets = np.cumsum([0] + [max(e - b - 1, 0) for b, e in itertools.pairwise(bounds)])
         self._smaller_groups = [

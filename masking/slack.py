@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from gclm.compiler.tables import CompiledTable
+from gclm.masking.state import ConstraintState
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,12 @@ class SlackPolicy:
         if not (math.isfinite(self.penalty) and self.penalty >= 0.0):
             raise ValueError(f"penalty must be a finite number >= 0, got {self.penalty}.")
 
+    def adjust(
+        self, logits: torch.Tensor, state: ConstraintState, tokens_left: int, budget: int
+    ) -> None:
+        """masking.policy.BudgetPolicy: `spread_slack` on one row."""
+        spread_slack(logits, state.table, state.state, tokens_left, budget, self)
+
 
 def slack_penalties(
     table: CompiledTable, state: int, tokens_left: int, budget: int, policy: SlackPolicy
@@ -67,7 +74,7 @@ def slack_penalties(
         tokens_left: tokens left, counting the one about to be sampled.
         budget: the request's max_tokens (the slack is spread over this whole budget).
     Returns:
-        int32 [K] sets of `table.masks` and float64 [K] penalties (> 0), one per group.
+        int32 [K] sets of `table.token_sets` and float64 [K] penalties (> 0), one per group.
     """
     d0 = table.min_tokens
     spare = budget - d0
@@ -99,6 +106,6 @@ def spread_slack(
     """
     rows, penalties = slack_penalties(table, state, tokens_left, budget, policy)
     for row, amount in zip(rows.tolist(), penalties.tolist(), strict=True):
-        tokens = table.masks.tokens_of(row)
+        tokens = table.token_sets.tokens_of(row)
         tokens = torch.from_numpy(tokens[tokens < logits.shape[0]].astype(np.int64))
         logits[tokens.to(logits.device)] -= amount

@@ -48,9 +48,9 @@ from gclm.server.responses import (
 from gclm.server.settings import ServerSettings
 from gclm.server.streaming import (
     DONE,
+    Choices,
     ClientDisconnected,
     EventStreamResponse,
-    Sequences,
     sse,
     sse_error,
     until_disconnected,
@@ -174,7 +174,7 @@ class _Service:
             for p, prompt in enumerate(prompts)
             for i in range(body.n)
         ]
-        sequences = Sequences(self.engine, self.submit_all(requests))
+        sequences = Choices(self.engine, self.submit_all(requests))
         prompt_tokens = sum(len(p) for p in prompts)
         self.metrics.prompt_tokens.inc(prompt_tokens)
         if body.stream:
@@ -235,7 +235,7 @@ class _Service:
             raise
         return handles
 
-    async def collect(self, sequences: Sequences) -> tuple[list[str], list[str], int]:
+    async def collect(self, sequences: Choices) -> tuple[list[str], list[str], int]:
         """(text, finish reason) of every choice and the tokens generated in all.
 
         Raises the first error any choice reports (the others are then cancelled).
@@ -257,7 +257,7 @@ class _Service:
         return ["".join(p) for p in pieces], reasons, completion_tokens
 
     async def stream(
-        self, sequences: Sequences, renderer: Renderer, prompt_tokens: int, include_usage: bool
+        self, sequences: Choices, renderer: Renderer, prompt_tokens: int, include_usage: bool
     ) -> AsyncGenerator[bytes, None]:
         """SSE body: opening chunks, deltas and finishes as they come, usage, [DONE].
 

@@ -112,7 +112,7 @@ def _compile(args: argparse.Namespace) -> int:
         "dense_table_bytes": dense,
         "cache_key": cache_key(constraint, vocab.fingerprint),
         "groups": table.num_groups,
-        "unique_masks": len(table.masks),
+        "unique_token_sets": len(table.token_sets),
         "rewrites": list(table.rewrites),
         "wall_seconds": round(wall, 4),
     }

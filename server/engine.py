@@ -35,7 +35,6 @@ from gclm.masking import (
     fill_unconstrained,
     mask_table,
 )
-from gclm.masking.slack import spread_slack
 from gclm.server.batch import KVBatch
 from gclm.server.interface import ErrorEvent, FinishEvent, GenerationRequest, StreamEvent
 from gclm.server.sampling import sample
@@ -227,16 +226,15 @@ class BatchEngine:
     def _mask(self, logits: torch.Tensor) -> None:
         batch = len(self._running)
         for row, seq in enumerate(self._running):
-            if seq.constraint is None:
+            if seq.constraint_state is None:
                 fill_unconstrained(self._bitmask, row, self.vocab.size)
             else:
-                fill_bitmask(self._bitmask, row, seq.constraint, seq.tokens_left)
+                fill_bitmask(self._bitmask, row, seq.constraint_state, seq.tokens_left)
         apply_bitmask(logits, self._bitmask[:batch])
         for row, seq in enumerate(self._running):
-            policy = seq.request.extra.get("slack_policy")  # opt-in, bench/budget.py's 4th arm
-            if policy is not None and seq.constraint is not None and seq.constraint.budget_aware:
-                c, budget = seq.constraint, seq.request.params.max_tokens
-                spread_slack(logits[row], c.table, c.state, seq.tokens_left, budget, policy)
+            state, policy = seq.constraint_state, seq.request.policy
+            if policy is not None and state is not None and state.budget_aware:
+                policy.adjust(logits[row], state, seq.tokens_left, seq.request.params.max_tokens)
 
     def _evict(self, done: list[Sequence]) -> None:
         if not done:

@@ -7,11 +7,12 @@ sequences on a model; tests use a scripted fake with the same methods.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.tables import CompiledTable
+from gclm.masking.policy import BudgetPolicy
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class GenerationRequest:
     table: CompiledTable | None = None  # None: unconstrained
     budget_aware: bool = True  # False: forward-only DFA mask (comparisons only)
     request_id: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    policy: BudgetPolicy | None = None  # reweights a budget-aware row's masked logits
 
 
 @dataclass(frozen=True)

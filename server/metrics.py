@@ -27,8 +27,8 @@ COMPILE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 
 # engine.stats() key -> (metric name, help, is a counter)
 _KNOWN_STATS = {
-    "queue_depth": ("gclm_queue_depth", "Sequences waiting for a batch slot.", False),
-    "batch_size": ("gclm_batch_size", "Sequences in the running batch.", False),
+    "queue_depth": ("gclm_queue_depth", "Choices waiting for a batch slot.", False),
+    "batch_size": ("gclm_batch_size", "Choices in the running batch.", False),
     "cache_hits": ("gclm_compile_cache_hits", "Constraint compilations served from cache.", True),
     "cache_misses": ("gclm_compile_cache_misses", "Constraint compilations run.", True),
 }

@@ -9,7 +9,7 @@ import torch
 
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import GclmError
-from gclm.masking import SequenceState
+from gclm.masking import ConstraintState
 from gclm.server.detokenize import TextStream
 from gclm.server.interface import (
     ErrorEvent,
@@ -35,7 +35,7 @@ class Sequence:
     loop: asyncio.AbstractEventLoop
     vocab: TokenVocabulary
     events: asyncio.Queue[StreamEvent] = field(default_factory=asyncio.Queue)
-    constraint: SequenceState | None = None
+    constraint_state: ConstraintState | None = None
     text: TextStream = field(init=False)
     generator: torch.Generator | None = None
     last_token: int = -1
@@ -46,7 +46,7 @@ class Sequence:
     def __post_init__(self) -> None:
         req = self.request
         if req.table is not None:
-            self.constraint = SequenceState(req.table, budget_aware=req.budget_aware)
+            self.constraint_state = ConstraintState(req.table, budget_aware=req.budget_aware)
         stop = () if req.table is not None else req.params.stop
         self.text = TextStream(self.vocab.token_bytes, stop)
         if req.params.seed is not None:
@@ -63,7 +63,7 @@ class Sequence:
         left = self.tokens_left
         self.generated += 1
         self.last_token = token
-        c = self.constraint
+        c = self.constraint_state
         if c is not None:
             c.advance(token, left if c.budget_aware else None)
             if c.finished:  # EOS, allowed only where the output is complete

@@ -1,6 +1,6 @@
 """One HTTP request's sequences: read together, cancelled together, sent as SSE.
 
-`Sequences` merges the engine streams of a request's choices (n > 1, several prompts) into
+`Choices` merges the engine streams of a request's choices (n > 1, several prompts) into
 one stream of `(choice index, event)` and cancels whatever has not finished when the reader
 stops for any reason. `until_disconnected` races work against the client going away, so a
 disconnect cancels generation at once rather than at the next write. `EventStreamResponse`
@@ -32,7 +32,7 @@ class ClientDisconnected(Exception):
     """The HTTP client went away before the response was complete."""
 
 
-class Sequences:
+class Choices:
     """The engine handles of one HTTP request; a handle's position is its choice index."""
 
     def __init__(self, engine: Engine, handles: list[Handle]) -> None:

@@ -54,7 +54,7 @@ def _canonical(table: CompiledTable) -> list[tuple]:
     queue, edges = [table.initial], []
     while queue:
         s = queue.pop(0)
-        tokens, nexts = table.row(s)
+        tokens, nexts = table.transitions(s)
         for t, n in zip(tokens.tolist(), nexts.tolist(), strict=True):
             if n not in order:
                 order[n] = len(order)
@@ -92,10 +92,10 @@ def test_reader_matches_get_transitions(constraint, embedded_vocab):
     assert fast.shortest_output == slow.shortest_output
     # Forward masks are the OR of the groups, and deduplicated.
     for s in range(fast.num_states):
-        tokens, _ = fast.row(s)
-        assert np.array_equal(fast.masks.tokens_of(int(fast.state_mask[s])), tokens)
-    packed = fast.masks.packed(np.arange(len(fast.masks)))
-    assert len({row.tobytes() for row in packed}) == len(fast.masks)
+        tokens, _ = fast.transitions(s)
+        assert np.array_equal(fast.token_sets.tokens_of(int(fast.state_set[s])), tokens)
+    packed = fast.token_sets.packed(np.arange(len(fast.token_sets)))
+    assert len({row.tobytes() for row in packed}) == len(fast.token_sets)
 
 
 def test_reader_refuses_an_unknown_layout(embedded_vocab):
@@ -111,5 +111,5 @@ def test_reader_retries_with_more_room(embedded_vocab):
     _, (blob,) = index.__reduce__()
     args = (blob, embedded_vocab.size, embedded_vocab.eos_token_id)
     roomy, cramped = parse_index_bytes(*args), parse_index_bytes(*args, id_cap=1, group_cap=1)
-    for name in ("accepting", "group_src", "group_next", "group_mask", "state_mask", "masks"):
+    for name in ("accepting", "group_src", "group_next", "group_set", "state_set", "packed_sets"):
         assert np.array_equal(getattr(roomy, name), getattr(cramped, name)), name

@@ -48,10 +48,10 @@ def test_empty_language_for_vocabulary_is_refused():
 def test_table_bytes_round_trip():
     table = compile_constraint(Constraint.regex("(ab|b)a?"), ABC)
     again = CompiledTable.from_bytes(table.to_bytes())
-    for name in ("accepting", "dist", "group_offsets", "group_next", "group_mask"):
+    for name in ("accepting", "dist", "group_offsets", "group_next", "group_set"):
         assert np.array_equal(getattr(table, name), getattr(again, name))
-    for name, array in table.masks.arrays().items():
-        assert np.array_equal(array, again.masks.arrays()[name])
+    for name, array in table.token_sets.arrays().items():
+        assert np.array_equal(array, again.token_sets.arrays()[name])
     assert (again.initial, again.shortest_output) == (table.initial, table.shortest_output)
 
 

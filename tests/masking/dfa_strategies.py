@@ -8,7 +8,13 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from gclm.compiler.tables import CompiledTable, build_table
-from gclm.masking import SequenceState, allocate_bitmask, apply_bitmask, check_budget, fill_bitmask
+from gclm.masking import (
+    ConstraintState,
+    allocate_bitmask,
+    apply_bitmask,
+    check_budget,
+    fill_bitmask,
+)
 
 
 def table_from_edges(
@@ -73,7 +79,7 @@ def random_tables(draw: st.DrawFn, max_states: int = 8, max_vocab: int = 70) -> 
 
 def reference_allowed(table: CompiledTable, state: int, tokens_left: int | None) -> set[int]:
     """Allowed tokens by the budget semantics, by a plain loop (slow, obviously right)."""
-    toks, nxt = table.row(state)
+    toks, nxt = table.transitions(state)
     allowed = {
         int(t)
         for t, n in zip(toks, nxt, strict=True)
@@ -98,11 +104,11 @@ def decode(
     seed: int,
     greedy: bool,
     logits_pad: int = 0,
-) -> tuple[list[int], SequenceState]:
+) -> tuple[list[int], ConstraintState]:
     """Generate with the masks from random logits; returns the non-EOS tokens and the state."""
     check_budget(table, budget)
     gen = torch.Generator().manual_seed(seed)
-    seq = SequenceState(table)
+    seq = ConstraintState(table)
     bitmask = allocate_bitmask(1, table.vocab_size)
     out: list[int] = []
     left = budget

@@ -9,7 +9,7 @@ from dfa_strategies import bits_of, table_from_edges
 
 from gclm.errors import InternalError
 from gclm.masking import (
-    SequenceState,
+    ConstraintState,
     allocate_bitmask,
     apply_bitmask,
     fill_bitmask,
@@ -35,7 +35,7 @@ def test_allocate_shape_and_dtype():
 
 def test_fill_rows_by_index(table):
     bitmask = allocate_bitmask(3, 40)
-    seq = SequenceState(table)
+    seq = ConstraintState(table)
     fill_bitmask(bitmask, 2, seq, 5)
     fill_unconstrained(bitmask, 0, 40)
     assert bits_of(bitmask[2]) == {0, 31, 32}
@@ -45,14 +45,14 @@ def test_fill_rows_by_index(table):
 
 def test_fill_forward_only_ignores_budget(table):
     bitmask = allocate_bitmask(1, 40)
-    fill_bitmask(bitmask, 0, SequenceState(table, budget_aware=False), None)
+    fill_bitmask(bitmask, 0, ConstraintState(table, budget_aware=False), None)
     assert bits_of(bitmask[0]) == {0, 31, 32}
 
 
 def test_fill_checks_width_and_finished(table):
     with pytest.raises(ValueError, match="allocate it with the tokenizer's vocab_size"):
-        fill_bitmask(allocate_bitmask(1, 100), 0, SequenceState(table), 1)
-    seq = SequenceState(table)
+        fill_bitmask(allocate_bitmask(1, 100), 0, ConstraintState(table), 1)
+    seq = ConstraintState(table)
     seq.advance(0)
     seq.advance(39)
     with pytest.raises(InternalError, match="already emitted EOS"):
@@ -62,14 +62,14 @@ def test_fill_checks_width_and_finished(table):
 def test_empty_row_raises_instead_of_masking_everything(table):
     # Non-accepting state 0 with no budget: every logit would be -inf, sampling NaN.
     with pytest.raises(InternalError, match="No token is allowed"):
-        fill_bitmask(allocate_bitmask(1, 40), 0, SequenceState(table), 0)
+        fill_bitmask(allocate_bitmask(1, 40), 0, ConstraintState(table), 0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_apply_masks_padded_logit_columns(table, dtype):
     # The model's output layer has 64 columns for a 40-token vocabulary.
     bitmask = allocate_bitmask(2, 40)
-    fill_bitmask(bitmask, 0, SequenceState(table), 1)
+    fill_bitmask(bitmask, 0, ConstraintState(table), 1)
     fill_unconstrained(bitmask, 1, 40)
     logits = torch.zeros(2, 64, dtype=dtype)  # [B, V_logits]
     apply_bitmask(logits, bitmask)
@@ -81,7 +81,7 @@ def test_apply_masks_padded_logit_columns(table, dtype):
 
 def test_apply_keeps_allowed_values_and_fewer_logits_than_bits(table):
     bitmask = allocate_bitmask(1, 40)
-    fill_bitmask(bitmask, 0, SequenceState(table), 1)
+    fill_bitmask(bitmask, 0, ConstraintState(table), 1)
     logits = torch.arange(33, dtype=torch.float32)[None]  # [1, 33]: fewer columns than 64 bits
     apply_bitmask(logits, bitmask)
     assert logits[0, 0] == 0 and logits[0, 31] == 31 and logits[0, 32] == 32
@@ -114,7 +114,7 @@ def test_numpy_and_torch_paths_agree():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_apply_on_cuda(table):
     bitmask = allocate_bitmask(1, 40)
-    fill_bitmask(bitmask, 0, SequenceState(table), 1)
+    fill_bitmask(bitmask, 0, ConstraintState(table), 1)
     logits = torch.zeros(1, 64, device="cuda")
     apply_bitmask(logits, bitmask)
     assert torch.nonzero(torch.isfinite(logits[0])).flatten().tolist() == [0, 31, 32]

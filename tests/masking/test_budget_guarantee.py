@@ -13,7 +13,7 @@ from gclm.errors import BudgetTooSmallError
 def accepts(table, tokens: list[int]) -> bool:
     state = table.initial
     for t in tokens:
-        toks, nxt = table.row(state)
+        toks, nxt = table.transitions(state)
         hit = [int(n) for tok, n in zip(toks, nxt, strict=True) if tok == t]
         if not hit:
             return False

@@ -234,7 +234,7 @@ def test_rows_that_ended_survive_min_new_tokens(model, tokenizer, vocab, regex):
 
 def test_processor_that_removes_every_allowed_token_is_reported(model, tokenizer, vocab):
     table = table_from_regex("ab", vocab)
-    first = table.row(table.initial)[0].tolist()  # every token that can start "ab"
+    first = table.transitions(table.initial)[0].tolist()  # every token that can start "ab"
     c = HFConstraint.from_table(table, 8, tokenizer.pad_token_id)
     with pytest.raises(InternalError, match="no token left with a finite score"):
         generate(model, tokenizer, PROMPTS, c, 8, suppress_tokens=first)

@@ -131,8 +131,8 @@ def test_next_state_in_every_set_form():
     edges |= {(1, t): 3 for t in range(vocab - 1) if t not in (5, 7)}  # a complement
     edges |= {(1, 5): 2, (2, 10): 3, (2, 11): 3, (3, 7): 3, (3, 8): 0}
     table = table_from_edges(vocab, eos, 4, [3], [(s, t, n) for (s, t), n in edges.items()])
-    pool = table.masks
-    assert pool.complement.any() and pool.is_packed(int(table.state_mask[0]))
+    pool = table.token_sets
+    assert pool.complement.any() and pool.is_packed(int(table.state_set[0]))
     assert max(pool.listed(i).size for i in range(len(pool))) == 100
     masks = MaskTable(table)
     for s in range(4):

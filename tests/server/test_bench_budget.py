@@ -12,7 +12,7 @@ import torch
 from bench import budget
 from bench import budget_metrics as metrics
 from gclm.compiler.tables import build_table
-from gclm.masking import SequenceState, allocate_bitmask, apply_bitmask, fill_bitmask
+from gclm.masking import ConstraintState, allocate_bitmask, apply_bitmask, fill_bitmask
 from gclm.masking.slack import SlackPolicy, slack_penalties, spread_slack
 
 PERSON = {
@@ -230,7 +230,7 @@ def test_slack_penalty_targets_tokens_that_eat_the_reserve():
     # away from acceptance: not lateral, never penalised.
     rows, pens = slack_penalties(table, 0, 5, 5, policy)
     assert np.allclose(sorted(pens.tolist()), [0.4, 0.4])
-    penalised = np.concatenate([table.masks.tokens_of(r) for r in rows.tolist()])
+    penalised = np.concatenate([table.token_sets.tokens_of(r) for r in rows.tolist()])
     assert sorted(penalised.tolist()) == [1, 3, 4]  # a, c, d; not e (35) nor f (6)
     # Two tokens later (3 left, still in state 0) the slack is 1 against 4 * 2/5 = 1.6.
     rows, pens = slack_penalties(table, 0, 3, 5, policy)
@@ -247,7 +247,7 @@ def test_slack_penalty_never_changes_the_allowed_set(reserve):
     for budget_ in range(table.min_tokens, 8):
         for state in range(table.num_states):
             for left in range(max(1, int(table.dist[state])), budget_ + 1):
-                seq = SequenceState(table)
+                seq = ConstraintState(table)
                 seq.state = state
                 bitmask = allocate_bitmask(1, table.vocab_size)
                 fill_bitmask(bitmask, 0, seq, left)

@@ -17,7 +17,7 @@ def check_budget(table: CompiledTable, budget: int, param: str = "max_tokens") -
         raise BudgetTooSmallError(table.min_tokens, budget, param=param)
 
 
-class SequenceState:
+class ConstraintState:
     """Where one sequence stands in its constraint's DFA.
 
     Budget semantics: with `r` tokens left (counting the one being sampled), token `v` is
@@ -26,11 +26,11 @@ class SequenceState:
     `budget_aware` only requires that `delta(s, v)` exists.
     """
 
-    __slots__ = ("table", "masks", "budget_aware", "state", "finished", "num_tokens")
+    __slots__ = ("table", "mask_table", "budget_aware", "state", "finished", "num_tokens")
 
     def __init__(self, table: CompiledTable, budget_aware: bool = True) -> None:
         self.table = table
-        self.masks: MaskTable = mask_table(table)
+        self.mask_table: MaskTable = mask_table(table)
         self.budget_aware = budget_aware
         self.state = table.initial
         self.finished = False  # EOS consumed
@@ -38,19 +38,19 @@ class SequenceState:
 
     def __repr__(self) -> str:
         return (
-            f"SequenceState(state={self.state}, accepting={self.is_accepting}, "
+            f"ConstraintState(state={self.state}, accepting={self.is_accepting}, "
             f"finished={self.finished}, num_tokens={self.num_tokens})"
         )
 
     @property
     def is_accepting(self) -> bool:
         """Whether the text so far is a complete output of the constraint."""
-        return self.masks.is_accepting(self.state)
+        return self.mask_table.is_accepting(self.state)
 
     @property
     def dist(self) -> int:
         """Fewest further tokens that reach acceptance (0 when accepting)."""
-        return self.masks.dist(self.state)
+        return self.mask_table.dist(self.state)
 
     def must_stop(self, tokens_left: int) -> bool:
         """True when the sequence has to end now: EOS consumed, or accepting with no budget
@@ -59,7 +59,7 @@ class SequenceState:
             return True
         if not self.is_accepting:
             return False
-        return tokens_left <= 0 or not self.masks.has_tokens(self.state)
+        return tokens_left <= 0 or not self.mask_table.has_tokens(self.state)
 
     def advance(self, token_id: int, tokens_left: int | None = None) -> None:
         """Consume one sampled token: one gather over the state's successor groups.
@@ -82,17 +82,17 @@ class SequenceState:
                 )
             self.finished = True
             return
-        nxt = self.masks.next_state(self.state, token_id)
+        nxt = self.mask_table.next_state(self.state, token_id)
         if nxt < 0:
             raise InternalError(
                 f"Token {token_id} is not allowed in state {self.state}: it was sampled "
                 "outside the mask."
             )
         if self.budget_aware and tokens_left is not None:
-            if self.masks.dist(nxt) > tokens_left - 1:
+            if self.mask_table.dist(nxt) > tokens_left - 1:
                 raise InternalError(
                     f"Token {token_id} leads to state {nxt}, which needs "
-                    f"{self.masks.dist(nxt)} more tokens, but only {tokens_left - 1} are left."
+                    f"{self.mask_table.dist(nxt)} more tokens, but only {tokens_left - 1} are left."
                 )
         self.state = nxt
         self.num_tokens += 1

@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-# Names of the arrays, as stored in a table's .npz (prefixed with "mask_").
+# Names of the arrays, as stored in a table's .npz (prefixed with "set_").
 ARRAYS = ("offsets", "tokens", "complement", "dense_row", "dense")
 
 
@@ -56,7 +56,7 @@ def spans(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
-class MaskPool:
+class TokenSets:
     """`M` distinct token sets over token ids `0..vocab_size-1`.
 
     Set `i` is stored one of three ways:
@@ -74,7 +74,7 @@ class MaskPool:
     dense: np.ndarray  # int32 [D, W]
 
     @classmethod
-    def from_packed(cls, packed: np.ndarray, vocab_size: int) -> MaskPool:
+    def from_packed(cls, packed: np.ndarray, vocab_size: int) -> TokenSets:
         """Store packed int32 rows [M, W] (no bits at or past `vocab_size`) compactly."""
         width = words_for(vocab_size)
         packed = np.ascontiguousarray(packed, dtype=np.int32).reshape(-1, width)
@@ -108,7 +108,7 @@ class MaskPool:
         )
 
     @classmethod
-    def from_token_sets(cls, sets: list[list[int]], vocab_size: int) -> MaskPool:
+    def from_token_sets(cls, sets: list[list[int]], vocab_size: int) -> TokenSets:
         """A pool of the given token sets, in order (for tests and hand-made tables)."""
         packed = np.zeros((len(sets), words_for(vocab_size)), dtype=np.uint32)
         for i, tokens in enumerate(sets):
@@ -203,11 +203,11 @@ class MaskPool:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The pool's arrays, named as a table's .npz stores them."""
-        return {f"mask_{name}": getattr(self, name) for name in ARRAYS}
+        return {f"set_{name}": getattr(self, name) for name in ARRAYS}
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], vocab_size: int) -> MaskPool:
-        pool = cls(vocab_size=vocab_size, **{name: arrays[f"mask_{name}"] for name in ARRAYS})
+    def from_arrays(cls, arrays: dict[str, np.ndarray], vocab_size: int) -> TokenSets:
+        pool = cls(vocab_size=vocab_size, **{name: arrays[f"set_{name}"] for name in ARRAYS})
         if pool.offsets.shape[0] != len(pool) + 1 or pool.dense.shape[1:] != (pool.width,):
-            raise ValueError("mask arrays do not fit together: the file is damaged")
+            raise ValueError("token-set arrays do not fit together: the file is damaged")
         return pool

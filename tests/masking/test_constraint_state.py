@@ -1,4 +1,4 @@
-"""SequenceState: advancing through the CSR rows, EOS, and when a sequence must stop."""
+"""ConstraintState: advancing through the CSR rows, EOS, and when a sequence must stop."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from dfa_strategies import table_from_edges
 
 from gclm.errors import BudgetTooSmallError, InternalError
-from gclm.masking import SequenceState, check_budget
+from gclm.masking import ConstraintState, check_budget
 
 A, B, EOS = 0, 1, 2
 
@@ -24,7 +24,7 @@ def a_plus():
 
 
 def test_advance_follows_transitions(b_or_ab):
-    seq = SequenceState(b_or_ab)
+    seq = ConstraintState(b_or_ab)
     assert seq.state == b_or_ab.initial and not seq.is_accepting and seq.dist == 1
     seq.advance(A)
     assert seq.state == 1 and seq.num_tokens == 1
@@ -35,7 +35,7 @@ def test_advance_follows_transitions(b_or_ab):
 
 
 def test_disallowed_token_raises(b_or_ab):
-    seq = SequenceState(b_or_ab)
+    seq = ConstraintState(b_or_ab)
     seq.advance(A)
     with pytest.raises(InternalError, match="Token 0 is not allowed in state 1"):
         seq.advance(A)
@@ -44,11 +44,11 @@ def test_disallowed_token_raises(b_or_ab):
 
 def test_eos_outside_acceptance_raises(b_or_ab):
     with pytest.raises(InternalError, match="EOS sampled in non-accepting state"):
-        SequenceState(b_or_ab).advance(EOS)
+        ConstraintState(b_or_ab).advance(EOS)
 
 
 def test_token_after_eos_raises(a_plus):
-    seq = SequenceState(a_plus)
+    seq = ConstraintState(a_plus)
     seq.advance(A)
     seq.advance(EOS)
     with pytest.raises(InternalError, match="after EOS"):
@@ -56,19 +56,19 @@ def test_token_after_eos_raises(a_plus):
 
 
 def test_advance_checks_budget_when_given(b_or_ab):
-    seq = SequenceState(b_or_ab)
+    seq = ConstraintState(b_or_ab)
     with pytest.raises(InternalError, match="needs 1 more tokens, but only 0 are left"):
         seq.advance(A, tokens_left=1)
-    SequenceState(b_or_ab, budget_aware=False).advance(A, tokens_left=1)  # forward-only
+    ConstraintState(b_or_ab, budget_aware=False).advance(A, tokens_left=1)  # forward-only
 
 
 def test_must_stop(b_or_ab, a_plus):
-    seq = SequenceState(a_plus)
+    seq = ConstraintState(a_plus)
     assert not seq.must_stop(0)  # not accepting: cannot stop (the mask will raise)
     seq.advance(A)
     assert not seq.must_stop(3)  # accepting, could go on
     assert seq.must_stop(0)  # accepting, budget spent
-    done = SequenceState(b_or_ab)
+    done = ConstraintState(b_or_ab)
     done.advance(B)
     assert done.must_stop(5)  # accepting with no outgoing token
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gclm.compiler.maskpool import MaskPool, unpack_row, words_for
+from gclm.compiler.token_sets import TokenSets, unpack_row, words_for
 
 # 100 tokens: 4 words per packed row, so sets of < 4 tokens are listed, sets lacking < 4
 # tokens are listed as complements, and the rest are packed.
@@ -16,7 +16,7 @@ V = 100
 
 def test_each_set_takes_its_smallest_form():
     sets = [[], [7], [0, 50, 99], list(range(V)), [t for t in range(V) if t != 42], list(range(50))]
-    pool = MaskPool.from_token_sets(sets, V)
+    pool = TokenSets.from_token_sets(sets, V)
     assert pool.dense_row.tolist() == [-1, -1, -1, -1, -1, 0]
     assert pool.complement.tolist() == [False, False, False, True, True, False]
     assert [pool.listed(i).tolist() for i in range(5)] == [[], [7], [0, 50, 99], [], [42]]
@@ -28,7 +28,7 @@ def test_each_set_takes_its_smallest_form():
 
 def test_complement_sets_no_bit_past_the_vocabulary():
     # 70 tokens: the last word has 6 valid bits; a full set must not set the other 26.
-    pool = MaskPool.from_token_sets([list(range(70))], 70)
+    pool = TokenSets.from_token_sets([list(range(70))], 70)
     assert pool.complement[0]
     row = pool.packed([0])[0]
     assert unpack_row(row).tolist() == list(range(70))
@@ -36,7 +36,7 @@ def test_complement_sets_no_bit_past_the_vocabulary():
 
 
 def test_empty_pool():
-    pool = MaskPool.from_token_sets([], V)
+    pool = TokenSets.from_token_sets([], V)
     assert len(pool) == 0
     assert pool.packed([]).shape == (0, words_for(V))
 
@@ -54,7 +54,7 @@ token_sets = st.lists(
 @given(token_sets)
 @settings(max_examples=200, deadline=None)
 def test_every_form_answers_like_the_packed_row(sets):
-    pool = MaskPool.from_token_sets([sorted(s) for s in sets], V)
+    pool = TokenSets.from_token_sets([sorted(s) for s in sets], V)
     packed = pool.packed(np.arange(len(sets)))
     for i, s in enumerate(sets):
         expected = sorted(s)
@@ -70,14 +70,14 @@ def test_every_form_answers_like_the_packed_row(sets):
 @given(token_sets)
 @settings(max_examples=50, deadline=None)
 def test_packed_round_trip(sets):
-    pool = MaskPool.from_token_sets([sorted(s) for s in sets], V)
-    again = MaskPool.from_packed(pool.packed(np.arange(len(sets))), V)
+    pool = TokenSets.from_token_sets([sorted(s) for s in sets], V)
+    again = TokenSets.from_packed(pool.packed(np.arange(len(sets))), V)
     for name, array in pool.arrays().items():
         assert np.array_equal(array, again.arrays()[name])
 
 
 def test_damaged_arrays_are_refused():
-    arrays = MaskPool.from_token_sets([[1], [2, 3]], V).arrays()
-    arrays["mask_offsets"] = arrays["mask_offsets"][:-1]
+    arrays = TokenSets.from_token_sets([[1], [2, 3]], V).arrays()
+    arrays["set_offsets"] = arrays["set_offsets"][:-1]
     with pytest.raises(ValueError, match="damaged"):
-        MaskPool.from_arrays(arrays, V)
+        TokenSets.from_arrays(arrays, V)
