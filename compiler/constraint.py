@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,8 @@ from gclm.errors import ConstraintError
 DEFAULT_WHITESPACE = r"[ ]?"
 
 KINDS = ("json_schema", "json_object", "regex", "choice")
+# The keys of a structured-outputs dict, each naming one kind of constraint.
+STRUCTURED_KEYS = ("json", "regex", "choice")
 
 
 @dataclass(frozen=True)
@@ -77,3 +80,80 @@ class Constraint:
 def canonical_json(value: Any) -> str:
     """Compact JSON. Not key-sorted: property order is part of a schema's meaning here."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def parse_constraint(
+    spec: Mapping[str, Any] | Constraint, *, whitespace: str = DEFAULT_WHITESPACE
+) -> Constraint:
+    """The one reader of constraint dicts, for the HTTP layer, the transformers adapter and
+    the CLI alike.
+
+    Accepts an OpenAI `response_format` (`{"type": "json_schema", "json_schema": {"name":
+    ..., "schema": {...}}}` or `{"type": "json_object"}`), a structured-outputs dict with
+    exactly one of `{"json": schema}`, `{"regex": pattern}`, `{"choice": [...]}`, or a
+    Constraint (returned as is). `whitespace` applies to JSON constraints.
+
+    Raises:
+        ConstraintError: anything else; its `param` is the key inside `spec` that is wrong
+            (e.g. "json_schema.schema", "regex"), or None when `spec` as a whole is.
+    """
+    if isinstance(spec, Constraint):
+        return spec
+    if not isinstance(spec, Mapping):
+        raise ConstraintError(
+            f"A constraint must be a dict, got {type(spec).__name__}: pass a response_format "
+            'such as {"type": "json_object"} or {"regex": "..."}.'
+        )
+    if "type" in spec:
+        return _response_format(spec, whitespace)
+    keys = [k for k in STRUCTURED_KEYS if spec.get(k) is not None]
+    unknown = sorted(set(spec) - set(STRUCTURED_KEYS))
+    if unknown:
+        raise ConstraintError(
+            f"Unknown constraint key {unknown[0]!r}: use exactly one of "
+            f"{', '.join(STRUCTURED_KEYS)}.",
+            param=unknown[0],
+            code="unknown_parameter",
+        )
+    if len(keys) != 1:
+        raise ConstraintError(
+            f"A constraint needs exactly one of {', '.join(STRUCTURED_KEYS)}; got "
+            f"{', '.join(keys) or 'none'}.",
+            code="invalid_structured_outputs",
+        )
+    key = keys[0]
+    value = spec[key]
+    try:
+        if key == "json":
+            return Constraint.json_schema(value, whitespace)
+        if key == "regex":
+            return Constraint.regex(value)
+        return Constraint.choice(value)
+    except ConstraintError as e:
+        e.param = key
+        raise
+
+
+def _response_format(spec: Mapping[str, Any], whitespace: str) -> Constraint:
+    kind = spec["type"]
+    if kind == "json_object":
+        return Constraint.json_object(whitespace)
+    if kind != "json_schema":
+        raise ConstraintError(
+            f"response_format type {kind!r} is not a constraint; use 'json_schema' or "
+            "'json_object' (for free text, send no constraint).",
+            param="type",
+        )
+    body = spec.get("json_schema")
+    if not isinstance(body, Mapping) or body.get("schema") is None:
+        raise ConstraintError(
+            'response_format of type "json_schema" needs '
+            '"json_schema": {"name": ..., "schema": {...}}.',
+            param="json_schema.schema",
+            code="missing_required_parameter",
+        )
+    try:
+        return Constraint.json_schema(body["schema"], whitespace)
+    except ConstraintError as e:
+        e.param = "json_schema.schema"
+        raise

@@ -12,8 +12,10 @@
     ├── ModelLoadError             500  the model or tokenizer could not be loaded
     └── InternalError              500  an invariant broke (an empty mask, a disallowed token)
 
-Each message says what was wrong and how to fix it. `server/errors.py` turns these into
-OpenAI-shaped HTTP errors; the CLI prints `message` on one line.
+Each message says what was wrong and how to fix it. `gclm/server/http_errors.py` turns these
+into OpenAI-shaped HTTP errors; the CLI prints `message` on one line. A ConstraintError's
+`param` is where in the constraint the problem is (None: the whole); the HTTP layer prefixes
+it with the request field the constraint came from.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class ConstraintError(GclmError):
         self,
         message: str,
         *,
-        param: str | None = "response_format",
+        param: str | None = None,
         code: str | None = "invalid_constraint",
     ):
         super().__init__(message, param=param, code=code)

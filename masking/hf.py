@@ -29,58 +29,11 @@ from transformers import (
     StoppingCriteriaList,
 )
 
-from gclm.compiler.constraint import Constraint
+from gclm.compiler.constraint import parse_constraint
 from gclm.compiler.tables import CompiledTable
-from gclm.errors import ConstraintError, InternalError
+from gclm.errors import InternalError
 from gclm.masking.bitmask import allocate_bitmask, apply_bitmask, fill_bitmask, fill_unconstrained
 from gclm.masking.state import ConstraintState, check_budget
-
-_STRUCTURED_KEYS = ("json", "regex", "choice")
-
-
-def parse_constraint(spec: Any) -> Constraint:
-    """An OpenAI `response_format` or a structured-outputs dict, as a Constraint.
-
-    Accepts `{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}`,
-    `{"type": "json_object"}`, `{"json": schema}`, `{"regex": pattern}`,
-    `{"choice": [...]}`, or a Constraint. Raises ConstraintError for anything else.
-    """
-    if isinstance(spec, Constraint):
-        return spec
-    if not isinstance(spec, dict):
-        raise ConstraintError(
-            f"A constraint must be a dict, got {type(spec).__name__}: pass a response_format "
-            'such as {"type": "json_object"} or {"regex": "..."}.'
-        )
-    kind = spec.get("type")
-    if kind == "json_object":
-        return Constraint.json_object()
-    if kind == "json_schema":
-        body = spec.get("json_schema")
-        if not isinstance(body, dict) or "schema" not in body:
-            raise ConstraintError(
-                'response_format of type "json_schema" needs '
-                '"json_schema": {"name": ..., "schema": {...}}.'
-            )
-        return Constraint.json_schema(body["schema"])
-    if kind is not None:
-        raise ConstraintError(
-            f"response_format type {kind!r} is not a constraint; use 'json_schema' or "
-            "'json_object' (for free text, call generate() without create_constraint)."
-        )
-    keys = [k for k in _STRUCTURED_KEYS if k in spec]
-    if len(keys) != 1 or len(spec) != 1:
-        raise ConstraintError(
-            f"A structured-outputs dict needs exactly one of {_STRUCTURED_KEYS}; got "
-            f"{sorted(spec)}."
-        )
-    value = spec[keys[0]]
-    if keys[0] == "json":
-        return Constraint.json_schema(value)
-    if keys[0] == "regex":
-        return Constraint.regex(value)
-    return Constraint.choice(value)
-
 
 _VOCABS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
@@ -102,7 +55,8 @@ def create_constraint(tokenizer: Any, constraint: Any, max_new_tokens: int) -> H
 
     Args:
         tokenizer: the model's Hugging Face tokenizer (it must define an EOS token).
-        constraint: see `parse_constraint`.
+        constraint: a response_format or structured-outputs dict, or a Constraint (see
+            `gclm.compiler.constraint.parse_constraint`).
         max_new_tokens: the budget; pass the same value to `generate()`.
     Raises:
         ConstraintError: the constraint is malformed or cannot be compiled.

@@ -21,10 +21,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import (
     AuthenticationError,
-    BudgetTooSmallError,
     ConstraintError,
     ModelNotFoundError,
 )
+from gclm.masking import check_budget
 from gclm.server.constraints import ConstraintSpec, constraint_spec, with_param
 from gclm.server.http_errors import as_gclm_error, install_error_handlers
 from gclm.server.interface import (
@@ -219,8 +219,8 @@ class _Service:
             return max(
                 s.constrained_max_tokens_floor, s.constrained_max_tokens_factor * table.min_tokens
             )
-        if table is not None and budget_aware and table.min_tokens > requested:
-            raise BudgetTooSmallError(table.min_tokens, requested, param)
+        if table is not None and budget_aware:
+            check_budget(table, requested, param)
         return requested
 
     def submit_all(self, requests: list[GenerationRequest]) -> list[Handle]:

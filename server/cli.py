@@ -72,17 +72,18 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _constraint(args: argparse.Namespace) -> Any:
-    from gclm.compiler.constraint import DEFAULT_WHITESPACE, Constraint
+    from gclm.compiler.constraint import DEFAULT_WHITESPACE, parse_constraint
 
     if args.json_schema is not None:
         try:
-            text = args.json_schema.read_text()
+            spec = {"json": args.json_schema.read_text()}
         except OSError as e:
             raise ValueError(f"cannot read {args.json_schema}: {e.strerror}") from None
-        return Constraint.json_schema(text, args.whitespace or DEFAULT_WHITESPACE)
-    if args.regex is not None:
-        return Constraint.regex(args.regex)
-    return Constraint.choice(args.choice)
+    elif args.regex is not None:
+        spec = {"regex": args.regex}
+    else:
+        spec = {"choice": args.choice}
+    return parse_constraint(spec, whitespace=args.whitespace or DEFAULT_WHITESPACE)
 
 
 def _compile(args: argparse.Namespace) -> int:

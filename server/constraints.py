@@ -2,9 +2,10 @@
 
 A constraint comes from exactly one of: `response_format` (json_object / json_schema), the
 `structured_outputs` extension ({json | regex | choice, budget_aware}), or vLLM's older
-`guided_json` / `guided_regex` / `guided_choice`. Errors name the parameter the constraint
-came from, e.g. `structured_outputs.regex`, both when the constraint is malformed here and
-when the engine fails to compile it.
+`guided_json` / `guided_regex` / `guided_choice`. Each is read by the one constraint parser,
+`gclm.compiler.constraint.parse_constraint`. Errors name the parameter the constraint came
+from, e.g. `structured_outputs.regex`, both when the constraint is malformed here and when
+the engine fails to compile it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gclm.compiler.constraint import Constraint
+from gclm.compiler.constraint import STRUCTURED_KEYS, Constraint, parse_constraint
 from gclm.errors import ConstraintError, InvalidRequestError
 from gclm.server.protocol import OpenAIRequest, ResponseFormat, StructuredOutputs
 
@@ -31,8 +32,8 @@ class ConstraintSpec:
 def constraint_spec(request: OpenAIRequest) -> ConstraintSpec | None:
     """The constraint `request` asks for, or None for free text.
 
-    Raises InvalidRequestError when more than one source sets a constraint or a source is
-    incomplete, and ConstraintError (param naming the source) when it is malformed.
+    Raises InvalidRequestError when more than one source sets a constraint, and
+    ConstraintError (param naming the source) when one is malformed or incomplete.
     """
     fmt = request.response_format
     sources: dict[str, Any] = {
@@ -52,63 +53,35 @@ def constraint_spec(request: OpenAIRequest) -> ConstraintSpec | None:
             code="conflicting_parameters",
         )
     source, value = given[0]
-    param, kind, argument, budget_aware = _READERS[source](value)
+    body, budget_aware = _READERS[source](value)
+    nested = source in ("response_format", "structured_outputs")
     try:
-        return ConstraintSpec(_FACTORIES[kind](argument), param, budget_aware)
+        constraint = parse_constraint(body)
     except ConstraintError as e:
-        raise with_param(e, param) from None
+        where = f"{source}.{e.param}" if nested and e.param else source
+        raise with_param(e, where) from None
+    param = source
+    if source == "structured_outputs":
+        param += "." + next(k for k in STRUCTURED_KEYS if body.get(k) is not None)
+    return ConstraintSpec(constraint, param, budget_aware)
 
 
-# What a constraint source asks for: (the param its errors name, a Constraint factory's name,
-# the factory's argument, budget_aware).
-_Source = tuple[str, str, Any, bool]
-
-_FACTORIES: dict[str, Callable[[Any], Constraint]] = {
-    "json_schema": Constraint.json_schema,
-    "json_object": lambda _: Constraint.json_object(),
-    "regex": Constraint.regex,
-    "choice": Constraint.choice,
-}
+def _read_response_format(fmt: ResponseFormat) -> tuple[dict[str, Any], bool]:
+    return fmt.model_dump(by_alias=True, exclude_none=True), True
 
 
-def _read_response_format(fmt: ResponseFormat) -> _Source:
-    if fmt.type == "json_object":
-        return "response_format", "json_object", None, True
-    schema = fmt.json_schema.schema_ if fmt.json_schema else None
-    if schema is None:
-        raise InvalidRequestError(
-            "response_format of type json_schema needs json_schema.schema: "
-            '{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}.',
-            param="response_format.json_schema.schema",
-            code="missing_required_parameter",
-        )
-    return "response_format", "json_schema", schema, True
+def _read_structured_outputs(so: StructuredOutputs) -> tuple[dict[str, Any], bool]:
+    body = so.model_dump(by_alias=True, exclude_none=True, exclude={"budget_aware"})
+    return body, so.budget_aware
 
 
-def _read_structured_outputs(so: StructuredOutputs) -> _Source:
-    kinds: dict[str, tuple[str, Any]] = {
-        "json": ("json_schema", so.json_),
-        "regex": ("regex", so.regex),
-        "choice": ("choice", so.choice),
-    }
-    given = [name for name, (_, value) in kinds.items() if value is not None]
-    if len(given) != 1:
-        raise InvalidRequestError(
-            "structured_outputs needs exactly one of json, regex or choice; got "
-            f"{', '.join(given) or 'none'}.",
-            param="structured_outputs",
-            code="invalid_structured_outputs",
-        )
-    kind, value = kinds[given[0]]
-    return f"structured_outputs.{given[0]}", kind, value, so.budget_aware
-
-
-_READERS: dict[str, Callable[[Any], _Source]] = {
+# Each source as (the dict parse_constraint reads, budget_aware).
+_READERS: dict[str, Callable[[Any], tuple[dict[str, Any], bool]]] = {
     "response_format": _read_response_format,
     "structured_outputs": _read_structured_outputs,
-    "guided_json": lambda v: ("guided_json", "json_schema", v, True),
-    "guided_regex": lambda v: ("guided_regex", "regex", v, True),
-    "guided_choice": lambda v: ("guided_choice", "choice", v, True),
+    "guided_json": lambda v: ({"json": v}, True),
+    "guided_regex": lambda v: ({"regex": v}, True),
+    "guided_choice": lambda v: ({"choice": v}, True),
 }
 
 

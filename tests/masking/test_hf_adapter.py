@@ -10,44 +10,16 @@ import torch
 from outlines_core.json_schema import build_regex_from_schema
 from outlines_tables import table_from_regex
 
-from gclm.compiler.constraint import Constraint
-from gclm.errors import BudgetTooSmallError, ConstraintError, InternalError
+from gclm.errors import BudgetTooSmallError, InternalError
 
 transformers = pytest.importorskip("transformers")
-from gclm.masking.hf import HFConstraint, create_constraint, parse_constraint  # noqa: E402
+from gclm.masking.hf import HFConstraint, create_constraint  # noqa: E402
 
 SCHEMA = {
     "type": "object",
     "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
     "required": ["name", "age"],
 }
-
-
-def test_parse_constraint_forms():
-    schema_rf = {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}}
-    assert parse_constraint(schema_rf) == Constraint.json_schema(SCHEMA)
-    assert parse_constraint({"json": SCHEMA}) == Constraint.json_schema(SCHEMA)
-    assert parse_constraint({"json": json.dumps(SCHEMA)}) == Constraint.json_schema(SCHEMA)
-    assert parse_constraint({"type": "json_object"}) == Constraint.json_object()
-    assert parse_constraint({"regex": "[ab]+"}) == Constraint.regex("[ab]+")
-    assert parse_constraint({"choice": ["yes", "no"]}) == Constraint.choice(["yes", "no"])
-    c = Constraint.regex("x")
-    assert parse_constraint(c) is c
-
-
-@pytest.mark.parametrize(
-    "bad",
-    [
-        "json",
-        {"type": "text"},
-        {"type": "json_schema", "json_schema": {"name": "x"}},
-        {"regex": "a", "choice": ["a"]},
-        {"grammar": "root ::= 'a'"},
-    ],
-)
-def test_parse_constraint_rejects(bad):
-    with pytest.raises(ConstraintError):
-        parse_constraint(bad)
 
 
 def allowed_columns(scores):
