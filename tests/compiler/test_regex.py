@@ -10,7 +10,9 @@ import outlines_core
 import pytest
 
 from gclm.compiler.constraint import Constraint
-from gclm.compiler.regex import JSON_OBJECT_DEPTH, RegexResult, check_regex, to_regex
+from gclm.compiler.json_schema import JSON_OBJECT_DEPTH
+from gclm.compiler.regex import RegexResult, to_regex
+from gclm.compiler.rust_regex import check_regex
 from gclm.errors import ConstraintError
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gclm.compiler.schema_ops import Node, escape_pointer
+from gclm.compiler.json_schema.ops import Node, escape_pointer
 from gclm.errors import UnsupportedSchemaError
 
 

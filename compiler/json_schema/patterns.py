@@ -57,7 +57,6 @@ FORMATS: dict[str, str] = {
 }
 
 _MAX_CHAR = 0x10FFFF
-_ANY_CHAR = [(0, _MAX_CHAR)]
 _NOTHING = r"[^\x00-\U0010FFFF]"
 # ECMA-262 classes (JSON Schema patterns are ECMA-262 regexes): ASCII \d and \w, and
 # \s with the Unicode spaces and line terminators.

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 from functools import reduce
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from gclm.compiler.schema_ops import (
+from gclm.compiler.json_schema.ops import (
     Node,
     any_node,
     array_of,
@@ -20,13 +20,26 @@ from gclm.compiler.schema_ops import (
     meet,
     object_of,
 )
+from gclm.compiler.json_schema.proofs import Prover
 from gclm.errors import UnsupportedSchemaError
 
-if TYPE_CHECKING:
-    from gclm.compiler.schema import Normalizer
+
+class Subschemas(Protocol):
+    """What object_node needs from the normaliser (normalize.Normalizer implements it)."""
+
+    any_depth: int
+    prover: Prover
+
+    def schema(self, s: Any, ptr: str) -> Node | None:
+        """The node of subschema `s` at pointer `ptr`."""
+        ...
+
+    def note(self, pointer: str, text: str) -> None:
+        """Record a rewrite the user is told about."""
+        ...
 
 
-def object_node(self: Normalizer, s: dict[str, Any], ptr: str) -> Node | None:
+def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
     """The node for `s` as an object: declared properties, or free keys.
 
     Required names that are not declared get their schema from patternProperties or

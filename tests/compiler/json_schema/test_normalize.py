@@ -8,8 +8,8 @@ import re
 import pytest
 
 from gclm.compiler.constraint import Constraint
+from gclm.compiler.json_schema.normalize import SchemaLimits, normalize_schema
 from gclm.compiler.regex import to_regex
-from gclm.compiler.schema import SchemaLimits, normalize_schema
 from gclm.errors import ConstraintError, UnsupportedSchemaError
 
 ANY_1 = {

@@ -1,6 +1,6 @@
 """Set operations on normalised schema nodes: union, intersection, membership, rejection.
 
-A node is what `compiler/schema.py` builds: `None` (no value), `{"anyOf": [...]}`,
+A node is what `compiler/json_schema/normalize.py` builds: `None` (no value), `{"anyOf": [...]}`,
 `{"enum": [...]}`, or `{"type": T, ...}` with only the keywords that type's generator
 reads. An object node carries `properties`, `required` and `additionalProperties`
 (`False` when undeclared keys are not allowed); it generates its declared properties only.
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from gclm.compiler.patterns import FORMATS
+from gclm.compiler.json_schema.patterns import FORMATS
 from gclm.errors import ConstraintError, UnsupportedSchemaError
 
 Node = dict[str, Any]

@@ -5,7 +5,7 @@ oneOf, prefixItems, enum, const, $ref, type) and silently ignores the rest, so
 `{"type": "string", "enum": ["a", 1]}` may emit `1` and `allOf` is pasted end to end. It
 also ignores numeric bounds, `uniqueItems`, `contains`, `not`, `if`, dependencies and
 `required` names that are not declared. `normalize_schema` rewrites a schema into nodes
-that each say exactly one thing (see `compiler/schema_ops.py`), resolving `$ref`s,
+that each say exactly one thing (see `compiler/json_schema/ops.py`), resolving `$ref`s,
 intersecting `allOf`, and distributing `anyOf`. Every node generates a subset of what the
 original schema accepts; a keyword that cannot be kept that way raises
 UnsupportedSchemaError with its JSON pointer. Annotations are dropped, and each rewrite
@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
-from gclm.compiler.numbers import number_regex
-from gclm.compiler.patterns import FORMATS, string_regex
-from gclm.compiler.schema_finish import Finisher
-from gclm.compiler.schema_objects import object_node
-from gclm.compiler.schema_ops import (
+from gclm.compiler.json_schema.finish import Finisher
+from gclm.compiler.json_schema.numbers import number_regex
+from gclm.compiler.json_schema.objects import object_node
+from gclm.compiler.json_schema.ops import (
     ASSERTIONS,
     Node,
     any_node,
@@ -37,8 +36,9 @@ from gclm.compiler.schema_ops import (
     number_of,
     union,
 )
-from gclm.compiler.schema_proofs import Prover
-from gclm.compiler.schema_refs import Refs
+from gclm.compiler.json_schema.patterns import FORMATS, string_regex
+from gclm.compiler.json_schema.proofs import Prover
+from gclm.compiler.json_schema.refs import Refs
 from gclm.errors import CompileLimitError, ConstraintError, UnsupportedSchemaError
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gclm.compiler.schema_ops import (
+from gclm.compiler.json_schema.ops import (
     ASSERTIONS,
     NUMERIC,
     Node,

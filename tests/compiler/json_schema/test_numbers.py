@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gclm.compiler.numbers import nonneg_int_range, number_regex
+from gclm.compiler.json_schema.numbers import nonneg_int_range, number_regex
 from gclm.errors import UnsupportedSchemaError
 
 

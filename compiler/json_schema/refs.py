@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import unquote
 
-from gclm.compiler.schema_ops import escape_pointer
+from gclm.compiler.json_schema.ops import escape_pointer
 from gclm.errors import ConstraintError, UnsupportedSchemaError
 
 

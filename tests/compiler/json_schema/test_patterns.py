@@ -8,7 +8,7 @@ from datetime import date, datetime
 
 import pytest
 
-from gclm.compiler.patterns import FORMATS, escape_literal, pattern_regex, string_regex
+from gclm.compiler.json_schema.patterns import FORMATS, escape_literal, pattern_regex, string_regex
 from gclm.errors import UnsupportedSchemaError
 
 

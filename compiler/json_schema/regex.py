@@ -1,0 +1,138 @@
+"""A normalised JSON Schema -> the regex outlines-core compiles, with gclm's own leaves.
+
+outlines-core's `build_regex_from_schema` writes the structure (objects, arrays, unions);
+gclm writes the leaves it gets wrong (bounded numbers, patterns, formats) and splices them in.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from outlines_core.json_schema import build_regex_from_schema
+
+from gclm.compiler.constraint import DEFAULT_WHITESPACE
+from gclm.compiler.json_schema.numbers import number_regex
+from gclm.compiler.json_schema.ops import any_node, escape_pointer
+from gclm.compiler.json_schema.patterns import string_regex
+from gclm.errors import CompileLimitError, ConstraintError
+
+# json_object allows this many levels of arrays and objects, the outer object included:
+# `{"a": {"b": [1]}}` but not `{"a": {"b": [[1]]}}`. Each level multiplies the regex by ~4.
+JSON_OBJECT_DEPTH = 3
+# A longer regex never compiled within 10 s on the benchmark corpus, and outlines-core
+# aborts the process (not an exception) when building a far longer one runs out of memory.
+MAX_REGEX_CHARS = 1_000_000
+
+
+def json_object_regex(whitespace: str = DEFAULT_WHITESPACE) -> str:
+    """The regex of `response_format: json_object`: any object nested JSON_OBJECT_DEPTH deep."""
+    node = {"type": "object", "additionalProperties": _finished(any_node(JSON_OBJECT_DEPTH - 1))}
+    return schema_regex(node, whitespace)
+
+
+def _finished(node: dict[str, Any]) -> dict[str, Any]:
+    """any_node's objects in the outlines-core form (no declared properties)."""
+    if "anyOf" in node:
+        return {"anyOf": [_finished(b) for b in node["anyOf"]]}
+    if node["type"] == "object":
+        return {"type": "object", "additionalProperties": _finished(node["additionalProperties"])}
+    if node["type"] == "array":
+        return {"type": "array", "items": _finished(node["items"])}
+    return node
+
+
+def schema_regex(schema: dict[str, Any], whitespace: str = DEFAULT_WHITESPACE) -> str:
+    """Build the regex for a normalised schema with outlines-core, splicing in gclm's leaves.
+
+    Leaves outlines-core gets wrong (bounded numbers, patterns, formats) become string
+    constants that cannot occur elsewhere in the schema; their regexes replace the
+    constants' text in outlines-core's output.
+    """
+    size = _regex_size(schema, {})
+    if size > MAX_REGEX_CHARS:
+        raise CompileLimitError(
+            f"The schema expands to a regex of about {size:,} characters (limit "
+            f"{MAX_REGEX_CHARS:,}); no automaton that size compiles in time. Reduce nesting, "
+            "recursion or repeated $refs."
+        )
+    text = json.dumps(schema, ensure_ascii=False)
+    nonce = 0
+    while f"gclm{nonce}x" in text:
+        nonce += 1
+    leaves: dict[str, str] = {}
+    top = schema["anyOf"] if "anyOf" in schema else [schema]
+    prepared = _prepare(schema, "", f"gclm{nonce}x", leaves, top=[id(n) for n in top])
+    try:
+        regex = build_regex_from_schema(json.dumps(prepared, ensure_ascii=False), whitespace)
+    except (ValueError, RuntimeError) as e:
+        raise ConstraintError(f"outlines-core could not turn the schema into a regex: {e}") from e
+    for placeholder, leaf in leaves.items():
+        quoted = f'"{placeholder}"'
+        if quoted not in regex:
+            raise ConstraintError(
+                f"Internal: leaf {placeholder} vanished from outlines-core's regex."
+            )
+        regex = regex.replace(quoted, f"(?:{leaf})")
+    return regex
+
+
+def _regex_size(node: Any, memo: dict[int, int]) -> int:
+    """Roughly how long outlines-core's regex for a normalised node will be.
+
+    It writes an array's item and a free-key object's value twice, and with no required
+    property it repeats property i in n - i alternatives (quadratic in optional properties).
+    """
+    if not isinstance(node, dict):
+        return 0
+    if id(node) in memo:
+        return memo[id(node)]
+    size = 60 + len(json.dumps(node.get("enum", "")))
+    for key in ("items", "additionalProperties"):
+        size += 2 * _regex_size(node.get(key), memo)
+    for sub in node.get("anyOf", []) + node.get("prefixItems", []):
+        size += _regex_size(sub, memo)
+    props = list(node.get("properties", {}).values())
+    for i, sub in enumerate(props):
+        size += _regex_size(sub, memo) * (1 if node.get("required") else len(props) - i)
+    memo[id(node)] = size
+    return size
+
+
+def _prepare(node: Any, ptr: str, prefix: str, leaves: dict[str, str], top: list[int]) -> Any:
+    """Copy `node` for outlines-core: leaves become placeholders, keys get JSON escapes.
+
+    `top` holds the ids of the nodes that are the whole output (see `string_regex`).
+    """
+    if isinstance(node, list):
+        return [_prepare(x, f"{ptr}/{i}", prefix, leaves, top) for i, x in enumerate(node)]
+    if not isinstance(node, dict) or "enum" in node:
+        return node
+    leaf = None
+    if node.get("type") in ("integer", "number"):
+        leaf = number_regex(node, ptr)
+    elif node.get("type") == "string":
+        leaf = string_regex(node, ptr, top_level=id(node) in top)
+    if leaf is not None:
+        placeholder = f"{prefix}{len(leaves)}"
+        leaves[placeholder] = leaf
+        return {"const": placeholder}
+    out = {}
+    for key, value in node.items():
+        if key == "properties":
+            # outlines-core regex-escapes a name but does not JSON-escape it.
+            out[key] = {
+                _json_escaped(k): _prepare(
+                    v, f"{ptr}/properties/{escape_pointer(k)}", prefix, leaves, top
+                )
+                for k, v in value.items()
+            }
+        elif key == "required":
+            out[key] = [_json_escaped(k) for k in value]
+        else:
+            out[key] = _prepare(value, f"{ptr}/{key}", prefix, leaves, top)
+    return out
+
+
+def _json_escaped(name: str) -> str:
+    return json.dumps(name, ensure_ascii=False)[1:-1]
