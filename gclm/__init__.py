@@ -8,6 +8,9 @@ The public API, importable from here:
 - `create_constraint(tokenizer, constraint, max_new_tokens)`: a LogitsProcessor plus a
   StoppingCriteria for Hugging Face `model.generate()` (imports transformers when called).
 - `compile_constraint(constraint, vocab)`: the compiled table, in this process.
+- `parse_constraint(spec)`: a response_format or structured-outputs dict as a Constraint.
+- `load_model()`: the embedded SmolLM2-135M-Instruct (or a hub id / directory) and its
+  tokenizer.
 - The error tree (`gclm.errors`); every error gclm raises on purpose is a `GclmError`.
 
 Subpackages: `gclm.compiler` (constraint -> tables), `gclm.masking` (tables + state +
@@ -34,8 +37,9 @@ from gclm.errors import (
 
 if TYPE_CHECKING:
     from gclm.compiler.compile import compile_constraint
-    from gclm.compiler.constraint import Constraint
+    from gclm.compiler.constraint import Constraint, parse_constraint
     from gclm.masking.hf import HFConstraint, create_constraint
+    from gclm.server.model import load_model
 
 __all__ = [
     "AuthenticationError",
@@ -53,11 +57,15 @@ __all__ = [
     "UnsupportedSchemaError",
     "compile_constraint",
     "create_constraint",
+    "load_model",
+    "parse_constraint",
 ]
 
 # Imported on first use: `import gclm` must not pull in torch, transformers or numba.
 _LAZY = {
     "Constraint": "gclm.compiler.constraint",
+    "parse_constraint": "gclm.compiler.constraint",
+    "load_model": "gclm.server.model",
     "compile_constraint": "gclm.compiler.compile",
     "HFConstraint": "gclm.masking.hf",
     "create_constraint": "gclm.masking.hf",
