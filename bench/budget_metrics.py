@@ -247,6 +247,10 @@ def aggregate(records: Iterable[dict[str, Any]], arms: list[str], levels: list[s
                 count["degenerate"] += bool(r["degenerate"])
                 count["useful"] += bool(r["valid_extracted"] and not r["degenerate"])
             shares = [r["hollow_share"] for r in group if r["hollow_share"] is not None]
+            same = {
+                k: [r[k] for r in group if r.get(k) is not None]
+                for k in ("same_as_forward_only", "same_as_budget_aware")
+            }
             reasons = Counter(r["finish_reason"] for r in group)
             rows.append(
                 {
@@ -264,7 +268,29 @@ def aggregate(records: Iterable[dict[str, Any]], arms: list[str], levels: list[s
                     if shares
                     else None,
                     "mean_tokens": round(sum(r["tokens"] for r in group) / n, 1),
+                    **{f"{k}_pct": _pct(sum(v), len(v)) if v else None for k, v in same.items()},
                     "finish": {k: _pct(v, n) for k, v in sorted(reasons.items())},
                 }
             )
     return rows
+
+
+def mark_same_outputs(records: list[dict[str, Any]]) -> None:
+    """Set `same_as_forward_only` and `same_as_budget_aware` on every greedy record.
+
+    same_as_forward_only: the text equals the forward-only arm's for the same (schema,
+    budget), counted only where that arm completed (finish "stop", valid); else None.
+    same_as_budget_aware: the text equals the budget-aware arm's. Sampled records get None:
+    only greedy decoding is deterministic enough to compare outputs.
+    """
+    greedy = {(r["arm"], r["schema"], r["budget"]): r for r in records if r["temperature"] == 0.0}
+    for r in records:
+        r["same_as_forward_only"] = r["same_as_budget_aware"] = None
+        if r["temperature"] != 0.0:
+            continue
+        fo = greedy.get(("forward-only", r["schema"], r["budget"]))
+        if fo is not None and fo["finish_reason"] == "stop" and fo["valid"]:
+            r["same_as_forward_only"] = r["text"] == fo["text"]
+        ba = greedy.get(("budget-aware", r["schema"], r["budget"]))
+        if ba is not None:
+            r["same_as_budget_aware"] = r["text"] == ba["text"]

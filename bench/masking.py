@@ -23,7 +23,6 @@ import argparse
 import dataclasses
 import gc
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -71,13 +70,13 @@ BUDGET = 160  # max_tokens of a generous request; half the walks get a tight one
 P_PROGRESS = 0.06  # chance per step of taking a token that brings acceptance closer
 
 
-def load_vocab(tokenizer_dir: str) -> tuple[TokenVocabulary, str]:
-    """The embedded tokenizer's vocabulary, or a synthetic GPT-2-like one of the same size."""
-    if Path(tokenizer_dir, "tokenizer.json").exists():
-        from transformers import AutoTokenizer
+def load_vocab(tokenizer: str | None, synthetic: bool) -> tuple[TokenVocabulary, str]:
+    """The vocabulary of `tokenizer` (a hub id or directory; None: the embedded model's), or,
+    with `synthetic`, a GPT-2-like one of the same size made of random words."""
+    if not synthetic:
+        from gclm.server.model import load_tokenizer
 
-        tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-        return TokenVocabulary.from_tokenizer(tok), "real"
+        return TokenVocabulary.from_tokenizer(load_tokenizer(tokenizer)), "real"
     rng, words = np.random.default_rng(0), dict[bytes, None]()
     while len(words) < 49_152 - 3 - 256:  # random words, most with a leading space
         word = bytes(
@@ -315,12 +314,13 @@ def summarize(r: dict[str, list[float]], **labels: Any) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write the results here")
-    ap.add_argument("--tokenizer", default=os.environ.get("GCLM_TOKENIZER", "/tmp/smoltok"))
+    ap.add_argument("--tokenizer", help="hub id or directory (default: the embedded model's)")
+    ap.add_argument("--synthetic", action="store_true", help="a random-word vocabulary instead")
     ap.add_argument("--quick", action="store_true", help="fewer steps (a smoke run)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)  # per-sequence CPU work; one thread keeps the numbers steady
 
-    base_vocab, kind = load_vocab(args.tokenizer)
+    base_vocab, kind = load_vocab(args.tokenizer, args.synthetic)
     vocabs = {"49k": base_vocab, "152k": pad_vocab(base_vocab, PADDED_VOCAB)}
     steps = {1: 400, 8: 80, 64: 16} if not args.quick else {1: 40, 8: 8, 64: 3}
     results: dict[str, Any] = {"vocab_kind": kind, "cases": [], "tables": []}

@@ -33,6 +33,8 @@ from gclm.compiler.constraint import parse_constraint
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import InternalError
 from gclm.masking.bitmask import allocate_bitmask, apply_bitmask, fill_bitmask, fill_unconstrained
+from gclm.masking.graceful import POLICY_NAMES, GracefulPolicy
+from gclm.masking.policy import BudgetPolicy
 from gclm.masking.state import ConstraintState, check_budget
 
 _VOCABS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
@@ -50,7 +52,9 @@ def _vocabulary(tokenizer: Any) -> Any:
     return vocab
 
 
-def create_constraint(tokenizer: Any, constraint: Any, max_new_tokens: int) -> HFConstraint:
+def create_constraint(
+    tokenizer: Any, constraint: Any, max_new_tokens: int, *, budget_policy: str = "graceful"
+) -> HFConstraint:
     """Compile `constraint` for `tokenizer` and wrap it for `model.generate()`.
 
     Args:
@@ -58,15 +62,26 @@ def create_constraint(tokenizer: Any, constraint: Any, max_new_tokens: int) -> H
         constraint: a response_format or structured-outputs dict, or a Constraint (see
             `gclm.compiler.constraint.parse_constraint`).
         max_new_tokens: the budget; pass the same value to `generate()`.
+        budget_policy: "graceful" (pace spare tokens over the output when the budget is
+            tight; masking/graceful.py) or "none" (the budget-aware mask alone).
     Raises:
         ConstraintError: the constraint is malformed or cannot be compiled.
+        ValueError: an unknown budget_policy.
         BudgetTooSmallError: `max_new_tokens` is below the shortest valid output's length
             (param "max_new_tokens").
     """
     from gclm.compiler.compile import compile_constraint
 
-    table = compile_constraint(parse_constraint(constraint), _vocabulary(tokenizer))
-    return HFConstraint.from_table(table, max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+    if budget_policy not in POLICY_NAMES:
+        raise ValueError(
+            f"budget_policy must be one of {', '.join(POLICY_NAMES)}, got {budget_policy!r}."
+        )
+    vocab = _vocabulary(tokenizer)
+    table = compile_constraint(parse_constraint(constraint), vocab)
+    policy = GracefulPolicy.for_vocab(vocab.token_bytes) if budget_policy == "graceful" else None
+    return HFConstraint.from_table(
+        table, max_new_tokens, pad_token_id=tokenizer.pad_token_id, policy=policy
+    )
 
 
 @dataclass
@@ -81,11 +96,16 @@ class HFConstraint:
 
     @classmethod
     def from_table(
-        cls, table: CompiledTable, max_new_tokens: int, pad_token_id: int | None = None
+        cls,
+        table: CompiledTable,
+        max_new_tokens: int,
+        pad_token_id: int | None = None,
+        policy: BudgetPolicy | None = None,
     ) -> HFConstraint:
         """Wrap an already compiled table. Raises BudgetTooSmallError like create_constraint.
 
-        `pad_token_id` is the token generate() appends to finished rows (EOS when None)."""
+        `pad_token_id` is the token generate() appends to finished rows (EOS when None);
+        `policy` reweights each live row's masked scores (None: the mask alone)."""
         check_budget(table, max_new_tokens, param="max_new_tokens")
         # generate() pads with EOS when the tokenizer has no pad token.
         pad = pad_token_id if pad_token_id is not None else table.eos_token_id
@@ -93,7 +113,7 @@ class HFConstraint:
         return cls(
             table=table,
             max_new_tokens=max_new_tokens,
-            logits_processor=LogitsProcessorList([ConstraintLogitsProcessor(rows)]),
+            logits_processor=LogitsProcessorList([ConstraintLogitsProcessor(rows, policy)]),
             stopping_criteria=StoppingCriteriaList([ConstraintStoppingCriteria(rows)]),
             rows=rows,
         )
@@ -243,8 +263,9 @@ class RowStates:
 class ConstraintLogitsProcessor(LogitsProcessor):
     """Masks each row's scores to the tokens its constraint and remaining budget allow."""
 
-    def __init__(self, rows: RowStates) -> None:
+    def __init__(self, rows: RowStates, policy: BudgetPolicy | None = None) -> None:
         self.rows = rows
+        self.policy = policy
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         rows = self.rows
@@ -258,6 +279,10 @@ class ConstraintLogitsProcessor(LogitsProcessor):
             else:
                 fill_bitmask(bitmask, b, seq, rows.tokens_left(b))
         apply_bitmask(scores, bitmask)
+        if self.policy is not None:
+            for b, seq in enumerate(rows.seqs):
+                if b not in ended:
+                    self.policy.adjust(scores[b], seq, rows.tokens_left(b), rows.max_new_tokens)
         if ended:
             # An ended row gets exactly one token, finite whatever earlier processors did:
             # EOS if it has not emitted it (so it stops even without the stopping

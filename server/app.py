@@ -156,6 +156,7 @@ class _Service:
         table = await self.compile(spec) if spec is not None else None
         budget_aware = spec.budget_aware if spec is not None else True
         max_tokens = self.budget(body, table, budget_aware)
+        policy = self.engine.budget_policy(spec.budget_policy) if spec and budget_aware else None
         requests = [
             GenerationRequest(
                 prompt_ids=prompt,
@@ -169,6 +170,7 @@ class _Service:
                 ),
                 table=table,
                 budget_aware=budget_aware,
+                policy=policy,
                 request_id=f"{renderer.id}-{p * body.n + i}",
             )
             for p, prompt in enumerate(prompts)

@@ -27,6 +27,7 @@ class ConstraintSpec:
     constraint: Constraint
     param: str
     budget_aware: bool
+    budget_policy: str = "graceful"  # masking.graceful.POLICY_NAMES
 
 
 def constraint_spec(request: OpenAIRequest) -> ConstraintSpec | None:
@@ -54,6 +55,7 @@ def constraint_spec(request: OpenAIRequest) -> ConstraintSpec | None:
         )
     source, value = given[0]
     body, budget_aware = _READERS[source](value)
+    policy = value.budget_policy if isinstance(value, StructuredOutputs) else "graceful"
     nested = source in ("response_format", "structured_outputs")
     try:
         constraint = parse_constraint(body)
@@ -63,7 +65,7 @@ def constraint_spec(request: OpenAIRequest) -> ConstraintSpec | None:
     param = source
     if source == "structured_outputs":
         param += "." + next(k for k in STRUCTURED_KEYS if body.get(k) is not None)
-    return ConstraintSpec(constraint, param, budget_aware)
+    return ConstraintSpec(constraint, param, budget_aware, policy)
 
 
 def _read_response_format(fmt: ResponseFormat) -> tuple[dict[str, Any], bool]:
@@ -71,7 +73,9 @@ def _read_response_format(fmt: ResponseFormat) -> tuple[dict[str, Any], bool]:
 
 
 def _read_structured_outputs(so: StructuredOutputs) -> tuple[dict[str, Any], bool]:
-    body = so.model_dump(by_alias=True, exclude_none=True, exclude={"budget_aware"})
+    body = so.model_dump(
+        by_alias=True, exclude_none=True, exclude={"budget_aware", "budget_policy"}
+    )
     return body, so.budget_aware
 
 

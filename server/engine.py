@@ -35,6 +35,8 @@ from gclm.masking import (
     fill_unconstrained,
     mask_table,
 )
+from gclm.masking.graceful import GracefulPolicy
+from gclm.masking.policy import BudgetPolicy
 from gclm.server.batch import KVBatch
 from gclm.server.interface import ErrorEvent, FinishEvent, GenerationRequest, StreamEvent
 from gclm.server.sampling import sample
@@ -71,6 +73,7 @@ class BatchEngine:
         self.eos_ids = _eos_ids(model, tokenizer)
         self.context_length = _context_length(model, tokenizer)
         self._bitmask = allocate_bitmask(max_batch, vocab.size)  # [max_batch, W]
+        self._graceful = GracefulPolicy.for_vocab(vocab.token_bytes)
         self._compile_pool = ThreadPoolExecutor(compile_threads, thread_name_prefix="gclm-compile")
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []
@@ -103,6 +106,9 @@ class BatchEngine:
             raise InvalidRequestError(
                 f"The model's chat template rejected the messages: {e}", param="messages"
             ) from e
+
+    def budget_policy(self, name: str) -> BudgetPolicy | None:
+        return self._graceful if name == "graceful" else None
 
     def submit(self, request: GenerationRequest) -> Sequence:
         total = len(request.prompt_ids) + request.params.max_tokens

@@ -75,6 +75,11 @@ class Engine(Protocol):
         """Apply the tokenizer's chat template, ending with the assistant turn's start."""
         ...
 
+    def budget_policy(self, name: str) -> BudgetPolicy | None:
+        """The BudgetPolicy called `name` (masking.graceful.POLICY_NAMES) for this engine's
+        vocabulary; None for "none"."""
+        ...
+
     def submit(self, request: GenerationRequest) -> Handle:
         """Queue a request. Raises QueueFullError when the queue is full."""
         ...

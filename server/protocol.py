@@ -51,6 +51,8 @@ class StructuredOutputs(_Strict):
     choice: list[str] | None = None
     # False: forward-only DFA masking that may run out of budget (for comparisons only).
     budget_aware: bool = True
+    # How spare tokens are spent when the budget is tight (masking/graceful.py).
+    budget_policy: Literal["graceful", "none"] = "graceful"
 
 
 class StreamOptions(BaseModel):

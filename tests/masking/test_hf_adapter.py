@@ -13,6 +13,7 @@ from outlines_tables import table_from_regex
 from gclm.errors import BudgetTooSmallError, InternalError
 
 transformers = pytest.importorskip("transformers")
+from gclm.masking.graceful import GracefulPolicy  # noqa: E402
 from gclm.masking.hf import HFConstraint, create_constraint  # noqa: E402
 
 SCHEMA = {
@@ -123,6 +124,29 @@ def test_generate_is_valid_within_budget(model, tokenizer, vocab, schema_table, 
     for ids in generate(model, tokenizer, PROMPTS, c, 24, **kwargs):
         assert len(ids) <= 24
         jsonschema.validate(json.loads(decode(vocab, ids)), SCHEMA)
+
+
+@pytest.mark.parametrize("extra", range(6))
+def test_graceful_policy_keeps_outputs_valid_within_budget(
+    model, tokenizer, vocab, schema_table, extra
+):
+    budget = schema_table.min_tokens + extra
+    policy = GracefulPolicy.for_vocab(vocab.token_bytes)
+    c = HFConstraint.from_table(
+        schema_table, budget, pad_token_id=tokenizer.pad_token_id, policy=policy
+    )
+    kwargs = {"do_sample": True, "top_k": 0, "temperature": 1.5}
+    for ids in generate(model, tokenizer, PROMPTS * 2, c, budget, **kwargs):
+        assert len(ids) <= budget
+        jsonschema.validate(json.loads(decode(vocab, ids)), SCHEMA)
+
+
+def test_create_constraint_checks_its_policy_name(tokenizer):
+    with pytest.raises(ValueError, match="budget_policy must be one of graceful, none"):
+        create_constraint(tokenizer, {"regex": "a+"}, 8, budget_policy="eager")
+    c = create_constraint(tokenizer, {"regex": "a+"}, 8, budget_policy="none")
+    assert c.logits_processor[0].policy is None
+    assert create_constraint(tokenizer, {"regex": "a+"}, 8).logits_processor[0].policy
 
 
 def test_tightest_budget_gives_the_shortest_output(model, tokenizer, vocab, schema_table):

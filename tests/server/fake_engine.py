@@ -58,6 +58,16 @@ def tiny_table(min_tokens: int = 3, vocab_size: int = 8, eos_token_id: int = 0) 
     )
 
 
+@dataclass(frozen=True)
+class FakePolicy:
+    """Stands for the engine's BudgetPolicy of that name; the fake engine applies none."""
+
+    name: str
+
+    def adjust(self, logits: Any, state: Any, tokens_left: int, budget: int) -> None:
+        raise AssertionError("the fake engine has no logits")
+
+
 @dataclass(eq=False)
 class FakeHandle:
     request_id: str
@@ -116,6 +126,10 @@ class FakeEngine:
         _validate(constraint)
         table = self._tables[key] = tiny_table(self.min_tokens)
         return table
+
+    def budget_policy(self, name: str) -> FakePolicy | None:
+        """A named marker the tests can see on submitted requests."""
+        return FakePolicy(name) if name != "none" else None
 
     def encode_prompt(self, prompt: str) -> list[int]:
         return list(prompt.encode())

@@ -1,19 +1,11 @@
-"""bench/budget.py's pure parts on hand-made outputs (no model), and masking/slack.py's
-guarantee: the slack penalty never allows a masked token nor removes an allowed one."""
+"""bench/budget.py's pure parts on hand-made outputs (no model)."""
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
-import pytest
-import torch
-
 from bench import budget
 from bench import budget_metrics as metrics
-from gclm.compiler.tables import build_table
-from gclm.masking import ConstraintState, allocate_bitmask, apply_bitmask, fill_bitmask
-from gclm.masking.slack import SlackPolicy, slack_penalties, spread_slack
 
 PERSON = {
     "type": "object",
@@ -197,71 +189,3 @@ def test_jobs_share_a_budget_between_levels():
     by_arm = [j for j in jobs if j.arm == "budget-aware"]
     assert {j.budget: tuple(j.levels) for j in by_arm}[16] == ("min+5", "16")
     assert len(jobs) == 4 * 5
-
-
-# --- the slack policy keeps the mask's guarantee ---
-
-
-def _chain_table():
-    """0 -a-> 1 -b-> 2 (accepting); tokens c and d loop in 0 and 1 ("string content");
-    token e in 0 jumps to 2; token f in 0 moves away, to 3 -g-> 1 ("an optional property");
-    vocabulary of 40 (two mask words), EOS = 39."""
-    edges = [(0, 1, 1), (1, 2, 2), (0, 3, 0), (0, 4, 0), (1, 3, 1), (1, 4, 1), (0, 35, 2)]
-    edges += [(0, 6, 3), (3, 7, 1)]
-    arr = np.array(edges)
-    return build_table(
-        vocab_size=40,
-        eos_token_id=39,
-        initial=0,
-        num_states=4,
-        accepting=np.array([False, False, True, False]),
-        src=arr[:, 0],
-        tokens=arr[:, 1],
-        dst=arr[:, 2],
-    )
-
-
-def test_slack_penalty_targets_tokens_that_eat_the_reserve():
-    table = _chain_table()
-    policy = SlackPolicy(reserve=1.0, penalty=2.0)
-    # budget 5, min 1: slack 4. In state 0 with 5 left, looping (dist 1) leaves slack 3, and
-    # the reserve is 4 * min(1/1 by structure, 4/5 by time) = 3.2: a shortfall of 0.2. Going
-    # to 1 (dist 1) is the same; e (dist 0) has no reserve to keep, and f (to dist 2) moves
-    # away from acceptance: not lateral, never penalised.
-    rows, pens = slack_penalties(table, 0, 5, 5, policy)
-    assert np.allclose(sorted(pens.tolist()), [0.4, 0.4])
-    penalised = np.concatenate([table.token_sets.tokens_of(r) for r in rows.tolist()])
-    assert sorted(penalised.tolist()) == [1, 3, 4]  # a, c, d; not e (35) nor f (6)
-    # Two tokens later (3 left, still in state 0) the slack is 1 against 4 * 2/5 = 1.6.
-    rows, pens = slack_penalties(table, 0, 3, 5, policy)
-    assert np.allclose(sorted(pens.tolist()), [1.2, 1.2])
-    assert slack_penalties(table, 0, 5, 5, SlackPolicy(penalty=0.0))[0].size == 0
-    assert slack_penalties(table, 0, 1, 1, policy)[0].size == 0  # no slack to spread
-
-
-@pytest.mark.parametrize("reserve", [0.0, 0.5, 1.0])
-def test_slack_penalty_never_changes_the_allowed_set(reserve):
-    table = _chain_table()
-    policy = SlackPolicy(reserve=reserve, penalty=7.0)
-    rng = np.random.default_rng(0)
-    for budget_ in range(table.min_tokens, 8):
-        for state in range(table.num_states):
-            for left in range(max(1, int(table.dist[state])), budget_ + 1):
-                seq = ConstraintState(table)
-                seq.state = state
-                bitmask = allocate_bitmask(1, table.vocab_size)
-                fill_bitmask(bitmask, 0, seq, left)
-                logits = torch.tensor(rng.normal(size=(1, 48)), dtype=torch.float32)
-                apply_bitmask(logits, bitmask)
-                allowed = torch.isfinite(logits[0]).clone()
-                spread_slack(logits[0], table, state, left, budget_, policy)
-                assert torch.equal(torch.isfinite(logits[0]), allowed)
-                assert not torch.isnan(logits).any()
-                assert allowed.any()
-
-
-def test_slack_policy_is_validated():
-    with pytest.raises(ValueError, match="reserve"):
-        SlackPolicy(reserve=1.5)
-    with pytest.raises(ValueError, match="penalty"):
-        SlackPolicy(penalty=float("inf"))

@@ -60,6 +60,34 @@ async def test_constraint_sources(
     assert (engine.cache_misses, engine.cache_hits) == (1, 1)
 
 
+@pytest.mark.parametrize(
+    ("extra", "policy"),
+    [
+        ({"response_format": {"type": "json_object"}}, "graceful"),
+        ({"structured_outputs": {"regex": "a+"}}, "graceful"),
+        ({"structured_outputs": {"regex": "a+", "budget_policy": "graceful"}}, "graceful"),
+        ({"structured_outputs": {"regex": "a+", "budget_policy": "none"}}, None),
+        ({"structured_outputs": {"regex": "a+", "budget_aware": False}}, None),
+        ({"guided_regex": "a+"}, "graceful"),
+        ({}, None),  # free text: no constraint, no policy
+    ],
+)
+async def test_budget_policy_defaults_to_graceful(
+    app: FastAPI, engine: FakeEngine, extra: dict, policy: str | None
+) -> None:
+    await chat(app, extra_body=extra)
+    [submitted] = engine.submits
+    assert (submitted.policy and submitted.policy.name) == policy
+
+
+async def test_unknown_budget_policy_is_a_400(app: FastAPI, engine: FakeEngine) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        await chat(app, extra_body={"structured_outputs": {"regex": "a", "budget_policy": "x"}})
+    assert caught.value.param == "structured_outputs.budget_policy"
+    assert "'graceful' or 'none'" in caught.value.message
+    assert engine.submits == []
+
+
 async def test_budget_aware_can_be_switched_off(app: FastAPI, engine: FakeEngine) -> None:
     # Off, a budget below the minimum is allowed: the comparison mode shows what then breaks.
     extra = {"structured_outputs": {"regex": "a+", "budget_aware": False}}
