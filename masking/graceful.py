@@ -50,6 +50,9 @@ from gclm.masking.state import ConstraintState
 POLICY_NAMES = ("graceful", "none")
 
 _BLANK = frozenset(b" \t\n\r")
+# Where a row's token ids are used: "numpy" (indexing the numpy view of a CPU row), or the
+# device of a tensor row.
+Where = str | torch.device
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ class GracefulPolicy:
     close_penalty: float = 1.0
     close_cap: float = 3.0
     blank_penalty: float = 4.0
-    _blank: dict[torch.device, torch.Tensor] = field(
+    _blank: dict[Where, np.ndarray | torch.Tensor] = field(
         default_factory=dict, repr=False, compare=False
     )
 
@@ -89,7 +92,7 @@ class GracefulPolicy:
 
     def penalties(
         self, table: CompiledTable, state: int, tokens_left: int, budget: int
-    ) -> tuple[np.ndarray, np.ndarray, bool]:
+    ) -> tuple[list[int], list[float], bool]:
         """(set indices, penalties > 0, whether blanks are penalised) for one row.
 
         Args:
@@ -97,71 +100,120 @@ class GracefulPolicy:
             tokens_left: tokens left, counting the one about to be sampled.
             budget: the request's max_tokens (the spare tokens are spread over all of it).
         Returns:
-            int32 [K] indices into `table.token_sets` of the successor groups to lower,
-            float64 [K] their penalties, and whether whitespace-only tokens are lowered.
+            indices into `table.token_sets` of the successor groups to lower, their
+            penalties, and whether whitespace-only tokens are lowered.
         """
-        none = np.zeros(0, np.int32), np.zeros(0, np.float64), False
-        d0 = table.min_tokens
+        plan = _plan(table)
+        d0 = plan.min_tokens
         spare = budget - d0
-        if d0 <= 0 or spare <= 0:
-            return none
-        here = int(table.dist[state])
-        blanks = self.blank_penalty > 0 and tokens_left - 1 - here < self.horizon
-        nexts, sets = table.groups(state)
-        dist_next = table.dist[nexts].astype(np.float64)  # [G_s]
-        slack = tokens_left - 1 - dist_next  # [G_s]; < 0: masked
-        target = self.reserve * spare * np.minimum(dist_next / d0, (tokens_left - 1) / budget)
-        lateral = dist_next == here
-        closing = dist_next < here
-        pen = np.zeros_like(slack)
-        pen[lateral] = self.lateral_penalty * (target - slack)[lateral]
-        unspent = np.minimum(slack - target, self.close_cap)
-        pen[closing] = self.close_penalty * unspent[closing]
-        hit = (pen > 0) & (slack >= 0) & (slack < self.horizon)
-        return sets[hit].astype(np.int32), pen[hit], blanks
+        r1 = tokens_left - 1
+        here = plan.dist[state]
+        # Every successor leaves at least r1 - maxsucc spare tokens: past the horizon, the
+        # budget does not bite and there is nothing to do (most steps of a generous budget).
+        if d0 <= 0 or spare <= 0 or r1 - max(plan.maxsucc[state], here) >= self.horizon:
+            return [], [], False
+        blanks = self.blank_penalty > 0 and r1 - here < self.horizon
+        by_time = r1 / budget
+        sets: list[int] = []
+        pens: list[float] = []
+        lo, hi = plan.offsets[state], plan.offsets[state + 1]
+        for nxt, index in zip(plan.group_next[lo:hi], plan.group_set[lo:hi], strict=True):
+            d = plan.dist[nxt]
+            slack = r1 - d
+            if slack < 0 or slack >= self.horizon or d > here:
+                continue  # masked, not biting, or moving away from acceptance: left alone
+            target = self.reserve * spare * min(d / d0, by_time)
+            if d == here:
+                pen = self.lateral_penalty * (target - slack)
+            else:
+                pen = self.close_penalty * min(slack - target, self.close_cap)
+            if pen > 0:
+                sets.append(index)
+                pens.append(pen)
+        return sets, pens, blanks
 
     def adjust(
         self, logits: torch.Tensor, state: ConstraintState, tokens_left: int, budget: int
     ) -> None:
         """masking.policy.BudgetPolicy: lower, in place, one row's logits [V_logits].
 
-        Cost: at most one pass over the row plus the token lists of the smaller groups.
+        Cost: nothing past the horizon; else at most one pass over the row plus the token
+        lists of the state's smaller groups.
         """
         table = state.table
         sets, pens, blanks = self.penalties(table, state.state, tokens_left, budget)
-        if blanks and self.blank_ids:
-            logits[self._blank_ids(logits.device)] -= self.blank_penalty
-        if not sets.size:
+        if not sets and not blanks:
             return
-        # One group is often nearly the whole vocabulary (string content): lower the whole
-        # row by its penalty, then give the other allowed tokens back what they should not
-        # lose. Masked tokens stay -inf either way.
-        counts = _set_sizes(table)
-        _, own = table.groups(state.state)
-        base = int(sets[np.argmax(counts[sets])])
-        base_pen = float(pens[sets == base][0])
-        logits -= base_pen
-        given = dict(zip(sets.tolist(), pens.tolist(), strict=True))
-        for s in own.tolist():
-            back = base_pen - given.get(s, 0.0)
-            if s != base and back:
-                ids = table.token_sets.tokens_of(s)
-                logits[torch.from_numpy(ids.astype(np.int64)).to(logits.device)] += back
-        logits[table.eos_token_id] += base_pen
+        # On the CPU, numpy indexing of the same memory costs a fraction of torch's.
+        cpu = logits.device.type == "cpu" and logits.dtype != torch.bfloat16
+        row = logits.numpy() if cpu else logits
+        where: Where = "numpy" if cpu else logits.device
+        if blanks and self.blank_ids:
+            row[self._ids(self.blank_ids, where)] -= self.blank_penalty
+        if not sets:
+            return
+        plan = _plan(table)
+        given = dict(zip(sets, pens, strict=True))
+        lo, hi = plan.offsets[state.state], plan.offsets[state.state + 1]
+        own = plan.group_set[lo:hi]
+        # The largest group is often nearly the whole vocabulary (string content). If it is
+        # lowered, lower the whole row instead and give the other tokens back the
+        # difference: one pass over the row, and token lists of the smaller groups only.
+        # Masked tokens stay -inf either way.
+        base = max(own, key=plan.size.__getitem__)
+        base_pen = given.get(base, 0.0)
+        if base_pen:
+            row -= base_pen
+            row[table.eos_token_id] += base_pen
+        for index in own:
+            delta = given.get(index, 0.0) - base_pen
+            if index != base and delta:
+                row[plan.tokens(index, where)] -= delta
 
-    def _blank_ids(self, device: torch.device) -> torch.Tensor:
-        ids = self._blank.get(device)
+    def _ids(self, ids: tuple[int, ...], where: Where) -> np.ndarray | torch.Tensor:
+        out = self._blank.get(where)
+        if out is None:
+            out = self._blank[where] = _on(np.asarray(ids, dtype=np.int64), where)
+        return out
+
+
+def _on(ids: np.ndarray, where: Where) -> np.ndarray | torch.Tensor:
+    return ids if where == "numpy" else torch.from_numpy(ids).to(where)
+
+
+# Sets of at most this many tokens keep their id tensor in the plan (they are most sets).
+_LISTED = 4096
+
+
+class _Plan:
+    """A table's arrays as Python lists, for per-step scalar access (built once per table)."""
+
+    def __init__(self, table: CompiledTable) -> None:
+        self.token_sets = table.token_sets
+        self.min_tokens = table.min_tokens
+        self.dist = table.dist.tolist()
+        self.maxsucc = table.max_next_dist.tolist()
+        self.offsets = table.group_offsets.tolist()
+        self.group_next = table.group_next.tolist()
+        self.group_set = table.group_set.tolist()
+        self.size = table.token_sets.counts().tolist()
+        self._ids: dict[tuple[int, Where], np.ndarray | torch.Tensor] = {}
+
+    def tokens(self, index: int, where: Where) -> np.ndarray | torch.Tensor:
+        """int64 token ids of set `index`, for a row `where` (cached for small sets)."""
+        ids = self._ids.get((index, where))
         if ids is None:
-            ids = self._blank[device] = torch.tensor(self.blank_ids, device=device)
+            ids = _on(self.token_sets.tokens_of(index).astype(np.int64), where)
+            if self.size[index] <= _LISTED:
+                self._ids[index, where] = ids
         return ids
 
 
-_SIZES: weakref.WeakKeyDictionary[CompiledTable, np.ndarray] = weakref.WeakKeyDictionary()
+_PLANS: weakref.WeakKeyDictionary[CompiledTable, _Plan] = weakref.WeakKeyDictionary()
 
 
-def _set_sizes(table: CompiledTable) -> np.ndarray:
-    """int64 [M]: tokens in each of the table's sets (computed once per table)."""
-    sizes = _SIZES.get(table)
-    if sizes is None:
-        sizes = _SIZES[table] = table.token_sets.counts()
-    return sizes
+def _plan(table: CompiledTable) -> _Plan:
+    plan = _PLANS.get(table)
+    if plan is None:
+        plan = _PLANS[table] = _Plan(table)
+    return plan

@@ -37,7 +37,7 @@ def chain_table():
 def tokens_of(table, sets, pens) -> dict[int, float]:
     return {
         int(t): float(p)
-        for s, p in zip(sets.tolist(), pens.tolist(), strict=True)
+        for s, p in zip(sets, pens, strict=True)
         for t in table.token_sets.tokens_of(s)
     }
 
@@ -53,7 +53,7 @@ def test_lateral_tokens_that_eat_the_reserve_are_lowered():
     # Two tokens later (3 left, still in 0) the slack is 1 against 4 * 2/5 = 1.6.
     sets, pens, _ = policy.penalties(table, 0, 3, 5)
     assert tokens_of(table, sets, pens) == pytest.approx({1: 1.2, 3: 1.2, 4: 1.2})
-    assert policy.penalties(table, 0, 1, 1)[0].size == 0  # no spare token at all
+    assert policy.penalties(table, 0, 1, 1)[0] == []  # no spare token at all
 
 
 def test_closing_with_spare_tokens_unspent_is_lowered():
@@ -72,10 +72,10 @@ def test_silent_where_the_budget_does_not_bite():
     policy = GracefulPolicy(horizon=8)
     # Budget 64: every successor leaves 60 or more spare tokens, far beyond the horizon.
     sets, pens, blanks = policy.penalties(table, 0, 62, 64)
-    assert sets.size == 0 and not blanks
+    assert sets == [] and not blanks
     # The last spare tokens of the same request are paced.
     sets, pens, blanks = policy.penalties(table, 1, 6, 64)
-    assert sets.size and blanks
+    assert sets and blanks
 
 
 def test_blank_tokens_come_from_the_vocabulary():
@@ -118,6 +118,22 @@ def test_adjust_matches_the_reference_and_keeps_the_allowed_set(reserve):
                 torch.testing.assert_close(logits[0][allowed], expected[allowed])
                 changed += not torch.equal(logits[0][allowed], before[allowed])
     assert changed > 10  # the policy did act, in many of these cases
+
+
+def test_torch_rows_get_the_same_penalties_as_numpy_rows():
+    # bfloat16 CPU rows have no numpy view: they take the torch indexing path (as on a GPU).
+    table = chain_table()
+    policy = GracefulPolicy(blank_ids=(3, 20), reserve=1.0, close_penalty=2.0)
+    seq = ConstraintState(table)
+    logits = torch.zeros(1, 40)
+    bitmask = allocate_bitmask(1, table.vocab_size)
+    fill_bitmask(bitmask, 0, seq, 4)
+    apply_bitmask(logits, bitmask)
+    half = logits.to(torch.bfloat16)
+    policy.adjust(logits[0], seq, 4, 5)
+    policy.adjust(half[0], seq, 4, 5)
+    assert (logits[torch.isfinite(logits)] != 0).any()  # the policy did lower something
+    torch.testing.assert_close(half.float(), logits, atol=0.02, rtol=0)
 
 
 def test_policy_is_validated():
