@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from typing_extensions import Self
 
-from gclm.server.protocol import MAX_TOP_LOGPROBS, JsonSchema, SamplingFields
+from gclm.server.protocol import MAX_TOP_LOGPROBS, SamplingFields
 
 # The `include` value that asks for logprobs; other values name data gclm never produces
 # (reasoning, tool results), so they change nothing and are accepted.
@@ -38,8 +38,9 @@ class TextFormat(_Strict):
 
     type: Literal["text", "json_object", "json_schema"]
     name: str | None = None
-    # "schema" would shadow BaseModel.schema; the alias keeps the wire name.
-    schema_: JsonSchema | None = Field(default=None, alias="schema")
+    # "schema" would shadow BaseModel.schema; the alias keeps the wire name. Any: the one
+    # constraint parser checks it, and its error names text.format.schema.
+    schema_: Any = Field(default=None, alias="schema")
     strict: bool | None = None  # gclm always enforces the schema, strict or not
     description: str | None = None
 
@@ -91,7 +92,7 @@ def _none(v: Any) -> bool:
 
 
 class ResponsesRequest(SamplingFields):
-    """POST /v1/responses. `input` becomes a list of messages.
+    """POST /v1/responses. `input` (a string is one user message) becomes a list of messages.
 
     temperature, top_p, seed, the penalties and logit_bias are SamplingFields' (the last
     four as extensions, as on chat). Unknown fields are refused.
@@ -100,7 +101,7 @@ class ResponsesRequest(SamplingFields):
     n: ClassVar[int] = 1  # one output per response
 
     model: str | None = None
-    input: str | list[InputMessage]
+    input: list[InputMessage] = Field(min_length=1)
     instructions: str | None = None
     max_output_tokens: int | None = Field(default=None, ge=1)
     stream: bool = False
@@ -155,7 +156,10 @@ class ResponsesRequest(SamplingFields):
     @field_validator("input", mode="before")
     @classmethod
     def _only_messages(cls, v: Any) -> Any:
-        """Name the item type that is not a message (function calls, reasoning, ...)."""
+        """A string is one user message; name an item type that is not a message (function
+        calls, reasoning, ...)."""
+        if isinstance(v, str):
+            return [{"role": "user", "content": v}]
         if isinstance(v, list):
             for item in v:
                 kind = item.get("type", "message") if isinstance(item, dict) else None
@@ -189,9 +193,6 @@ class ResponsesRequest(SamplingFields):
         out: list[dict[str, Any]] = []
         if self.instructions:
             out.append({"role": "system", "content": self.instructions})
-        if isinstance(self.input, str):
-            out.append({"role": "user", "content": self.input})
-            return out
         for item in self.input:
             # Chat templates predate "developer", OpenAI's new name for "system".
             role = "system" if item.role == "developer" else item.role
