@@ -15,6 +15,7 @@ output is the same; the response just cannot be fetched later).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -91,6 +92,11 @@ def _none(v: Any) -> bool:
     return v is None
 
 
+def _no_reasoning(v: Any) -> bool:
+    """None, {} or {"effort": None, ...}: clients send these for "no reasoning options"."""
+    return v is None or (isinstance(v, dict) and not any(v.values()))
+
+
 class ResponsesRequest(SamplingFields):
     """POST /v1/responses. `input` (a string is one user message) becomes a list of messages.
 
@@ -132,7 +138,7 @@ class ResponsesRequest(SamplingFields):
     tool_choice: Any = None
     reasoning: Any = None
 
-    _SUPPORTED_ONLY: ClassVar = {
+    _SUPPORTED_ONLY: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {
         "previous_response_id": (
             _none,
             "gclm stores no responses; send the earlier turns in `input` instead",
@@ -143,7 +149,7 @@ class ResponsesRequest(SamplingFields):
         "tools": (lambda v: not v, "remove it; gclm does not call tools"),
         "tool_choice": (lambda v: v in (None, "none", "auto"), "remove it"),
         "reasoning": (
-            lambda v: not v or not any(v.values()) if isinstance(v, dict) else v is None,
+            _no_reasoning,
             "remove it; the model does not reason before answering",
         ),
     }

@@ -41,11 +41,12 @@ class Sequence:
     generator: torch.Generator | None = None
     last_token: int = -1
     generated: int = 0  # tokens sampled, EOS included
-    output_ids: list[int] = field(default_factory=list)  # tokens sampled, EOS excluded
+    output_ids: list[int] = field(default_factory=list, init=False)  # sampled, EOS excluded
     cancelled: bool = False
     finished: bool = False
-    _unsent_ids: list[int] = field(default_factory=list)
-    _unsent_logprobs: list[TokenLogprob] = field(default_factory=list)
+    # Taken but not yet sent: a token that completes no character waits for the next one.
+    _unsent_ids: list[int] = field(default_factory=list, init=False)
+    _unsent_logprobs: list[TokenLogprob] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         req = self.request
