@@ -10,6 +10,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import openai
@@ -279,3 +280,30 @@ def test_logit_bias_outside_the_vocabulary(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         greedy(client, "Hi", logit_bias={"99999999": 1})
     assert caught.value.param == "logit_bias"
+
+
+def test_mixed_batch(client: openai.OpenAI) -> None:
+    """Rows with and without penalties, bias and logprobs decode in one batch."""
+    requests: list[dict[str, Any]] = [
+        {"logprobs": True, "top_logprobs": 2, "frequency_penalty": 1.0},
+        {},
+        {"extra_body": {"repetition_penalty": 1.5, "structured_outputs": {"regex": "[a-z]{4}"}}},
+        {"logprobs": True, "logit_bias": {"0": -5}},
+    ]
+
+    def run(extra: dict[str, Any]) -> Any:
+        return client.chat.completions.create(
+            model=MODEL, messages=chat("Say a word."), max_tokens=6, temperature=0, **extra
+        )
+
+    with ThreadPoolExecutor(len(requests)) as pool:
+        replies = list(pool.map(run, requests))
+    for extra, reply in zip(requests, replies, strict=True):
+        choice = reply.choices[0]
+        assert choice.message.content
+        assert (choice.logprobs is not None) == bool(extra.get("logprobs"))
+        if choice.logprobs is not None:
+            assert choice.logprobs.content
+            width = extra.get("top_logprobs", 0)
+            assert all(len(t.top_logprobs) == width for t in choice.logprobs.content)
+    assert re.fullmatch("[a-z]{4}", replies[2].choices[0].message.content or "")
