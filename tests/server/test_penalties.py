@@ -23,9 +23,9 @@ class Row:
     output_ids: list[int] = field(default_factory=list)
 
 
-def row(prompt: list[int] = [0], output: list[int] = (), **params: object) -> Row:  # noqa: B006
-    request = GenerationRequest(prompt_ids=prompt, params=SamplingParams(max_tokens=8, **params))
-    return Row(request, list(output))
+def row(prompt: tuple[int, ...] = (0,), output: tuple[int, ...] = (), **params: object) -> Row:
+    params = SamplingParams(max_tokens=8, **params)  # type: ignore[arg-type]
+    return Row(GenerationRequest(prompt_ids=list(prompt), params=params), list(output))
 
 
 def logits(*rows: list[float]) -> torch.Tensor:
@@ -34,15 +34,15 @@ def logits(*rows: list[float]) -> torch.Tensor:
 
 def test_rows_without_penalties_are_untouched() -> None:
     x = logits([1.0] * V, [2.0] * V)
-    apply_penalties(x, [row(output=[1, 1]), row(output=[2])])
+    apply_penalties(x, [row(output=(1, 1)), row(output=(2,))])
     assert torch.equal(x, logits([1.0] * V, [2.0] * V))
 
 
 def test_frequency_and_presence_penalties() -> None:
     x = torch.zeros(2, V)
     rows = [
-        row(output=[3, 3, 3, 5], frequency_penalty=0.5),
-        row(output=[3, 3, 3, 5], presence_penalty=0.25),
+        row(output=(3, 3, 3, 5), frequency_penalty=0.5),
+        row(output=(3, 3, 3, 5), presence_penalty=0.25),
     ]
     apply_penalties(x, rows)
     expected = torch.zeros(2, V)
@@ -53,7 +53,7 @@ def test_frequency_and_presence_penalties() -> None:
 
 def test_repetition_penalty_covers_prompt_and_output() -> None:
     x = logits([2.0, -2.0, 2.0, -2.0, 2.0, 0, 0, 0])
-    apply_penalties(x, [row(prompt=[0, 1], output=[3], repetition_penalty=2.0)])
+    apply_penalties(x, [row(prompt=(0, 1), output=(3,), repetition_penalty=2.0)])
     assert x[0].tolist() == [1.0, -4.0, 2.0, -4.0, 2.0, 0, 0, 0]
 
 
@@ -67,7 +67,7 @@ def test_logit_bias_adds_to_the_named_tokens_only() -> None:
 
 def test_only_penalised_rows_change_in_a_mixed_batch() -> None:
     x = torch.ones(3, V)
-    apply_penalties(x, [row(output=[4]), row(output=[4], frequency_penalty=1.0), row()])
+    apply_penalties(x, [row(output=(4,)), row(output=(4,), frequency_penalty=1.0), row()])
     assert x[0].tolist() == [1.0] * V and x[2].tolist() == [1.0] * V
     assert x[1, 4] == 0.0 and x[1].sum() == V - 1
 
@@ -80,7 +80,7 @@ def test_the_mask_after_the_penalties_keeps_the_output_valid(bias: float) -> Non
     allowed = [t for t in range(V) if t == 1]  # the chain's first token
     x = torch.zeros(1, V)
     biased = tuple((t, bias if t in allowed else -bias) for t in range(V))
-    apply_penalties(x, [row(logit_bias=biased, frequency_penalty=2.0, output=[1, 1])])
+    apply_penalties(x, [row(logit_bias=biased, frequency_penalty=2.0, output=(1, 1))])
     bitmask = allocate_bitmask(1, V)
     fill_bitmask(bitmask, 0, state, 3)
     apply_bitmask(x, bitmask[:1])

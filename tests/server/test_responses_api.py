@@ -285,3 +285,10 @@ async def test_stateless_fields_that_change_nothing_are_accepted(app: FastAPI) -
         )
     assert response.status == "completed"
     assert response.model_extra is not None and response.model_extra["store"] is False
+
+
+async def test_unknown_model_is_a_404(app: FastAPI) -> None:
+    async with openai_client(app) as client:
+        with pytest.raises(openai.NotFoundError) as caught:
+            await client.responses.create(model="gpt-5", input="Hi")
+    assert caught.value.code == "model_not_found"
