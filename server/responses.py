@@ -92,10 +92,11 @@ class CompletionLogprobs(BaseModel):
     @classmethod
     def of(cls, logprobs: Sequence[TokenLogprob], start: int = 0) -> CompletionLogprobs:
         """`start`: the offset in the choice's text of the first token."""
-        offsets = []
+        # Offsets in characters; a token that splits a character starts where it starts.
+        offsets, data = [], b""
         for lp in logprobs:
-            offsets.append(start)
-            start += 0 if lp.token.startswith("bytes:") else len(lp.token)
+            offsets.append(start + len(data.decode("utf-8", "ignore")))
+            data += lp.bytes or b""
         return cls(
             tokens=[lp.token for lp in logprobs],
             token_logprobs=[lp.logprob for lp in logprobs],

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
-from gclm.server.interface import GenerationRequest, SamplingParams
+from gclm.server.interface import GenerationRequest, SamplingParams, TokenLogprob
 from gclm.server.logprobs import TokenNames, token_logprobs, token_text
+from gclm.server.responses import CompletionLogprobs
 
 INF = float("inf")
 NAMES = TokenNames([b"a", b"b", "é".encode()[:1], None, "é".encode()], lambda i: f"<special{i}>")
@@ -57,3 +58,10 @@ def test_token_names_and_bytes() -> None:
     assert NAMES.describe(3) == ("<special3>", None)
     assert NAMES.describe(4) == ("é", "é".encode())
     assert token_text(b"\xf0\x9f") == "bytes:\\xf0\\x9f"
+
+
+def test_completion_text_offsets_count_characters() -> None:
+    tokens = [("a", b"a"), ("bytes:\\xc3", b"\xc3"), ("bytes:\\xa9", b"\xa9"), ("b", b"b")]
+    body = CompletionLogprobs.of([TokenLogprob(t, b, -1.0) for t, b in tokens], start=2)
+    assert body.text_offset == [2, 3, 3, 4]
+    assert body.tokens == [t for t, _ in tokens]
