@@ -2,9 +2,11 @@
 
     app = create_app(engine, ServerSettings.from_env())
 
-One generation request flows: parse and refuse what gclm cannot honour (protocol) ->
-constraint -> `engine.compile` -> budget check -> one `engine.submit` per choice -> events
-merged per request (streaming) -> JSON body or Server-Sent Events (responses). A client that
+One generation request flows: parse and refuse what gclm cannot honour (protocol, or
+responses_api for /v1/responses) -> constraint -> `engine.compile` -> budget check -> one
+`engine.submit` per choice -> events merged per request (streaming) -> JSON body or
+Server-Sent Events (a Renderer: responses.py, responses_render.py). The three generating
+endpoints share that path; they differ only in their request model and their renderer. A client that
 disconnects, streaming or not, has its sequences cancelled at once.
 """
 
@@ -32,27 +34,26 @@ from gclm.server.interface import (
     FinishEvent,
     GenerationRequest,
     Handle,
-    SamplingParams,
     TokenEvent,
 )
 from gclm.server.metrics import Metrics, RequestCounter
-from gclm.server.protocol import ChatCompletionRequest, CompletionRequest, OpenAIRequest
+from gclm.server.protocol import ChatCompletionRequest, CompletionRequest, GenerationBody
 from gclm.server.responses import (
     ChatRenderer,
+    ChoiceOutput,
     CompletionRenderer,
     ModelCard,
     ModelList,
     Renderer,
     Usage,
 )
+from gclm.server.responses_api import ResponsesRequest
+from gclm.server.responses_render import ResponsesRenderer
 from gclm.server.settings import ServerSettings
 from gclm.server.streaming import (
-    DONE,
     Choices,
     ClientDisconnected,
     EventStreamResponse,
-    sse,
-    sse_error,
     until_disconnected,
 )
 
@@ -61,7 +62,14 @@ from gclm.server.streaming import (
 CLIENT_CLOSED = 499
 
 ENDPOINTS = frozenset(
-    {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}
+    {
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/v1/responses",
+        "/v1/models",
+        "/health",
+        "/metrics",
+    }
 )
 
 
@@ -93,6 +101,14 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
         service.check_model(body)
         prompts = [p if isinstance(p, list) else engine.encode_prompt(p) for p in body.prompt]
         return await service.generate(request, body, prompts, CompletionRenderer(engine.model_id))
+
+    @api.post("/responses")
+    async def responses(request: Request) -> Response:
+        body = ResponsesRequest.parse(await request.body())
+        service.check_model(body)
+        prompt = engine.encode_prompt(engine.render_chat(body.messages()))
+        renderer = ResponsesRenderer(engine.model_id, body)
+        return await service.generate(request, body, [prompt], renderer)
 
     @api.get("/models")
     async def list_models() -> ModelList:
@@ -137,14 +153,14 @@ class _Service:
         ):
             raise AuthenticationError()
 
-    def check_model(self, body: OpenAIRequest) -> None:
+    def check_model(self, body: GenerationBody) -> None:
         if body.model is not None and body.model != self.engine.model_id:
             raise ModelNotFoundError(body.model, self.engine.model_id)
 
     async def generate(
         self,
         request: Request,
-        body: OpenAIRequest,
+        body: GenerationBody,
         prompts: list[list[int]],
         renderer: Renderer,
     ) -> Response:
@@ -160,14 +176,7 @@ class _Service:
         requests = [
             GenerationRequest(
                 prompt_ids=prompt,
-                params=SamplingParams(
-                    max_tokens=max_tokens,
-                    temperature=body.temperature,
-                    top_p=body.top_p,
-                    # Distinct seeds, so n samples of one prompt differ yet are reproducible.
-                    seed=None if body.seed is None else body.seed + i,
-                    stop=body.stop,
-                ),
+                params=body.sampling_params(max_tokens, sample=i),
                 table=table,
                 budget_aware=budget_aware,
                 policy=policy,
@@ -180,20 +189,21 @@ class _Service:
         prompt_tokens = sum(len(p) for p in prompts)
         self.metrics.prompt_tokens.inc(prompt_tokens)
         if body.stream:
-            events = self.stream(sequences, renderer, prompt_tokens, body.include_usage)
+            events = self.stream(sequences, renderer, prompt_tokens, body)
             return EventStreamResponse(
                 events, on_close=sequences.close, on_disconnect=self.metrics.disconnects.inc
             )
+        with_logprobs = body.logprobs_count is not None
         try:
-            texts, reasons, completion_tokens = await until_disconnected(
-                request.receive, self.collect(sequences)
+            outputs, completion_tokens = await until_disconnected(
+                request.receive, self.collect(sequences, with_logprobs)
             )
         except ClientDisconnected:
             self.metrics.disconnects.inc()
             return Response(status_code=CLIENT_CLOSED)
         finally:
             sequences.close()
-        final = renderer.final(texts, reasons, Usage.of(prompt_tokens, completion_tokens))
+        final = renderer.final(outputs, Usage.of(prompt_tokens, completion_tokens))
         return Response(final.model_dump_json(), media_type="application/json")
 
     async def compile(self, spec: ConstraintSpec) -> CompiledTable:
@@ -206,7 +216,7 @@ class _Service:
         finally:
             self.metrics.compile_seconds.observe(time.perf_counter() - started)
 
-    def budget(self, body: OpenAIRequest, table: CompiledTable | None, budget_aware: bool) -> int:
+    def budget(self, body: GenerationBody, table: CompiledTable | None, budget_aware: bool) -> int:
         """max_tokens for every choice: the user's, or a default that fits the constraint.
 
         Raises BudgetTooSmallError when a budget-aware constraint cannot finish within the
@@ -237,52 +247,71 @@ class _Service:
             raise
         return handles
 
-    async def collect(self, sequences: Choices) -> tuple[list[str], list[str], int]:
-        """(text, finish reason) of every choice and the tokens generated in all.
+    async def collect(
+        self, sequences: Choices, with_logprobs: bool
+    ) -> tuple[list[ChoiceOutput], int]:
+        """Every choice's output and the tokens generated in all.
 
         Raises the first error any choice reports (the others are then cancelled).
         """
         n = len(sequences.handles)
         pieces: list[list[str]] = [[] for _ in range(n)]
-        reasons = ["stop"] * n
+        outputs = [ChoiceOutput(logprobs=[] if with_logprobs else None) for _ in range(n)]
         completion_tokens = 0
         async with aclosing(sequences.events()) as events:
             async for index, event in events:
                 if isinstance(event, TokenEvent):
                     pieces[index].append(event.text)
+                    if with_logprobs:
+                        outputs[index].logprobs.extend(event.logprobs)  # type: ignore[union-attr]
                 elif isinstance(event, FinishEvent):
-                    reasons[index] = event.finish_reason
+                    outputs[index].finish_reason = event.finish_reason
                     completion_tokens += event.completion_tokens
                     self.metrics.completion_tokens.inc(event.completion_tokens)
                 else:
                     raise as_gclm_error(event.error)
-        return ["".join(p) for p in pieces], reasons, completion_tokens
+        for out, texts in zip(outputs, pieces, strict=True):
+            out.text = "".join(texts)
+        return outputs, completion_tokens
 
     async def stream(
-        self, sequences: Choices, renderer: Renderer, prompt_tokens: int, include_usage: bool
+        self,
+        sequences: Choices,
+        renderer: Renderer,
+        prompt_tokens: int,
+        body: GenerationBody,
     ) -> AsyncGenerator[bytes, None]:
-        """SSE body: opening chunks, deltas and finishes as they come, usage, [DONE].
+        """SSE body: opening chunks, deltas and finishes as they come, closing (usage), and
+        the renderer's end marker ([DONE]).
 
-        An error from any choice ends the stream with an error event and [DONE].
+        An error from any choice ends the stream with the renderer's failure events.
         """
+        frame = renderer.frame
         for chunk in renderer.opening(len(sequences.handles)):
-            yield sse(chunk)
+            yield frame(chunk)
+        with_logprobs = body.logprobs_count is not None
         completion_tokens = 0
         async with aclosing(sequences.events()) as events:
             async for index, event in events:
                 if isinstance(event, TokenEvent):
-                    if event.text:  # a token that completes no character yet sends nothing
-                        yield sse(renderer.delta(index, event.text))
+                    # A token that completes no character yet sends nothing (its logprob
+                    # goes with the text that completes it).
+                    if event.text or (with_logprobs and event.logprobs):
+                        logprobs = event.logprobs if with_logprobs else None
+                        yield frame(renderer.delta(index, event.text, logprobs))
                 elif isinstance(event, FinishEvent):
                     completion_tokens += event.completion_tokens
                     self.metrics.completion_tokens.inc(event.completion_tokens)
-                    yield sse(renderer.finish(index, event.finish_reason))
+                    for chunk in renderer.finish(index, event.finish_reason):
+                        yield frame(chunk)
                 else:
                     error = as_gclm_error(event.error)
                     self.metrics.reject(error.code or error.error_type)
-                    yield sse_error(error)
-                    yield DONE
+                    for line in renderer.failure(error):
+                        yield line
                     return
-        if include_usage:
-            yield sse(renderer.usage(Usage.of(prompt_tokens, completion_tokens)))
-        yield DONE
+        usage = Usage.of(prompt_tokens, completion_tokens)
+        for chunk in renderer.closing(usage, body.include_usage):
+            yield frame(chunk)
+        if renderer.done is not None:
+            yield renderer.done

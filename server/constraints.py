@@ -2,10 +2,11 @@
 
 A constraint comes from exactly one of: `response_format` (json_object / json_schema), the
 `structured_outputs` extension ({json | regex | choice, budget_aware}), or vLLM's older
-`guided_json` / `guided_regex` / `guided_choice`. Each is read by the one constraint parser,
-`gclm.compiler.constraint.parse_constraint`. Errors name the parameter the constraint came
-from, e.g. `structured_outputs.regex`, both when the constraint is malformed here and when
-the engine fails to compile it.
+`guided_json` / `guided_regex` / `guided_choice`; on the Responses API, from `text.format`
+(json_object / json_schema with `name`, `schema`, `strict` at its top level). Each is read
+by the one constraint parser, `gclm.compiler.constraint.parse_constraint`. Errors name the
+parameter the constraint came from, e.g. `structured_outputs.regex`, both when the
+constraint is malformed here and when the engine fails to compile it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 
 from gclm.compiler.constraint import STRUCTURED_KEYS, Constraint, parse_constraint
 from gclm.errors import ConstraintError, InvalidRequestError
-from gclm.server.protocol import OpenAIRequest, ResponseFormat, StructuredOutputs
+from gclm.server.protocol import GenerationBody, ResponseFormat, StructuredOutputs
+from gclm.server.responses_api import TextFormat
 
 
 @dataclass(frozen=True)
@@ -30,20 +32,13 @@ class ConstraintSpec:
     budget_policy: str = "graceful"  # masking.graceful.POLICY_NAMES
 
 
-def constraint_spec(request: OpenAIRequest) -> ConstraintSpec | None:
+def constraint_spec(request: GenerationBody) -> ConstraintSpec | None:
     """The constraint `request` asks for, or None for free text.
 
     Raises InvalidRequestError when more than one source sets a constraint, and
     ConstraintError (param naming the source) when one is malformed or incomplete.
     """
-    fmt = request.response_format
-    sources: dict[str, Any] = {
-        "response_format": fmt if fmt is not None and fmt.type != "text" else None,
-        "structured_outputs": request.structured_outputs,
-        "guided_json": request.guided_json,
-        "guided_regex": request.guided_regex,
-        "guided_choice": request.guided_choice,
-    }
+    sources = request.constraint_sources()
     given = [(name, value) for name, value in sources.items() if value is not None]
     if not given:
         return None
@@ -56,11 +51,14 @@ def constraint_spec(request: OpenAIRequest) -> ConstraintSpec | None:
     source, value = given[0]
     body, budget_aware = _READERS[source](value)
     policy = value.budget_policy if isinstance(value, StructuredOutputs) else "graceful"
-    nested = source in ("response_format", "structured_outputs")
+    nested = source in ("response_format", "structured_outputs", "text.format")
     try:
         constraint = parse_constraint(body)
     except ConstraintError as e:
-        where = f"{source}.{e.param}" if nested and e.param else source
+        inner = e.param or ""
+        if source == "text.format":  # read as a response_format; name text.format's own keys
+            inner = inner.removeprefix("json_schema.")
+        where = f"{source}.{inner}" if nested and inner else source
         raise with_param(e, where) from None
     param = source
     if source == "structured_outputs":
@@ -70,6 +68,15 @@ def constraint_spec(request: OpenAIRequest) -> ConstraintSpec | None:
 
 def _read_response_format(fmt: ResponseFormat) -> tuple[dict[str, Any], bool]:
     return fmt.model_dump(by_alias=True, exclude_none=True), True
+
+
+def _read_text_format(fmt: TextFormat) -> tuple[dict[str, Any], bool]:
+    """text.format as the response_format that parse_constraint reads (name, schema and
+    strict move under "json_schema")."""
+    if fmt.type != "json_schema":
+        return {"type": fmt.type}, True
+    inner = fmt.model_dump(by_alias=True, exclude_none=True, exclude={"type"})
+    return {"type": "json_schema", "json_schema": inner}, True
 
 
 def _read_structured_outputs(so: StructuredOutputs) -> tuple[dict[str, Any], bool]:
@@ -83,6 +90,7 @@ def _read_structured_outputs(so: StructuredOutputs) -> tuple[dict[str, Any], boo
 _READERS: dict[str, Callable[[Any], tuple[dict[str, Any], bool]]] = {
     "response_format": _read_response_format,
     "structured_outputs": _read_structured_outputs,
+    "text.format": _read_text_format,
     "guided_json": lambda v: ({"json": v}, True),
     "guided_regex": lambda v: ({"regex": v}, True),
     "guided_choice": lambda v: ({"choice": v}, True),

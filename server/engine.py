@@ -1,10 +1,12 @@
 """The continuous-batching engine: one thread, one batched forward pass per step.
 
-A step is a five-line story (`_step`): admit waiting sequences (prefill), run one decode
-forward for the running ones, mask every row with its constraint and budget, sample, then
-update each sequence and evict the finished. Requests join and leave at step boundaries;
-the KV cache is one left-padded DynamicCache whose rows are merged and selected as the
-batch changes.
+A step is a short story (`_step`): admit waiting sequences (prefill), run one decode
+forward for the running ones, penalise and bias the rows that ask for it, mask every row
+with its constraint and budget, sample, read the logprobs asked for, then update each
+sequence and evict the finished. Penalties come before the mask, so they can never make an
+output invalid; logprobs come after it, so a masked token never appears in them. Requests
+join and leave at step boundaries; the KV cache is one left-padded DynamicCache whose rows
+are merged and selected as the batch changes.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from gclm.masking.graceful import GracefulPolicy
 from gclm.masking.policy import BudgetPolicy
 from gclm.server.batch import KVBatch
 from gclm.server.interface import ErrorEvent, FinishEvent, GenerationRequest, StreamEvent
+from gclm.server.logprobs import TokenNames, token_logprobs
+from gclm.server.penalties import apply_penalties
 from gclm.server.sampling import sample
 from gclm.server.sequence import Sequence
 
@@ -72,6 +76,8 @@ class BatchEngine:
             _leave_a_core()
         self.eos_ids = _eos_ids(model, tokenizer)
         self.context_length = _context_length(model, tokenizer)
+        # Logprobs name a special token (no bytes) as the tokenizer does, e.g. <|im_end|>.
+        self._names = TokenNames(vocab.token_bytes, tokenizer.convert_ids_to_tokens)
         self._bitmask = allocate_bitmask(max_batch, vocab.size)  # [max_batch, W]
         self._graceful = GracefulPolicy.for_vocab(vocab.token_bytes)
         self._compile_pool = ThreadPoolExecutor(compile_threads, thread_name_prefix="gclm-compile")
@@ -128,6 +134,12 @@ class BatchEngine:
             raise InvalidRequestError(
                 f"Prompt token ids must be in [0, {self.vocab.size}).", param="prompt"
             )
+        for token, _ in request.params.logit_bias:
+            if not 0 <= token < self.vocab.size:
+                raise InvalidRequestError(
+                    f"logit_bias names token {token}; token ids are in [0, {self.vocab.size}).",
+                    param="logit_bias",
+                )
         seq = Sequence(
             request=request,
             request_id=request.request_id or uuid.uuid4().hex,
@@ -198,10 +210,14 @@ class BatchEngine:
         admitted = self._admit()
         logits = self._forward(admitted)  # [B, V_logits] for self._running + admitted
         self._running.extend(admitted)
+        apply_penalties(logits, self._running)  # before the mask: output stays valid
         self._mask(logits)
         tokens = sample(logits, self._running)  # [B]
+        logprobs = token_logprobs(logits, tokens, self._running, self._names)  # after the mask
         done = [
-            seq for seq, t in zip(self._running, tokens, strict=True) if seq.update(t, self.eos_ids)
+            seq
+            for seq, t, lp in zip(self._running, tokens, logprobs, strict=True)
+            if seq.update(t, self.eos_ids, lp)
         ]
         self._evict(done)
 

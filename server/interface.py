@@ -17,11 +17,41 @@ from gclm.masking.policy import BudgetPolicy
 
 @dataclass(frozen=True)
 class SamplingParams:
+    """How one sequence is sampled.
+
+    Penalties and `logit_bias` change the logits BEFORE the constraint mask, so they can
+    steer a constrained output but never make it invalid. `logprobs` are read AFTER the mask
+    (and the penalties), so a token the constraint forbids never appears among them.
+    """
+
     max_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()  # honoured for unconstrained requests only
+    presence_penalty: float = 0.0  # OpenAI: minus this once for every token already output
+    frequency_penalty: float = 0.0  # OpenAI: minus this times the token's output count
+    repetition_penalty: float = 1.0  # vLLM/HF: seen tokens (prompt or output) divided by it
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit)
+    logprobs: int | None = None  # None: none; k: the sampled token's and the k most likely
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}.")
+        if not self.repetition_penalty > 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}.")
+        if self.logprobs is not None and self.logprobs < 0:
+            raise ValueError(f"logprobs must be None or >= 0, got {self.logprobs}.")
+
+    @property
+    def penalized(self) -> bool:
+        """Whether any penalty or bias changes this sequence's logits."""
+        return bool(
+            self.presence_penalty
+            or self.frequency_penalty
+            or self.repetition_penalty != 1.0
+            or self.logit_bias
+        )
 
 
 @dataclass
@@ -37,9 +67,25 @@ class GenerationRequest:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One output token's log-probability, and the `top` most likely tokens at its step.
+
+    `token` is the token's text ("bytes:\\xe4" style when its bytes are not whole UTF-8,
+    the tokenizer's name for a special token); `bytes` is None for a token without bytes.
+    """
+
+    token: str
+    bytes: bytes | None
+    logprob: float
+    top: tuple[TokenLogprob, ...] = ()
+
+
+@dataclass(frozen=True)
 class TokenEvent:
     text: str  # decoded text delta, never a broken UTF-8 sequence
-    token_ids: tuple[int, ...]
+    token_ids: tuple[int, ...]  # the tokens since the previous event (EOS excluded)
+    # One per token in token_ids when the request asked for logprobs, else empty.
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,12 @@
 Requests are parsed with `ChatCompletionRequest.parse(body)` / `CompletionRequest.parse(body)`,
 which also refuse what gclm cannot honour. The rule: a parameter that does not change the
 output (`user`, `metadata`, `store`, ...) is accepted and ignored; a parameter that would
-change the output and is not implemented (`logprobs`, `tools`, non-zero penalties, `echo`,
-`best_of > 1`, and any field we do not know) is a 400 that names it. It is never dropped
-silently.
+change the output and is not implemented (`tools`, `echo`, `best_of > 1`, and any field we
+do not know) is a 400 that names it. It is never dropped silently.
+
+`SamplingFields` holds what every generating endpoint shares (temperature, top_p, seed,
+penalties, logit_bias) and turns it into the engine's `SamplingParams`; the Responses API
+(`server/responses_api.py`) reuses it.
 
 The constraint fields (`response_format`, `structured_outputs`, `guided_*`) are only parsed
 here; `server/constraints.py` decides which constraint they ask for.
@@ -14,12 +17,13 @@ here; `server/constraints.py` decides which constraint they ask for.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from typing_extensions import Self
 
 from gclm.errors import InvalidRequestError
+from gclm.server.interface import SamplingParams
 
 JsonSchema = dict[str, Any] | bool
 
@@ -65,76 +69,57 @@ def _neutral(*values: Any) -> Callable[[Any], bool]:
     return lambda v: v is None or any(v == x and type(v) is type(x) for x in values)
 
 
-def _is_zero(v: Any) -> bool:
-    return v is None or (isinstance(v, int | float) and not isinstance(v, bool) and v == 0)
+class GenerationBody(Protocol):
+    """What the shared generation path (app.py) reads from a parsed request, whichever the
+    endpoint: chat and text completions (OpenAIRequest) and the Responses API."""
+
+    model: str | None
+    n: int
+    stream: bool
+
+    @property
+    def include_usage(self) -> bool: ...
+
+    @property
+    def logprobs_count(self) -> int | None: ...
+
+    def constraint_sources(self) -> dict[str, Any]:
+        """Request field -> the constraint it sets (None where unset); see constraints.py."""
+        ...
+
+    def budget_request(self) -> tuple[int | None, str]: ...
+
+    def sampling_params(self, max_tokens: int, sample: int = 0) -> SamplingParams: ...
 
 
-class OpenAIRequest(BaseModel):
-    """Fields shared by both endpoints. Unknown fields land in `model_extra` and are refused.
+# OpenAI's ranges (logit_bias values, top_logprobs); vLLM's default max_logprobs is 20 too.
+MAX_LOGIT_BIAS = 100.0
+MAX_TOP_LOGPROBS = 20
 
-    `stop` is passed to the engine in SamplingParams, which honours it for unconstrained
-    requests only: a constrained output ends where its constraint lets it end, and cutting
-    it at a stop string could leave it invalid.
+
+class SamplingFields(BaseModel):
+    """The sampling fields every generating endpoint shares, and their SamplingParams.
+
+    Unknown fields land in `model_extra`; `parse` refuses them (and the values listed in
+    `_SUPPORTED_ONLY`) with a 400 that names the field.
+
+    Penalties and logit_bias act on the logits before the constraint mask (they can steer a
+    constrained output, never break it). `repetition_penalty` is vLLM's extension.
     """
 
     model_config = ConfigDict(extra="allow")
 
-    model: str | None = None  # None: the served model
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    n: int = Field(default=1, ge=1, le=128)
     temperature: float = Field(default=1.0, ge=0, le=2)
     top_p: float = Field(default=1.0, ge=0, le=1)
     seed: int | None = None
-    stop: tuple[str, ...] = ()  # unconstrained requests only (see the class docstring)
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    response_format: ResponseFormat | None = None
-    structured_outputs: StructuredOutputs | None = None
-    guided_json: JsonSchema | str | None = None
-    guided_regex: str | None = None
-    guided_choice: list[str] | None = None
-
-    # Accepted and ignored: none of these changes the generated text.
-    user: Any = None
-    metadata: Any = None
-    store: Any = None
-    service_tier: Any = None
-    prompt_cache_key: Any = None
-    prompt_cache_options: Any = None
-    prompt_cache_retention: Any = None
-    safety_identifier: Any = None
-
-    # Accepted only at a value that leaves the output unchanged.
-    logprobs: Any = None
-    frequency_penalty: Any = None
-    presence_penalty: Any = None
-    logit_bias: Any = None
+    presence_penalty: float = Field(default=0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(default=0.0, ge=-2, le=2)
+    repetition_penalty: float = Field(default=1.0, gt=0, le=2)
+    # Token id (a JSON key, so a string) -> bias; read into int keys by _bias_range.
+    logit_bias: dict[str, float] | None = None
 
     # name -> (is the value one gclm can honour?, how to fix the request)
-    _SUPPORTED_ONLY: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {
-        "frequency_penalty": (_is_zero, "remove it or set it to 0"),
-        "presence_penalty": (_is_zero, "remove it or set it to 0"),
-        "logit_bias": (lambda v: not v, "remove it"),
-    }
-
-    @field_validator("n", "temperature", "top_p", "stream", mode="before")
-    @classmethod
-    def _null_is_default(cls, v: Any, info: Any) -> Any:
-        # OpenAI clients send explicit nulls for "use the default".
-        if v is None:
-            return cls.model_fields[info.field_name].default
-        return v
-
-    @field_validator("stop", mode="before")
-    @classmethod
-    def _stop_list(cls, v: Any) -> Any:
-        if v is None:
-            return ()
-        items = [v] if isinstance(v, str) else v
-        if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items):
-            raise ValueError("stop must be a non-empty string or a list of non-empty strings")
-        return tuple(items)
+    _SUPPORTED_ONLY: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {}
 
     @classmethod
     def parse(cls, body: bytes) -> Self:
@@ -163,6 +148,123 @@ class OpenAIRequest(BaseModel):
                     param=name,
                     code="unsupported_parameter",
                 )
+
+    @field_validator(
+        "temperature",
+        "top_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        mode="before",
+    )
+    @classmethod
+    def _null_sampling_default(cls, v: Any, info: Any) -> Any:
+        # OpenAI clients send explicit nulls for "use the default".
+        if v is None:
+            return cls.model_fields[info.field_name].default
+        return v
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias_range(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        for key, bias in (v or {}).items():
+            if not key.isascii() or not key.isdigit():
+                raise ValueError(f"key {key!r} is not a token id; use the tokenizer's ids")
+            if not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:
+                raise ValueError(
+                    f"the bias for token {key} is {bias}; use a value in "
+                    f"[-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]"
+                )
+        return v
+
+    @property
+    def logprobs_count(self) -> int | None:
+        """Top logprobs per token (0: the sampled token's only), or None for no logprobs."""
+        return None
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        return ()
+
+    def sampling_params(self, max_tokens: int, sample: int = 0) -> SamplingParams:
+        """The engine's parameters for sample number `sample` of this request."""
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            # Distinct seeds, so n samples of one prompt differ yet are reproducible.
+            seed=None if self.seed is None else self.seed + sample,
+            stop=self.stop_strings,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            repetition_penalty=self.repetition_penalty,
+            logit_bias=tuple(sorted((int(k), b) for k, b in (self.logit_bias or {}).items())),
+            logprobs=self.logprobs_count,
+        )
+
+
+class OpenAIRequest(SamplingFields):
+    """Fields shared by both endpoints. Unknown fields land in `model_extra` and are refused.
+
+    `stop` is passed to the engine in SamplingParams, which honours it for unconstrained
+    requests only: a constrained output ends where its constraint lets it end, and cutting
+    it at a stop string could leave it invalid.
+    """
+
+    model: str | None = None  # None: the served model
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    n: int = Field(default=1, ge=1, le=128)
+    stop: tuple[str, ...] = ()  # unconstrained requests only (see the class docstring)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = None
+    guided_json: JsonSchema | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+
+    # Accepted and ignored: none of these changes the generated text.
+    user: Any = None
+    metadata: Any = None
+    store: Any = None
+    service_tier: Any = None
+    prompt_cache_key: Any = None
+    prompt_cache_options: Any = None
+    prompt_cache_retention: Any = None
+    safety_identifier: Any = None
+
+    @field_validator("n", "stream", mode="before")
+    @classmethod
+    def _null_is_default(cls, v: Any, info: Any) -> Any:
+        # OpenAI clients send explicit nulls for "use the default".
+        if v is None:
+            return cls.model_fields[info.field_name].default
+        return v
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_list(cls, v: Any) -> Any:
+        if v is None:
+            return ()
+        items = [v] if isinstance(v, str) else v
+        if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items):
+            raise ValueError("stop must be a non-empty string or a list of non-empty strings")
+        return tuple(items)
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        return self.stop
+
+    def constraint_sources(self) -> dict[str, Any]:
+        fmt = self.response_format
+        return {
+            "response_format": fmt if fmt is not None and fmt.type != "text" else None,
+            "structured_outputs": self.structured_outputs,
+            "guided_json": self.guided_json,
+            "guided_regex": self.guided_regex,
+            "guided_choice": self.guided_choice,
+        }
 
     @property
     def include_usage(self) -> bool:
@@ -228,7 +330,8 @@ class ChatCompletionRequest(OpenAIRequest):
     """POST /v1/chat/completions."""
 
     messages: list[ChatMessage] = Field(min_length=1)
-    top_logprobs: Any = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     tools: Any = None
     tool_choice: Any = None
     parallel_tool_calls: Any = None  # meaningless without tools
@@ -244,8 +347,6 @@ class ChatCompletionRequest(OpenAIRequest):
 
     _SUPPORTED_ONLY: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {
         **OpenAIRequest._SUPPORTED_ONLY,
-        "logprobs": (_neutral(False), "remove it or set it to false"),
-        "top_logprobs": (_is_zero, "remove it"),
         "tools": (lambda v: not v, "remove it; gclm does not call tools"),
         "tool_choice": (_neutral("none", "auto"), "remove it; gclm does not call tools"),
         "functions": (lambda v: not v, "remove it; gclm does not call functions"),
@@ -258,22 +359,45 @@ class ChatCompletionRequest(OpenAIRequest):
         "moderation": (lambda v: v is None, "remove it"),
     }
 
+    @field_validator("logprobs", mode="before")
+    @classmethod
+    def _null_is_false(cls, v: Any) -> Any:
+        return False if v is None else v
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.top_logprobs is not None and not self.logprobs:
+            raise InvalidRequestError(
+                "top_logprobs needs logprobs: set logprobs to true, or remove top_logprobs.",
+                param="top_logprobs",
+                code="invalid_value",
+            )
+
+    @property
+    def logprobs_count(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
 
 class CompletionRequest(OpenAIRequest):
     """POST /v1/completions. `prompt` becomes a list of texts or a list of token-id lists."""
 
     prompt: list[str] | list[list[int]]
+    # The sampled token's logprob and this many top ones per token (None: no logprobs).
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     echo: Any = None
     best_of: Any = None
     suffix: Any = None
 
     _SUPPORTED_ONLY: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {
         **OpenAIRequest._SUPPORTED_ONLY,
-        "logprobs": (lambda v: v is None, "remove it"),
         "echo": (_neutral(False), "remove it or set it to false"),
         "best_of": (_neutral(1), "remove it or set it to 1; use n for several samples"),
         "suffix": (lambda v: not v, "remove it; gclm does not insert text"),
     }
+
+    @property
+    def logprobs_count(self) -> int | None:
+        return self.logprobs
 
     @field_validator("prompt", mode="before")
     @classmethod

@@ -1,17 +1,27 @@
 """Response bodies in the shapes the official openai SDK parses.
 
 A `Renderer` knows one endpoint's shapes: chat ("chat.completion", "chatcmpl-" ids, role
-and content deltas) or text completions ("text_completion", "cmpl-" ids, text deltas). The
-HTTP layer feeds it engine events and sends what it returns.
+and content deltas) or text completions ("text_completion", "cmpl-" ids, text deltas); the
+Responses API's renderer lives in responses_api.py. The HTTP layer feeds it engine events
+and sends what it returns, framed by the renderer (`frame`, `failure`, `done`).
+
+Logprobs, when asked for, are in OpenAI's shapes: chat's `{"content": [{token, logprob,
+bytes, top_logprobs}]}` and the legacy completions' `{tokens, token_logprobs, top_logprobs,
+text_offset}`.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel
+
+from gclm.server.interface import TokenLogprob
+from gclm.server.streaming import DONE, sse, sse_error
 
 
 class Usage(BaseModel):
@@ -28,6 +38,73 @@ class Usage(BaseModel):
         )
 
 
+@dataclass
+class ChoiceOutput:
+    """One choice's whole output, collected from its events."""
+
+    text: str = ""
+    finish_reason: str = "stop"
+    logprobs: list[TokenLogprob] | None = None  # None: not asked for
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+    @classmethod
+    def of(cls, lp: TokenLogprob) -> TopLogprob:
+        return cls(token=lp.token, logprob=lp.logprob, bytes=_bytes(lp))
+
+
+class ChatTokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+    @classmethod
+    def of(cls, lp: TokenLogprob) -> ChatTokenLogprob:
+        top = [TopLogprob.of(t) for t in lp.top]
+        return cls(token=lp.token, logprob=lp.logprob, bytes=_bytes(lp), top_logprobs=top)
+
+
+def _bytes(lp: TokenLogprob) -> list[int] | None:
+    return None if lp.bytes is None else list(lp.bytes)
+
+
+class ChatLogprobs(BaseModel):
+    content: list[ChatTokenLogprob] | None
+    refusal: None = None
+
+    @classmethod
+    def of(cls, logprobs: Sequence[TokenLogprob] | None) -> ChatLogprobs | None:
+        if logprobs is None:
+            return None
+        return cls(content=[ChatTokenLogprob.of(lp) for lp in logprobs])
+
+
+class CompletionLogprobs(BaseModel):
+    """The legacy completions' logprobs: parallel lists, one entry per token."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+    @classmethod
+    def of(cls, logprobs: Sequence[TokenLogprob], start: int = 0) -> CompletionLogprobs:
+        """`start`: the offset in the choice's text of the first token."""
+        # Offsets in characters; a token that splits a character starts where it starts.
+        offsets, data = [], b""
+        for lp in logprobs:
+            offsets.append(start + len(data.decode("utf-8", "ignore")))
+            data += lp.bytes or b""
+        return cls(
+            tokens=[lp.token for lp in logprobs],
+            token_logprobs=[lp.logprob for lp in logprobs],
+            top_logprobs=[{t.token: t.logprob for t in lp.top} for lp in logprobs],
+            text_offset=offsets,
+        )
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str
@@ -37,7 +114,7 @@ class AssistantMessage(BaseModel):
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: str
 
 
@@ -53,7 +130,7 @@ class ChatCompletion(BaseModel):
 class ChatChunkChoice(BaseModel):
     index: int
     delta: dict[str, str]  # {"role": "assistant"} first, then {"content": ...}, then {}
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
 
 
@@ -69,7 +146,7 @@ class ChatCompletionChunk(BaseModel):
 class CompletionChoice(BaseModel):
     index: int
     text: str
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
 
 
@@ -97,30 +174,47 @@ class ModelList(BaseModel):
 
 
 class Renderer:
-    """Builds one response's bodies; subclasses fix the endpoint's shapes."""
+    """Builds one response's bodies; subclasses fix the endpoint's shapes.
+
+    A stream is: `opening`, then `delta` per text piece and `finish` per choice as they
+    come, then `closing`; each body is sent with `frame`, and `done` (if any) ends it. An
+    error mid-stream sends `failure` instead and ends the stream.
+    """
 
     id_prefix = ""
+    done: bytes | None = DONE  # the stream's last line
 
     def __init__(self, model: str) -> None:
         self.id = self.id_prefix + secrets.token_hex(12)
         self.created = int(time.time())
         self.model = model
 
+    def frame(self, body: BaseModel) -> bytes:
+        return sse(body)
+
+    def failure(self, error: BaseException) -> list[bytes]:
+        """What ends a stream that failed: the OpenAI error object, then [DONE]."""
+        return [sse_error(error), DONE]
+
     def opening(self, n: int) -> list[BaseModel]:
         """Chunks sent before any text (chat: the role of each choice)."""
         return []
 
-    def delta(self, index: int, text: str) -> BaseModel:
+    def delta(self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None) -> BaseModel:
+        """A piece of text (logprobs: one per token in it, None when not asked for)."""
         raise NotImplementedError
 
-    def finish(self, index: int, finish_reason: str) -> BaseModel:
+    def finish(self, index: int, finish_reason: str) -> list[BaseModel]:
         raise NotImplementedError
+
+    def closing(self, usage: Usage, include_usage: bool) -> list[BaseModel]:
+        """After every choice finished: a usage-only chunk when stream_options asks for it."""
+        return [self.usage(usage)] if include_usage else []
 
     def usage(self, usage: Usage) -> BaseModel:
-        """The last chunk when stream_options.include_usage: no choices, only usage."""
         raise NotImplementedError
 
-    def final(self, texts: list[str], finish_reasons: list[str], usage: Usage) -> BaseModel:
+    def final(self, outputs: list[ChoiceOutput], usage: Usage) -> BaseModel:
         """The non-streaming response."""
         raise NotImplementedError
 
@@ -139,19 +233,27 @@ class ChatRenderer(Renderer):
             for i in range(n)
         ]
 
-    def delta(self, index: int, text: str) -> BaseModel:
-        return self._chunk([ChatChunkChoice(index=index, delta={"content": text})])
+    def delta(self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None) -> BaseModel:
+        choice = ChatChunkChoice(
+            index=index, delta={"content": text}, logprobs=ChatLogprobs.of(logprobs)
+        )
+        return self._chunk([choice])
 
-    def finish(self, index: int, finish_reason: str) -> BaseModel:
-        return self._chunk([ChatChunkChoice(index=index, delta={}, finish_reason=finish_reason)])
+    def finish(self, index: int, finish_reason: str) -> list[BaseModel]:
+        return [self._chunk([ChatChunkChoice(index=index, delta={}, finish_reason=finish_reason)])]
 
     def usage(self, usage: Usage) -> BaseModel:
         return self._chunk([], usage)
 
-    def final(self, texts: list[str], finish_reasons: list[str], usage: Usage) -> BaseModel:
+    def final(self, outputs: list[ChoiceOutput], usage: Usage) -> BaseModel:
         choices = [
-            ChatChoice(index=i, message=AssistantMessage(content=text), finish_reason=reason)
-            for i, (text, reason) in enumerate(zip(texts, finish_reasons, strict=True))
+            ChatChoice(
+                index=i,
+                message=AssistantMessage(content=out.text),
+                logprobs=ChatLogprobs.of(out.logprobs),
+                finish_reason=out.finish_reason,
+            )
+            for i, out in enumerate(outputs)
         ]
         return ChatCompletion(
             id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
@@ -161,23 +263,35 @@ class ChatRenderer(Renderer):
 class CompletionRenderer(Renderer):
     id_prefix = "cmpl-"
 
+    def __init__(self, model: str) -> None:
+        super().__init__(model)
+        self._sent: dict[int, int] = {}  # choice -> characters streamed (for text_offset)
+
     def _body(self, choices: list[CompletionChoice], usage: Usage | None = None) -> BaseModel:
         return Completion(
             id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
         )
 
-    def delta(self, index: int, text: str) -> BaseModel:
-        return self._body([CompletionChoice(index=index, text=text)])
+    def delta(self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None) -> BaseModel:
+        start = self._sent.get(index, 0)
+        self._sent[index] = start + len(text)
+        lp = None if logprobs is None else CompletionLogprobs.of(logprobs, start)
+        return self._body([CompletionChoice(index=index, text=text, logprobs=lp)])
 
-    def finish(self, index: int, finish_reason: str) -> BaseModel:
-        return self._body([CompletionChoice(index=index, text="", finish_reason=finish_reason)])
+    def finish(self, index: int, finish_reason: str) -> list[BaseModel]:
+        return [self._body([CompletionChoice(index=index, text="", finish_reason=finish_reason)])]
 
     def usage(self, usage: Usage) -> BaseModel:
         return self._body([], usage)
 
-    def final(self, texts: list[str], finish_reasons: list[str], usage: Usage) -> BaseModel:
+    def final(self, outputs: list[ChoiceOutput], usage: Usage) -> BaseModel:
         choices = [
-            CompletionChoice(index=i, text=text, finish_reason=reason)
-            for i, (text, reason) in enumerate(zip(texts, finish_reasons, strict=True))
+            CompletionChoice(
+                index=i,
+                text=out.text,
+                logprobs=None if out.logprobs is None else CompletionLogprobs.of(out.logprobs),
+                finish_reason=out.finish_reason,
+            )
+            for i, out in enumerate(outputs)
         ]
         return self._body(choices, usage)

@@ -17,6 +17,7 @@ from gclm.server.interface import (
     GenerationRequest,
     StreamEvent,
     TokenEvent,
+    TokenLogprob,
 )
 
 
@@ -40,8 +41,12 @@ class Sequence:
     generator: torch.Generator | None = None
     last_token: int = -1
     generated: int = 0  # tokens sampled, EOS included
+    output_ids: list[int] = field(default_factory=list, init=False)  # sampled, EOS excluded
     cancelled: bool = False
     finished: bool = False
+    # Taken but not yet sent: a token that completes no character waits for the next one.
+    _unsent_ids: list[int] = field(default_factory=list, init=False)
+    _unsent_logprobs: list[TokenLogprob] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         req = self.request
@@ -56,8 +61,11 @@ class Sequence:
     def tokens_left(self) -> int:
         return self.request.params.max_tokens - self.generated
 
-    def update(self, token: int, eos_ids: frozenset[int]) -> bool:
-        """Take the sampled token; emit text; return True when the sequence is done."""
+    def update(
+        self, token: int, eos_ids: frozenset[int], logprob: TokenLogprob | None = None
+    ) -> bool:
+        """Take the sampled token (and its logprob, when asked for); emit text; return True
+        when the sequence is done."""
         if self.cancelled:
             return True
         left = self.tokens_left
@@ -68,6 +76,7 @@ class Sequence:
             c.advance(token, left if c.budget_aware else None)
             if c.finished:  # EOS, allowed only where the output is complete
                 return self.finish("stop")
+            self._take(token, logprob)
             self._emit(self.text.push(token))
             if c.must_stop(self.tokens_left):
                 return self.finish("stop")
@@ -76,6 +85,7 @@ class Sequence:
             return False
         if token in eos_ids:
             return self.finish("stop")
+        self._take(token, logprob)
         self._emit(self.text.push(token))
         if self.text.stopped:
             return self.finish("stop")
@@ -86,7 +96,7 @@ class Sequence:
     def finish(self, reason: str) -> bool:
         if not self.finished:
             self.finished = True
-            self._emit(self.text.flush())
+            self._emit(self.text.flush(), final=True)
             prompt = len(self.request.prompt_ids)
             self._send(FinishEvent(reason, prompt, self.generated))
         return True
@@ -98,9 +108,20 @@ class Sequence:
                 error = GclmError(str(error))
             self._send(ErrorEvent(error))
 
-    def _emit(self, text: str) -> None:
-        if text:
-            self._send(TokenEvent(text, (self.last_token,)))
+    def _take(self, token: int, logprob: TokenLogprob | None) -> None:
+        self.output_ids.append(token)
+        self._unsent_ids.append(token)
+        if logprob is not None:
+            self._unsent_logprobs.append(logprob)
+
+    def _emit(self, text: str, final: bool = False) -> None:
+        """Send `text` with the tokens taken since the last event. A token that completes
+        no character waits for the next one; at the end, tokens left are sent anyway."""
+        if text or (final and self._unsent_ids):
+            ids, logprobs = tuple(self._unsent_ids), tuple(self._unsent_logprobs)
+            self._unsent_ids.clear()
+            self._unsent_logprobs.clear()
+            self._send(TokenEvent(text, ids, logprobs))
 
     def _send(self, event: StreamEvent) -> None:
         self.loop.call_soon_threadsafe(self.events.put_nowait, event)

@@ -3,6 +3,8 @@
 A script maps each GenerationRequest to its tokens: a `str` is one token's text delta (""
 for a token that completes no character yet), an `Exception` becomes an ErrorEvent at that
 point. The prompt "tokenizer" is UTF-8 bytes, so prompt_tokens is the prompt's byte length.
+When a request asks for logprobs, token i (from 0) gets `fake_logprob(i)` and its top list
+is itself followed by "<alt1>", "<alt2>", ... one nat less likely each.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from gclm.server.interface import (
     GenerationRequest,
     StreamEvent,
     TokenEvent,
+    TokenLogprob,
 )
 
 Script = Callable[[GenerationRequest], Sequence[str | Exception]]
@@ -35,6 +38,17 @@ Script = Callable[[GenerationRequest], Sequence[str | Exception]]
 FREE_TEXT = ("Grüße", ", ", "世界", "", " 👋")
 JSON_TEXT = ('{"name": ', '"Zoë"', ', "age": ', "7}")
 JSON_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
+
+
+def fake_logprob(i: int) -> float:
+    return -0.25 * (i + 1)
+
+
+def fake_token_logprob(i: int, text: str, top: int) -> TokenLogprob:
+    lp = fake_logprob(i)
+    alts = [TokenLogprob(f"<alt{j}>", f"<alt{j}>".encode(), lp - j) for j in range(1, top)]
+    data = text.encode()
+    return TokenLogprob(text, data, lp, (TokenLogprob(text, data, lp), *alts)[:top])
 
 
 def default_script(request: GenerationRequest) -> Sequence[str | Exception]:
@@ -162,8 +176,10 @@ class FakeEngine:
                 if isinstance(item, Exception):
                     yield ErrorEvent(item)
                     return
+                k = request.params.logprobs
+                logprobs = () if k is None else (fake_token_logprob(emitted, item, k),)
                 emitted += 1
-                yield TokenEvent(item, (emitted,))
+                yield TokenEvent(item, (emitted,), logprobs)
             yield FinishEvent(reason, len(request.prompt_ids), emitted)
         finally:
             handle.finished = True

@@ -76,16 +76,10 @@ async def test_bad_prompt(app: FastAPI) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "param"),
     [
-        ({"logprobs": True}, "logprobs"),
-        ({"top_logprobs": 2}, "top_logprobs"),
-        ({"presence_penalty": 0.5}, "presence_penalty"),
-        ({"frequency_penalty": -1}, "frequency_penalty"),
-        ({"logit_bias": {"42": 5}}, "logit_bias"),
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"modalities": ["text", "audio"]}, "modalities"),
         ({"extra_body": {"top_k": 5}}, "top_k"),
-        ({"extra_body": {"repetition_penalty": 1.1}}, "repetition_penalty"),
     ],
 )
 async def test_unsupported_chat_parameters(app: FastAPI, kwargs: dict, param: str) -> None:
@@ -102,7 +96,6 @@ async def test_unsupported_chat_parameters(app: FastAPI, kwargs: dict, param: st
     [
         ({"echo": True}, "echo"),
         ({"best_of": 2}, "best_of"),
-        ({"logprobs": 0}, "logprobs"),
         ({"suffix": "end"}, "suffix"),
     ],
 )
@@ -111,6 +104,29 @@ async def test_unsupported_completion_parameters(app: FastAPI, kwargs: dict, par
         with pytest.raises(openai.BadRequestError) as caught:
             await client.completions.create(model="gclm-fake", prompt="Hi", **kwargs)
     assert caught.value.param == param
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"messages": MESSAGES, "presence_penalty": 2.5}, "presence_penalty"),
+        ({"messages": MESSAGES, "frequency_penalty": -3}, "frequency_penalty"),
+        ({"messages": MESSAGES, "repetition_penalty": 0}, "repetition_penalty"),
+        ({"messages": MESSAGES, "logit_bias": {"42": 101}}, "logit_bias"),
+        ({"messages": MESSAGES, "logit_bias": {"-1": 1}}, "logit_bias"),
+        ({"messages": MESSAGES, "logit_bias": {"x": 1}}, "logit_bias"),
+        ({"messages": MESSAGES, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        ({"messages": MESSAGES, "top_logprobs": 2}, "top_logprobs"),
+        ({"prompt": "Hi", "logprobs": 21}, "logprobs"),
+        ({"prompt": "Hi", "logprobs": -1}, "logprobs"),
+    ],
+)
+async def test_bad_sampling_values(app: FastAPI, body: dict, param: str) -> None:
+    path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"
+    async with http_client(app) as http:
+        response = await http.post(path, json=body)
+    assert response.status_code == 400
+    assert_openai_error(response.json(), param)
 
 
 async def test_unknown_model_is_a_404(app: FastAPI) -> None:

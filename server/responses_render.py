@@ -1,0 +1,242 @@
+"""The Responses API's bodies and stream events, in the shapes the openai SDK parses.
+
+A response holds one output item, an assistant message with one `output_text` part. Its
+`status` is "completed", or "incomplete" with `incomplete_details.reason` =
+"max_output_tokens" when free text ran out of budget (a constrained output always completes
+within its budget, so it is never incomplete). A stream is the Responses event sequence:
+
+    response.created, response.in_progress, response.output_item.added,
+    response.content_part.added, response.output_text.delta (per text piece),
+    response.output_text.done, response.content_part.done, response.output_item.done,
+    response.completed (or response.incomplete)
+
+each sent as `event: <type>` plus `data: <json>` with a rising `sequence_number`, and no
+[DONE]. An error mid-stream sends an `error` event and ends the stream.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from gclm.server.http_errors import as_gclm_error
+from gclm.server.interface import TokenLogprob
+from gclm.server.responses import ChoiceOutput, Renderer, TopLogprob, Usage
+from gclm.server.responses_api import ResponsesRequest
+
+
+class OutputTokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+    @classmethod
+    def of(cls, lp: TokenLogprob) -> OutputTokenLogprob:
+        top = [TopLogprob.of(t) for t in lp.top]
+        data = None if lp.bytes is None else list(lp.bytes)
+        return cls(token=lp.token, logprob=lp.logprob, bytes=data, top_logprobs=top)
+
+
+class OutputText(BaseModel):
+    type: Literal["output_text"] = "output_text"
+    text: str
+    annotations: list[Any] = []
+    logprobs: list[OutputTokenLogprob] = []
+
+
+class OutputMessage(BaseModel):
+    type: Literal["message"] = "message"
+    id: str
+    role: Literal["assistant"] = "assistant"
+    status: Literal["in_progress", "completed", "incomplete"]
+    content: list[OutputText]
+
+
+class ResponseUsage(BaseModel):
+    input_tokens: int
+    input_tokens_details: dict[str, int] = {"cached_tokens": 0, "cache_write_tokens": 0}
+    output_tokens: int
+    output_tokens_details: dict[str, int] = {"reasoning_tokens": 0}
+    total_tokens: int
+
+    @classmethod
+    def of(cls, usage: Usage) -> ResponseUsage:
+        return cls(
+            input_tokens=usage.prompt_tokens,
+            output_tokens=usage.completion_tokens,
+            total_tokens=usage.total_tokens,
+        )
+
+
+class ResponseBody(BaseModel):
+    """The response object; the request's settings are echoed back, as OpenAI does."""
+
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: Literal["in_progress", "completed", "incomplete"]
+    error: None = None
+    incomplete_details: dict[str, str] | None = None
+    instructions: str | None
+    max_output_tokens: int | None
+    model: str
+    output: list[OutputMessage]
+    parallel_tool_calls: bool = False
+    previous_response_id: None = None
+    reasoning: None = None
+    store: bool = False  # nothing is stored, whatever the request said
+    temperature: float
+    top_p: float
+    top_logprobs: int | None
+    text: dict[str, Any]
+    tool_choice: str = "none"
+    tools: list[Any] = []
+    truncation: str = "disabled"
+    usage: ResponseUsage | None = None
+    metadata: dict[str, Any] = {}
+
+
+class ResponseEvent(BaseModel):
+    """One stream event; its other fields depend on `type`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    sequence_number: int = 0
+
+
+class ResponsesRenderer(Renderer):
+    """Builds one response's body, or its events when streamed (a single output)."""
+
+    id_prefix = "resp_"
+    done = None  # a Responses stream ends with response.completed, not [DONE]
+
+    def __init__(self, model: str, request: ResponsesRequest) -> None:
+        super().__init__(model)
+        self.request = request
+        self.item_id = "msg_" + secrets.token_hex(12)
+        self._sequence = 0
+        self._text: list[str] = []
+        self._logprobs: list[TokenLogprob] = []
+        self._finish_reason = "stop"
+
+    # --- the streamed events ---
+
+    def frame(self, body: BaseModel) -> bytes:
+        if isinstance(body, ResponseEvent):
+            body.sequence_number = self._sequence
+            self._sequence += 1
+        data = body.model_dump_json()
+        kind = getattr(body, "type", "message")
+        return f"event: {kind}\ndata: {data}\n\n".encode()
+
+    def failure(self, error: BaseException) -> list[bytes]:
+        err = as_gclm_error(error)
+        event = ResponseEvent(
+            type="error", code=err.code or err.error_type, message=err.message, param=err.param
+        )
+        return [self.frame(event)]
+
+    def opening(self, n: int) -> list[BaseModel]:
+        started = self._response("in_progress", [])
+        item = self._message("in_progress", "")
+        return [
+            ResponseEvent(type="response.created", response=started),
+            ResponseEvent(type="response.in_progress", response=started),
+            ResponseEvent(type="response.output_item.added", output_index=0, item=item),
+            self._part_event("response.content_part.added", OutputText(text="")),
+        ]
+
+    def delta(self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None) -> BaseModel:
+        self._text.append(text)
+        self._logprobs.extend(logprobs or ())
+        return ResponseEvent(
+            type="response.output_text.delta",
+            item_id=self.item_id,
+            output_index=0,
+            content_index=0,
+            delta=text,
+            logprobs=[OutputTokenLogprob.of(lp) for lp in logprobs or ()],
+        )
+
+    def finish(self, index: int, finish_reason: str) -> list[BaseModel]:
+        self._finish_reason = finish_reason
+        text = "".join(self._text)
+        part = self._part(text, self._logprobs)
+        return [
+            ResponseEvent(
+                type="response.output_text.done",
+                item_id=self.item_id,
+                output_index=0,
+                content_index=0,
+                text=text,
+                logprobs=part.logprobs,
+            ),
+            self._part_event("response.content_part.done", part),
+            ResponseEvent(
+                type="response.output_item.done",
+                output_index=0,
+                item=self._message(self._status(finish_reason), text, self._logprobs),
+            ),
+        ]
+
+    def closing(self, usage: Usage, include_usage: bool) -> list[BaseModel]:
+        out = ChoiceOutput("".join(self._text), self._finish_reason, self._logprobs)
+        final = self.final([out], usage)
+        kind = "response.completed" if final.status == "completed" else "response.incomplete"
+        return [ResponseEvent(type=kind, response=final)]
+
+    # --- the response object ---
+
+    def final(self, outputs: list[ChoiceOutput], usage: Usage) -> ResponseBody:
+        [out] = outputs
+        status = self._status(out.finish_reason)
+        message = self._message(status, out.text, out.logprobs or ())
+        return self._response(status, [message], usage)
+
+    def _status(self, finish_reason: str) -> Literal["completed", "incomplete"]:
+        return "incomplete" if finish_reason == "length" else "completed"
+
+    def _response(
+        self,
+        status: Literal["in_progress", "completed", "incomplete"],
+        output: list[OutputMessage],
+        usage: Usage | None = None,
+    ) -> ResponseBody:
+        r = self.request
+        fmt = r.text.format if r.text is not None else None
+        text_format = fmt.model_dump(by_alias=True, exclude_none=True) if fmt else {"type": "text"}
+        return ResponseBody(
+            id=self.id,
+            created_at=self.created,
+            status=status,
+            incomplete_details={"reason": "max_output_tokens"} if status == "incomplete" else None,
+            instructions=r.instructions,
+            max_output_tokens=r.max_output_tokens,
+            model=self.model,
+            output=output,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            top_logprobs=r.top_logprobs,
+            text={"format": text_format},
+            usage=None if usage is None else ResponseUsage.of(usage),
+            metadata=r.metadata if isinstance(r.metadata, dict) else {},
+        )
+
+    def _part(self, text: str, logprobs: Sequence[TokenLogprob] = ()) -> OutputText:
+        return OutputText(text=text, logprobs=[OutputTokenLogprob.of(lp) for lp in logprobs])
+
+    def _part_event(self, kind: str, part: OutputText) -> ResponseEvent:
+        return ResponseEvent(
+            type=kind, item_id=self.item_id, output_index=0, content_index=0, part=part
+        )
+
+    def _message(
+        self,
+        status: Literal["in_progress", "completed", "incomplete"],
+        text: str,
+        logprobs: Sequence[TokenLogprob] = (),
+    ) -> OutputMessage:
+        content = [self._part(text, logprobs)] if status != "in_progress" else []
+        return OutputMessage(id=self.item_id, status=status, content=content)
