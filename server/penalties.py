@@ -31,44 +31,56 @@ class _Row(Protocol):
 def apply_penalties(logits: torch.Tensor, rows: Seq[_Row]) -> None:
     """Penalise and bias `logits` [B, V] in place; row i belongs to rows[i].
 
-    Only the rows that ask for a penalty or a bias are touched (one gather and one scatter).
+    Only the rows that ask for a penalty or a bias are touched.
     """
     picked = [i for i, r in enumerate(rows) if r.request.params.penalized]
     if not picked:
         return
     device, vocab = logits.device, logits.shape[1]
     params = [rows[i].request.params for i in picked]
-    sub = logits[picked]  # [P, V]
+    every = len(picked) == len(rows)
+    sub = logits if every else logits[picked]  # [P, V]; a copy unless every row is picked
 
-    bias = torch.zeros_like(sub)  # [P, V]
-    for j, p in enumerate(params):
-        if p.logit_bias:
-            ids, values = zip(*p.logit_bias, strict=True)
-            bias[j, list(ids)] = torch.tensor(values, dtype=sub.dtype, device=device)
-    sub += bias
+    biases = [(j, t, b) for j, p in enumerate(params) for t, b in p.logit_bias]
+    if biases:
+        at, tokens, values = (torch.tensor(v, device=device) for v in zip(*biases, strict=True))
+        sub.index_put_((at, tokens), values.to(sub.dtype), accumulate=True)
 
-    counts = _counts([rows[i].output_ids for i in picked], vocab, device)  # [P, V]
-    rep = torch.tensor([p.repetition_penalty for p in params], device=device)[:, None]  # [P, 1]
-    if bool((rep != 1.0).any()):
-        seen = counts > 0
-        seen |= _counts([rows[i].request.prompt_ids for i in picked], vocab, device) > 0
-        penalised = torch.where(sub > 0, sub / rep, sub * rep)
-        sub = torch.where(seen, penalised, sub)
+    # Both penalties gather the logits of the tokens seen, change them and scatter them back:
+    # O(tokens seen) per row, as transformers' RepetitionPenaltyLogitsProcessor, rather than
+    # O(V). Rows are padded with their own first token: a duplicate writes the same value.
+    rep = [p.repetition_penalty for p in params]
+    if any(r != 1.0 for r in rep):
+        seen = _padded([rows[i].request.prompt_ids + rows[i].output_ids for i in picked])
+        seen = seen.to(device)  # [P, L]
+        scores = sub.gather(1, seen)  # [P, L]
+        factor = torch.tensor(rep, dtype=sub.dtype, device=device)[:, None]  # [P, 1]
+        sub.scatter_(1, seen, torch.where(scores > 0, scores / factor, scores * factor))
+
     freq = torch.tensor([p.frequency_penalty for p in params], device=device)[:, None]
     presence = torch.tensor([p.presence_penalty for p in params], device=device)[:, None]
-    sub -= freq * counts + presence * (counts > 0)
-    logits[picked] = sub
+    if bool(freq.any() or presence.any()):
+        outputs = [rows[i].output_ids or [0] for i in picked]  # [0]: counted 0 times below
+        out = _padded(outputs).to(device)  # [P, L]
+        count = _counts([rows[i].output_ids for i in picked], vocab, device).gather(1, out)
+        penalty = torch.where(count > 0, freq * count + presence, 0.0)  # [P, L]
+        sub.scatter_(1, out, sub.gather(1, out) - penalty)
+    if not every:
+        logits[picked] = sub
+
+
+def _padded(token_lists: list[list[int]]) -> torch.Tensor:
+    """long [len(token_lists), longest]: each list padded with its own first token."""
+    width = max(len(t) for t in token_lists)
+    return torch.tensor([t + [t[0]] * (width - len(t)) for t in token_lists], dtype=torch.long)
 
 
 def _counts(token_lists: list[list[int]], vocab: int, device: torch.device) -> torch.Tensor:
     """[len(token_lists), vocab] float: how often each token occurs in each list."""
     width = max((len(t) for t in token_lists), default=0)
     # Padding goes to a spill column past the vocabulary, dropped at the end.
-    ids = torch.full((len(token_lists), max(width, 1)), vocab, dtype=torch.long)
-    for j, tokens in enumerate(token_lists):
-        if tokens:
-            ids[j, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-    ids = ids.clamp_(max=vocab).to(device)
+    ids = torch.tensor([t + [vocab] * (width - len(t)) for t in token_lists], dtype=torch.long)
+    ids = ids.reshape(len(token_lists), width).to(device)
     counts = torch.zeros(len(token_lists), vocab + 1, device=device)
     counts.scatter_add_(1, ids, torch.ones_like(ids, dtype=counts.dtype))
     return counts[:, :vocab]

@@ -87,3 +87,10 @@ def test_the_mask_after_the_penalties_keeps_the_output_valid(bias: float) -> Non
     finite = [t for t in range(V) if math.isfinite(x[0, t].item())]
     assert finite == allowed
     assert int(x.argmax()) == 1
+
+
+def test_presence_penalty_before_any_output_changes_nothing() -> None:
+    x = torch.ones(2, V)
+    apply_penalties(x, [row(presence_penalty=2.0), row(output=(5,), presence_penalty=2.0)])
+    assert x[0].tolist() == [1.0] * V
+    assert x[1, 5] == -1.0 and x[1].sum() == V - 2
