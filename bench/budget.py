@@ -254,11 +254,13 @@ def make_jobs(
     prompt_ids: list[int],
     samples: list[tuple[float, int]],
     arms: list[str] = ARMS,
+    levels: list[str] = LEVELS,
 ) -> list[Job]:
-    """Every (arm, budget, sample) for one compiled schema."""
+    """Every (arm, budget, sample) for one compiled schema, at the given levels."""
     by_budget: dict[int, list[str]] = defaultdict(list)
     for level, budget in level_budgets(table.min_tokens).items():
-        by_budget[budget].append(level)
+        if level in levels:
+            by_budget[budget].append(level)
     return [
         Job(schema, arm, budget, levels, temperature, seed, prompt_ids, table)
         for arm in arms
@@ -386,7 +388,7 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
             if name in compiled:
                 text = engine.render_chat(prompt_messages(schema, args.schema_chars))
                 ids = engine.encode_prompt(text)
-                jobs += make_jobs(name, compiled[name], ids, samples, args.arms)
+                jobs += make_jobs(name, compiled[name], ids, samples, args.arms, args.levels)
         started = time.perf_counter()
         done = [0]
         policy = TimedPolicy(
@@ -464,11 +466,13 @@ def main() -> None:
     parser.add_argument("--compile-timeout", type=float, default=10.0)
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for budget.md/png")
     parser.add_argument("--arms", default=",".join(ARMS[1:]), help="comma-separated arms")
+    parser.add_argument("--levels", default=",".join(LEVELS), help="comma-separated levels")
     for name in POLICY_SETTINGS:
         flag = "--" + name.replace("_", "-")
         parser.add_argument(flag, type=float, default=getattr(GracefulPolicy, name))
     args = parser.parse_args()
     args.arms = [a for a in ARMS if a in args.arms.split(",")]
+    args.levels = [level for level in LEVELS if level in args.levels.split(",")]
     if args.quick:
         args.bench_schemas, args.samples = 5, 1
 
@@ -480,7 +484,7 @@ def main() -> None:
         args.json.write_text(json.dumps({"raw": dump}))
     records = score_jobs(raw["schemas"], raw["jobs"])
     mark_same_outputs(records)
-    rows = aggregate(records, args.arms, LEVELS)
+    rows = aggregate(records, args.arms, args.levels)
     failures = arm3_failures(records)
     bench_total = sum(1 for name, _ in raw["schemas"] if name.startswith("bench/"))
     bench_ok = sum(1 for name in raw["compiled"] if name.startswith("bench/"))

@@ -20,9 +20,12 @@ write, and by time, the share of the budget still to spend). Around it:
 - a lateral token (one that keeps the distance: string content, digits) that leaves less
   than the target is lowered by `lateral_penalty` per token of shortfall: it would eat the
   share of the fields still ahead;
-- a closing token (one that brings acceptance closer: a closing quote, a comma, a brace)
-  that leaves more than the target is lowered by `close_penalty` per spare token it would
-  leave unspent (at most `close_cap` tokens): write content here before moving on;
+- where content could be written (a lateral token other than a blank, or a move away from
+  acceptance that still fits: another array item, an optional property), a closing token
+  (one that brings acceptance closer: a closing quote, a comma, a brace) is lowered by
+  `close_penalty` per spare token that staying would leave unspent beyond the target (at
+  most `close_cap` tokens): write content here before moving on. Every closing token of
+  the state pays the same, so one that closes in fewer tokens is not the loser;
 - a token made only of whitespace is lowered by `blank_penalty`: a blank is a spare token
   spent on nothing.
 
@@ -63,7 +66,7 @@ class GracefulPolicy:
     horizon: float = 8.0
     reserve: float = 0.8
     lateral_penalty: float = 1.5
-    close_penalty: float = 1.0
+    close_penalty: float = 2.0
     close_cap: float = 3.0
     blank_penalty: float = 4.0
     _blank: dict[Where, np.ndarray | torch.Tensor] = field(
@@ -114,19 +117,31 @@ class GracefulPolicy:
             return [], [], False
         blanks = self.blank_penalty > 0 and r1 - here < self.horizon
         by_time = r1 / budget
+        lo, hi = plan.offsets[state], plan.offsets[state + 1]
+        groups = list(zip(plan.group_next[lo:hi], plan.group_set[lo:hi], strict=True))
+        # Closing is lowered by what staying would leave unspent beyond the schedule, the
+        # same for every closing token (so a token that closes in fewer tokens is not the
+        # one that pays), and only where content could be written instead: a lateral token
+        # other than a blank (string content, digits), or a move away that still fits (an
+        # array item, an optional property).
+        unspent = r1 - here - self.reserve * spare * min(here / d0, by_time)
+        content = any(
+            (d == here and plan.size[index] > len(self.blank_ids)) or here < d <= r1
+            for d, index in ((plan.dist[nxt], index) for nxt, index in groups)
+        )
+        close = self.close_penalty * min(unspent, self.close_cap) if content else 0.0
         sets: list[int] = []
         pens: list[float] = []
-        lo, hi = plan.offsets[state], plan.offsets[state + 1]
-        for nxt, index in zip(plan.group_next[lo:hi], plan.group_set[lo:hi], strict=True):
+        for nxt, index in groups:
             d = plan.dist[nxt]
             slack = r1 - d
             if slack < 0 or slack >= self.horizon or d > here:
                 continue  # masked, not biting, or moving away from acceptance: left alone
-            target = self.reserve * spare * min(d / d0, by_time)
             if d == here:
+                target = self.reserve * spare * min(d / d0, by_time)
                 pen = self.lateral_penalty * (target - slack)
             else:
-                pen = self.close_penalty * min(slack - target, self.close_cap)
+                pen = close
             if pen > 0:
                 sets.append(index)
                 pens.append(pen)

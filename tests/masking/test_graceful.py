@@ -58,13 +58,17 @@ def test_lateral_tokens_that_eat_the_reserve_are_lowered():
 
 def test_closing_with_spare_tokens_unspent_is_lowered():
     table = chain_table()
-    policy = GracefulPolicy(reserve=1.0, lateral_penalty=0.0, close_penalty=1.0, close_cap=1.5)
-    # State 1 (dist 1) with 3 left, budget 5: b closes (to dist 0) leaving slack 2 against a
-    # target of 4 * min(0, 2/5) = 0: 2 unspent, capped at 1.5. In state 0, e leaves slack 2.
-    sets, pens, _ = policy.penalties(table, 1, 3, 5)
-    assert tokens_of(table, sets, pens) == pytest.approx({2: 1.5})
-    sets, pens, _ = policy.penalties(table, 0, 3, 5)
-    assert tokens_of(table, sets, pens) == pytest.approx({35: 1.5})
+    policy = GracefulPolicy(reserve=0.5, lateral_penalty=0.0, close_penalty=1.0, close_cap=1.5)
+    # State 1 (dist 1) with 4 left, budget 5: staying leaves 3 - 1 = 2 spare tokens against
+    # a target of 0.5 * 4 * min(1/1, 3/5) = 1.2, so 0.8 unspent: b (closing) pays 0.8. In
+    # state 0, e closes (a is lateral there) and pays the same.
+    sets, pens, _ = policy.penalties(table, 1, 4, 5)
+    assert tokens_of(table, sets, pens) == pytest.approx({2: 0.8})
+    sets, pens, _ = policy.penalties(table, 0, 4, 5)
+    assert tokens_of(table, sets, pens) == pytest.approx({35: 0.8})
+    # Where the only lateral tokens are blanks, there is no content to write: no penalty.
+    blanks = GracefulPolicy(blank_ids=(3, 4), reserve=0.5, lateral_penalty=0.0)
+    assert blanks.penalties(table, 1, 4, 5)[0] == []
 
 
 def test_silent_where_the_budget_does_not_bite():
