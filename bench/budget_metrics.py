@@ -289,8 +289,8 @@ def mark_same_outputs(records: list[dict[str, Any]]) -> None:
         if r["temperature"] != 0.0:
             continue
         fo = greedy.get(("forward-only", r["schema"], r["budget"]))
-        if fo is not None and fo["finish_reason"] == "stop" and fo["valid"]:
+        if r["arm"] != "forward-only" and fo and fo["finish_reason"] == "stop" and fo["valid"]:
             r["same_as_forward_only"] = r["text"] == fo["text"]
         ba = greedy.get(("budget-aware", r["schema"], r["budget"]))
-        if ba is not None:
+        if r["arm"] != "budget-aware" and ba is not None:
             r["same_as_budget_aware"] = r["text"] == ba["text"]
