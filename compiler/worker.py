@@ -98,7 +98,7 @@ def _memory_error(limits: CompileLimits) -> CompileLimitError:
     return CompileLimitError(
         f"Compiling the constraint needed more than the {limits.memory_bytes >> 20} MiB "
         "memory limit. Simplify the schema (fewer optional properties, smaller "
-        "maxLength/maxItems), or raise --compile-memory."
+        "maxLength/maxItems), or raise --compile-memory (GCLM_COMPILE_MEMORY, in MiB)."
     )
 
 

@@ -16,12 +16,14 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import (
     AuthenticationError,
     ConstraintError,
+    InvalidRequestError,
     ModelNotFoundError,
 )
 from gclm.masking import check_budget
@@ -35,6 +37,7 @@ from gclm.server.interface import (
     SamplingParams,
     TokenEvent,
 )
+from gclm.server.limits import BodySizeLimit
 from gclm.server.metrics import Metrics, RequestCounter
 from gclm.server.protocol import ChatCompletionRequest, CompletionRequest, OpenAIRequest
 from gclm.server.responses import (
@@ -75,7 +78,10 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
     app = FastAPI(title="gclm", summary="Constrained generation, OpenAI-compatible.")
     app.state.engine, app.state.settings, app.state.metrics = engine, settings, metrics
     install_error_handlers(app, metrics.reject)
-    app.add_middleware(RequestCounter, metrics=metrics, endpoints=ENDPOINTS)
+    app.add_middleware(
+        BodySizeLimit, max_bytes=settings.max_body_size << 20, on_rejection=metrics.reject
+    )
+    app.add_middleware(RequestCounter, metrics=metrics, endpoints=ENDPOINTS)  # outermost
 
     api = APIRouter(prefix="/v1", dependencies=[Depends(service.authenticate)])
 
@@ -83,15 +89,14 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
     async def chat_completions(request: Request) -> Response:
         body = ChatCompletionRequest.parse(await request.body())
         service.check_model(body)
-        text = engine.render_chat([m.for_template() for m in body.messages])
-        prompt = engine.encode_prompt(text)
+        prompt = await run_in_threadpool(service.chat_prompt, body)
         return await service.generate(request, body, [prompt], ChatRenderer(engine.model_id))
 
     @api.post("/completions")
     async def completions(request: Request) -> Response:
         body = CompletionRequest.parse(await request.body())
         service.check_model(body)
-        prompts = [p if isinstance(p, list) else engine.encode_prompt(p) for p in body.prompt]
+        prompts = await run_in_threadpool(service.completion_prompts, body)
         return await service.generate(request, body, prompts, CompletionRenderer(engine.model_id))
 
     @api.get("/models")
@@ -106,7 +111,7 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
 
     app.include_router(api)
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> dict[str, str]:
         return {"status": "ok", "model": engine.model_id}
 
@@ -137,6 +142,16 @@ class _Service:
         ):
             raise AuthenticationError()
 
+    # Templating and tokenizing run in a worker thread (run_in_threadpool): a long prompt must
+    # not stop the event loop, which answers every other request and /health.
+    def chat_prompt(self, body: ChatCompletionRequest) -> list[int]:
+        return self.engine.encode_prompt(
+            self.engine.render_chat([m.for_template() for m in body.messages])
+        )
+
+    def completion_prompts(self, body: CompletionRequest) -> list[list[int]]:
+        return [p if isinstance(p, list) else self.engine.encode_prompt(p) for p in body.prompt]
+
     def check_model(self, body: OpenAIRequest) -> None:
         if body.model is not None and body.model != self.engine.model_id:
             raise ModelNotFoundError(body.model, self.engine.model_id)
@@ -152,6 +167,7 @@ class _Service:
 
         Choices are numbered prompt-major: choice `p * n + i` is sample `i` of prompt `p`.
         """
+        self.check_admissible(body, len(prompts))
         spec = constraint_spec(body)
         table = await self.compile(spec) if spec is not None else None
         budget_aware = spec.budget_aware if spec is not None else True
@@ -193,6 +209,19 @@ class _Service:
             sequences.close()
         final = renderer.final(texts, reasons, Usage.of(prompt_tokens, completion_tokens))
         return Response(final.model_dump_json(), media_type="application/json")
+
+    def check_admissible(self, body: OpenAIRequest, prompts: int) -> None:
+        """A 400 for a request that no amount of waiting lets in: more choices (n x prompts)
+        than the whole queue holds. A 429 would have its client retry forever."""
+        choices = prompts * body.n
+        if choices > self.settings.queue_size:
+            raise InvalidRequestError(
+                f"This request asks for {choices} choices ({prompts} prompt(s) x n={body.n}), "
+                f"more than the server queues at once ({self.settings.queue_size}). Lower n or "
+                "send fewer prompts per request, or start the server with a larger --queue-size.",
+                param="n",
+                code="too_many_choices",
+            )
 
     async def compile(self, spec: ConstraintSpec) -> CompiledTable:
         """The compiled table; a ConstraintError names the parameter the constraint came from."""

@@ -70,6 +70,10 @@ class BatchEngine:
             _leave_a_core()
         self.eos_ids = _eos_ids(model, tokenizer)
         self.context_length = _context_length(model, tokenizer)
+        # No token spells more than `longest` bytes (nor characters), so a text longer than
+        # this has more tokens than the context holds: refused before it is tokenized.
+        longest = max((len(b) for b in vocab.token_bytes if b), default=1)
+        self.max_prompt_chars = self.context_length * longest
         self._bitmask = allocate_bitmask(max_batch, vocab.size)  # [max_batch, W]
         self._compile_pool = ThreadPoolExecutor(compile_threads, thread_name_prefix="gclm-compile")
         self._waiting: deque[Sequence] = deque()
@@ -92,9 +96,11 @@ class BatchEngine:
         return table
 
     def encode_prompt(self, prompt: str) -> list[int]:
+        self._check_chars(len(prompt), "prompt")
         return list(self.tokenizer.encode(prompt, add_special_tokens=True))
 
     def render_chat(self, messages: list[dict[str, Any]]) -> str:
+        self._check_chars(sum(len(str(m.get("content", ""))) for m in messages), "messages")
         try:
             return self.tokenizer.apply_chat_template(
                 messages, tokenize=False, add_generation_prompt=True
@@ -103,6 +109,15 @@ class BatchEngine:
             raise InvalidRequestError(
                 f"The model's chat template rejected the messages: {e}", param="messages"
             ) from e
+
+    def _check_chars(self, chars: int, param: str) -> None:
+        if chars > self.max_prompt_chars:
+            raise InvalidRequestError(
+                f"The {param} has {chars:,} characters, more than fit in the model's context "
+                f"of {self.context_length} tokens. Shorten it.",
+                param=param,
+                code="context_length_exceeded",
+            )
 
     def submit(self, request: GenerationRequest) -> Sequence:
         total = len(request.prompt_ids) + request.params.max_tokens

@@ -32,7 +32,10 @@ def build_engine(settings: ServerSettings) -> tuple[BatchEngine, CompilerPool]:
         time.perf_counter() - started,
     )
     vocab = TokenVocabulary.from_tokenizer(loaded.tokenizer)
-    pool = CompilerPool(vocab, CompileLimits(timeout_s=settings.compile_timeout))
+    limits = CompileLimits(
+        timeout_s=settings.compile_timeout, memory_bytes=settings.compile_memory << 20
+    )
+    pool = CompilerPool(vocab, limits)
     cache = TableCache(pool.compile, vocab.fingerprint, disk_dir=settings.cache_dir / "tables")
     engine = BatchEngine(
         loaded.model,

@@ -19,9 +19,11 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from typing_extensions import Self
 
-from gclm.errors import InvalidRequestError
+from gclm.errors import InvalidRequestError, quote
 
 JsonSchema = dict[str, Any] | bool
+
+SEED_MIN, SEED_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class _Strict(BaseModel):
@@ -77,13 +79,17 @@ class OpenAIRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
+    # Numbers are strict: "10" and true are not numbers in JSON, and accepting them would hide
+    # a client's bug. A float field still takes a JSON integer (1 is 1.0).
     model: str | None = None  # None: the served model
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    n: int = Field(default=1, ge=1, le=128)
-    temperature: float = Field(default=1.0, ge=0, le=2)
-    top_p: float = Field(default=1.0, ge=0, le=1)
-    seed: int | None = None
+    max_tokens: int | None = Field(default=None, ge=1, strict=True)
+    max_completion_tokens: int | None = Field(default=None, ge=1, strict=True)
+    n: int = Field(default=1, ge=1, le=128, strict=True)
+    temperature: float = Field(default=1.0, ge=0, le=2, strict=True)
+    top_p: float = Field(default=1.0, ge=0, le=1, strict=True)
+    # A signed 64-bit integer, as OpenAI documents it; torch's generator takes seed + i (i < n
+    # <= 128) for every value in this range.
+    seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX, strict=True)
     stop: tuple[str, ...] = ()  # unconstrained requests only (see the class docstring)
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -148,7 +154,7 @@ class OpenAIRequest(BaseModel):
         """Raise InvalidRequestError naming the first parameter gclm cannot honour."""
         for name in self.model_extra or {}:
             raise InvalidRequestError(
-                f"Unrecognized request argument supplied: {name!r}. gclm does not implement "
+                f"Unrecognized request argument supplied: {quote(name)}. gclm does not implement "
                 "it; remove it from the request.",
                 param=name,
                 code="unknown_parameter",
@@ -157,7 +163,7 @@ class OpenAIRequest(BaseModel):
             value = getattr(self, name)
             if not supported(value):
                 raise InvalidRequestError(
-                    f"{name}={value!r} is not supported by gclm; {fix}.",
+                    f"{name}={quote(value)} is not supported by gclm; {fix}.",
                     param=name,
                     code="unsupported_parameter",
                 )
@@ -198,7 +204,7 @@ class ChatMessage(_Strict):
             kind = part.get("type") if isinstance(part, dict) else None
             if kind != "text" or not isinstance(part.get("text"), str):
                 raise ValueError(
-                    f"content part of type {kind!r} is not supported; gclm accepts text "
+                    f"content part of type {quote(kind)} is not supported; gclm accepts text "
                     "and {'type': 'text', 'text': ...} parts only"
                 )
             texts.append(part["text"])
