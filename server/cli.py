@@ -98,15 +98,17 @@ def _constraint(args: argparse.Namespace) -> Any:
 
 def _compile(args: argparse.Namespace) -> int:
     from gclm.compiler.cache import cache_key
+    from gclm.compiler.pool import CompilerPool
     from gclm.compiler.vocabulary import TokenVocabulary
-    from gclm.compiler.worker import CompileLimits, CompilerPool
+    from gclm.compiler.worker import CompileLimits
     from gclm.server.model import load_tokenizer
 
     logging.getLogger().setLevel(logging.WARNING)
     constraint = _constraint(args)
     vocab = TokenVocabulary.from_tokenizer(load_tokenizer(args.tokenizer))
-    pool = CompilerPool(vocab, CompileLimits(timeout_s=args.timeout))
+    pool = CompilerPool(vocab, CompileLimits(timeout_s=args.timeout), workers=1)
     try:
+        pool.wait_ready()
         started = time.perf_counter()
         table = pool.compile(constraint)
         wall = time.perf_counter() - started

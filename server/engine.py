@@ -24,6 +24,7 @@ import torch
 
 from gclm.compiler.cache import TableCache
 from gclm.compiler.constraint import Constraint
+from gclm.compiler.pool import CompilerPool
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import GclmError, InternalError, InvalidRequestError, QueueFullError
@@ -54,15 +55,17 @@ class BatchEngine:
         model_id: str,
         vocab: TokenVocabulary,
         cache: TableCache,
+        compiler: CompilerPool | None = None,
         max_batch: int = 8,
         queue_size: int = 64,
-        compile_threads: int = 4,
+        lookup_threads: int = 4,
     ):
         self.model = model
         self.tokenizer = tokenizer
         self.model_id = model_id
         self.vocab = vocab
         self.cache = cache
+        self.compiler = compiler  # only read for /metrics: the cache submits to it
         self.max_batch = max_batch
         self.queue_size = queue_size
         self.device = next(model.parameters()).device
@@ -75,7 +78,9 @@ class BatchEngine:
         longest = max((len(b) for b in vocab.token_bytes if b), default=1)
         self.max_prompt_chars = self.context_length * longest
         self._bitmask = allocate_bitmask(max_batch, vocab.size)  # [max_batch, W]
-        self._compile_pool = ThreadPoolExecutor(compile_threads, thread_name_prefix="gclm-compile")
+        # Cache lookups (a disk read, building mask rows) run here; compiles never do, so a
+        # cached table is not kept waiting behind them (compiler/pool.py runs compiles).
+        self._lookups = ThreadPoolExecutor(lookup_threads, thread_name_prefix="gclm-lookup")
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []
         self._kv = KVBatch()
@@ -88,11 +93,12 @@ class BatchEngine:
 
     async def compile(self, constraint: Constraint) -> CompiledTable:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._compile_pool, self._prepare, constraint)
-
-    def _prepare(self, constraint: Constraint) -> CompiledTable:
-        table = self.cache.get(constraint)
-        mask_table(table)  # build the mask rows here, not on the engine thread's first step
+        future = await loop.run_in_executor(self._lookups, self.cache.fetch, constraint)
+        # shield: a client that leaves must not cancel the compile other requests share.
+        table = await asyncio.shield(asyncio.wrap_future(future))
+        # Build the mask rows here, not on the engine thread's first step (a cache that
+        # measures with masking.masks.table_memory has built them already).
+        await loop.run_in_executor(self._lookups, mask_table, table)
         return table
 
     def encode_prompt(self, prompt: str) -> list[int]:
@@ -166,19 +172,23 @@ class BatchEngine:
 
     def stats(self) -> dict[str, float]:
         s = self.cache.stats
-        return {
+        out: dict[str, float] = {
             "queue_depth": len(self._waiting),
             "batch_size": len(self._running),
-            "cache_hits": s.hits + s.negative_hits,
-            "cache_misses": s.misses,
+            "cache_hits": s.hits + s.negative_hits + s.disk_hits,
+            "cache_misses": s.misses - s.disk_hits,
         }
+        out.update(self.cache.gauges())
+        if self.compiler is not None:
+            out.update(self.compiler.gauges())
+        return out
 
     def shutdown(self) -> None:
         with self._wake:
             self._stopping = True
             self._wake.notify()
         self._thread.join(timeout=10)
-        self._compile_pool.shutdown(wait=False, cancel_futures=True)
+        self._lookups.shutdown(wait=False, cancel_futures=True)
 
     # --- the engine thread ---
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gclm.compiler.constraint import Constraint
-from gclm.compiler.worker import CompileLimits, CompilerPool
+from gclm.compiler.pool import CompilerPool
+from gclm.compiler.worker import CompileLimits
 from gclm.errors import CompileLimitError, ConstraintError, UnsupportedSchemaError
 
 # Many free-text fields with long bounds: seconds of DFA building at this vocabulary.
@@ -19,7 +20,8 @@ HEAVY = Constraint.json_schema(
 
 @pytest.fixture(scope="module")
 def pool(embedded_vocab):
-    pool = CompilerPool(embedded_vocab, CompileLimits(timeout_s=1.0))
+    pool = CompilerPool(embedded_vocab, CompileLimits(timeout_s=1.0), workers=1)
+    assert pool.wait_ready(120)
     yield pool
     pool.close()
 
