@@ -17,6 +17,7 @@ from contextlib import aclosing
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gclm.compiler.tables import CompiledTable
@@ -39,9 +40,13 @@ from gclm.server.interface import (
 )
 from gclm.server.limits import BodySizeLimit
 from gclm.server.metrics import Metrics, RequestCounter
+from gclm.server.openapi import document
 from gclm.server.protocol import ChatCompletionRequest, CompletionRequest, OpenAIRequest
 from gclm.server.responses import (
+    ChatCompletion,
+    ChatCompletionChunk,
     ChatRenderer,
+    Completion,
     CompletionRenderer,
     ModelCard,
     ModelList,
@@ -110,12 +115,22 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
         return ModelCard(id=engine.model_id, created=started)
 
     app.include_router(api)
+    document(
+        app,
+        {
+            "/v1/chat/completions": (ChatCompletionRequest, ChatCompletion, ChatCompletionChunk),
+            "/v1/completions": (CompletionRequest, Completion, Completion),
+        },
+    )
 
-    @app.api_route("/health", methods=["GET", "HEAD"])
+    @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok", "model": engine.model_id}
 
-    @app.get("/metrics")
+    # HEAD for load balancers' checks; one documented operation is enough.
+    app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
+
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def prometheus_metrics() -> Response:
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 

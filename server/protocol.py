@@ -14,16 +14,42 @@ here; `server/constraints.py` decides which constraint they ask for.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema, field_validator
 from typing_extensions import Self
 
 from gclm.errors import InvalidRequestError, quote
 
-JsonSchema = dict[str, Any] | bool
+JsonSchema = dict[str, Any] | StrictBool  # strict: 0 and "true" are not schemas
 
 SEED_MIN, SEED_MAX = -(1 << 63), (1 << 63) - 1
+
+# What the "before" validators below accept, for the OpenAPI document (server/openapi.py).
+_TEXT = {"type": "string", "minLength": 1}
+_TOKENS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
+_STOP_SCHEMA = {"anyOf": [_TEXT, {"type": "array", "items": _TEXT}, {"type": "null"}]}
+_CONTENT_SCHEMA = {
+    "anyOf": [
+        {"type": "string"},
+        {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+                "required": ["type", "text"],
+            },
+        },
+    ]
+}
+_PROMPT_SCHEMA = {
+    "anyOf": [
+        {"type": "string"},
+        {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        _TOKENS,
+        {"type": "array", "items": _TOKENS, "minItems": 1},
+    ]
+}
 
 
 class _Strict(BaseModel):
@@ -36,7 +62,7 @@ class JsonSchemaFormat(_Strict):
     name: str = "response"
     # "schema" would shadow BaseModel.schema; the alias keeps the wire name.
     schema_: JsonSchema | None = Field(default=None, alias="schema")
-    strict: bool | None = None  # gclm always enforces the schema, strict or not
+    strict: StrictBool | None = None  # gclm always enforces the schema, strict or not
     description: str | None = None
 
 
@@ -52,13 +78,19 @@ class StructuredOutputs(_Strict):
     regex: str | None = None
     choice: list[str] | None = None
     # False: forward-only DFA masking that may run out of budget (for comparisons only).
-    budget_aware: bool = True
+    budget_aware: StrictBool = True
 
 
 class StreamOptions(BaseModel):
     # Other stream options (e.g. include_obfuscation) only shape the transport: ignored.
     model_config = ConfigDict(extra="ignore")
-    include_usage: bool | None = None
+    include_usage: StrictBool | None = None
+
+
+def _nullable(schema: dict[str, Any]) -> None:
+    """Document a field whose explicit null means its default (see `_null_is_default`)."""
+    inner = {k: schema.pop(k) for k in list(schema) if k not in ("title", "default")}
+    schema["anyOf"] = [inner, {"type": "null"}]
 
 
 def _neutral(*values: Any) -> Callable[[Any], bool]:
@@ -84,14 +116,15 @@ class OpenAIRequest(BaseModel):
     model: str | None = None  # None: the served model
     max_tokens: int | None = Field(default=None, ge=1, strict=True)
     max_completion_tokens: int | None = Field(default=None, ge=1, strict=True)
-    n: int = Field(default=1, ge=1, le=128, strict=True)
-    temperature: float = Field(default=1.0, ge=0, le=2, strict=True)
-    top_p: float = Field(default=1.0, ge=0, le=1, strict=True)
+    n: int = Field(default=1, ge=1, le=128, strict=True, json_schema_extra=_nullable)
+    temperature: float = Field(default=1.0, ge=0, le=2, strict=True, json_schema_extra=_nullable)
+    top_p: float = Field(default=1.0, ge=0, le=1, strict=True, json_schema_extra=_nullable)
     # A signed 64-bit integer, as OpenAI documents it; torch's generator takes seed + i (i < n
     # <= 128) for every value in this range.
     seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX, strict=True)
-    stop: tuple[str, ...] = ()  # unconstrained requests only (see the class docstring)
-    stream: bool = False
+    # unconstrained requests only (see the class docstring)
+    stop: Annotated[tuple[str, ...], WithJsonSchema(_STOP_SCHEMA)] = ()
+    stream: StrictBool = Field(default=False, json_schema_extra=_nullable)
     stream_options: StreamOptions | None = None
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None
@@ -188,7 +221,7 @@ class OpenAIRequest(BaseModel):
 
 class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant"]
-    content: str
+    content: Annotated[str, WithJsonSchema(_CONTENT_SCHEMA)]
     name: str | None = None
     refusal: str | None = None  # an earlier assistant refusal; ignored
     tool_calls: list[Any] | None = None
@@ -266,7 +299,7 @@ class ChatCompletionRequest(OpenAIRequest):
 class CompletionRequest(OpenAIRequest):
     """POST /v1/completions. `prompt` becomes a list of texts or a list of token-id lists."""
 
-    prompt: list[str] | list[list[int]]
+    prompt: Annotated[list[str] | list[list[int]], WithJsonSchema(_PROMPT_SCHEMA)]
     echo: Any = None
     best_of: Any = None
     suffix: Any = None
