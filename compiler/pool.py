@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
@@ -136,8 +136,11 @@ class CompilerPool:
         self._start_failures = 0
         self._broken: str | None = None
         self._ready = threading.Event()
+        self._spawning = 0
+        self._spawner = ThreadPoolExecutor(4, thread_name_prefix="gclm-compile-spawn")
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
         with self._lock:
             self._top_up()
         self._thread = threading.Thread(target=self._run, name="gclm-compile-pool", daemon=True)
@@ -203,6 +206,7 @@ class CompilerPool:
             self._closed = True
         self._wake()
         self._thread.join(10)
+        self._spawner.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             jobs, self._jobs = list(self._jobs), deque()
             procs, self._procs = self._procs, []
@@ -325,11 +329,33 @@ class CompilerPool:
                 demoted += 1
 
     def _top_up(self) -> None:
+        """Start processes until `workers` are at normal priority (or starting).
+
+        Starting one blocks until the child has read the pickled vocabulary, which takes a
+        second on a busy machine, so it happens on the spawner threads, not here.
+        """
         if self._closed or self._broken:
             return
-        fast = sum(not p.demoted for p in self._procs)
+        fast = sum(not p.demoted for p in self._procs) + self._spawning
         for _ in range(self.workers - fast):
-            self._procs.append(_Proc(WorkerProcess(self._ctx, self.vocab, self.limits)))
+            self._spawning += 1
+            self._spawner.submit(self._spawn)
+
+    def _spawn(self) -> None:
+        try:
+            proc = _Proc(WorkerProcess(self._ctx, self.vocab, self.limits))
+        except Exception:  # out of processes or memory: the next top-up tries again
+            log.exception("could not start a compile worker")
+            with self._lock:
+                self._spawning -= 1
+            return
+        with self._lock:
+            self._spawning -= 1
+            if self._closed:
+                proc.worker.kill()
+                return
+            self._procs.append(proc)
+        self._wake()
 
     def _assign(self, now: float, done: list) -> None:
         idle = [p for p in self._procs if p.job is None and p.worker.ready and not p.demoted]
@@ -391,7 +417,10 @@ class CompilerPool:
 
     def _retire(self, proc: _Proc) -> None:
         self._procs.remove(proc)
-        proc.worker.kill()
+        # A process that held gigabytes takes a while to exit: reap it off this thread.
+        proc.worker.process.kill()
+        proc.worker.conn.close()
+        threading.Thread(target=proc.worker.process.join, args=(30,), daemon=True).start()
 
     def _next_event(self, now: float) -> float:
         """Seconds until a deadline or a demotion is due (at most 1 s)."""
