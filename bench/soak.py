@@ -148,13 +148,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         # (2) bombs in flight
         statuses: list[int] = []
+        bomb_seconds: list[float] = []
 
         def send_bomb(i: int) -> None:
             with httpx.Client(base_url=server.url, timeout=300.0) as c:
-                statuses.append(chat(c, bomb(i))[1])
+                seconds, status = chat(c, bomb(i))
+                statuses.append(status)
+                bomb_seconds.append(seconds)
 
         threads = [threading.Thread(target=send_bomb, args=(i,)) for i in range(args.bombs)]
-        bombs_started = time.perf_counter()
         for t in threads:
             t.start()
         time.sleep(args.bomb_settle)  # the bombs are demoted; fresh workers warm up
@@ -162,12 +164,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         busy_new = statistics.median([chat(client, fresh_small(f"busy{i}"))[0] for i in range(3)])
         for t in threads:
             t.join()
-        bombs_done = time.perf_counter() - bombs_started
+        bombs_done = max(bomb_seconds)
         print(
             f"{args.bombs} bombs: cached {busy_cached:.3f} s "
             f"({busy_cached / idle_cached:.2f}x idle), new small schema {busy_new:.3f} s "
-            f"(+{busy_new - idle_new:.2f} s); bombs answered {sorted(statuses)} "
-            f"within {bombs_done:.1f} s",
+            f"(+{busy_new - idle_new:.2f} s); each bomb answered {sorted(statuses)} "
+            f"within {bombs_done:.1f} s of its request",
             flush=True,
         )
 
@@ -256,8 +258,8 @@ def markdown(r: dict[str, Any], command: str) -> str:
         f"| new small schema, request latency (median of 3) | {r['idle_new_schema_s']} s | "
         f"{r['bombs_new_schema_s']} s | +{r['new_schema_extra_s']} s |",
         "",
-        f"{s['bombs']} bombs answered {r['bomb_statuses']} within "
-        f"{r['bombs_answered_within_s']} s.",
+        f"{s['bombs']} bombs answered {r['bomb_statuses']}, each within "
+        f"{r['bombs_answered_within_s']} s of its request.",
         "",
         f"Soak: {s['schemas']} distinct schemas, {r['soak_refused_400']} refused with 400 "
         f"(max_tokens=1). Server RSS {r['start_rss_mb']} MB at the start, peak "

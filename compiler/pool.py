@@ -46,6 +46,20 @@ START_TIMEOUT_S = 120.0
 _MAX_START_FAILURES = 3
 
 
+def _context() -> mp.context.BaseContext:
+    """Where workers come from: forked from a warm fork server, or spawned.
+
+    Never forked from the server itself: forking a process that holds torch threads is not
+    safe. The fork server is a fresh interpreter that imports only gclm.compiler.warm, so a
+    worker starts in a fraction of a second instead of seconds.
+    """
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["gclm.compiler.warm"])
+    return ctx
+
+
 def default_workers() -> int:
     """Normal-priority compile processes for this machine: half the cores, 2 to 8.
 
@@ -127,8 +141,7 @@ class CompilerPool:
         if self.max_slow < 0 or not self.slow_after_s > 0:
             raise ValueError("max_slow must be >= 0 and slow_after_s > 0")
         self.stats = PoolStats()
-        # spawn: forking a process that holds torch threads is not safe.
-        self._ctx = mp.get_context("spawn")
+        self._ctx = _context()
         self._lock = threading.Lock()
         self._jobs: deque[_Job] = deque()
         self._procs: list[_Proc] = []
