@@ -114,3 +114,19 @@ def test_metrics_show_the_cache_budget_and_the_compile_pool(http: httpx.Client) 
         "gclm_compile_queue_depth",
     ):
         assert name in text
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "body"),
+    [
+        ("/v1/completions", {"prompt": "Hi", "max_tokens": 10**30}),
+        ("/v1/completions", {"prompt": [[1, 10**30]], "max_tokens": 1}),
+        ("/v1/completions", {"prompt": [1, 2**63], "max_tokens": 1}),
+        ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 2**64, "guided_regex": "a+"}),
+        ("/v1/chat/completions", {"messages": MESSAGES, "temperature": 1e308, "max_tokens": 1}),
+    ],
+)
+def test_huge_numbers_are_400s(http: httpx.Client, endpoint: str, body: dict) -> None:
+    # Numbers that reach torch or numpy are checked against what those can hold.
+    response = http.post(endpoint, json=body)
+    assert response.status_code == 400, response.text
