@@ -47,7 +47,7 @@ MESSAGES = [{"role": "user", "content": "Answer yes or no: is the sky blue?"}]
 
 def bomb(i: int) -> dict[str, Any]:
     """A 55-byte schema whose DFA does not finish within the compile timeout."""
-    return {"type": "number", "minimum": -1e20 - i, "maximum": 1.1e20}
+    return {"type": "number", "minimum": -1e20, "maximum": (11 + i) * 1e19}
 
 
 def distinct(i: int) -> dict[str, Any]:
@@ -142,9 +142,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         # (1) idle
         latencies(client, SMALL, 2)  # compile and warm up
-        idle_cached = statistics.median(latencies(client, SMALL, 5))
-        idle_new = statistics.median([chat(client, fresh_small(f"idle{i}"))[0] for i in range(3)])
-        print(f"idle: cached {idle_cached:.3f} s, new small schema {idle_new:.3f} s", flush=True)
+        # Idle figures are taken before and after the bombs: the machine is noisy.
+        idle_cached_runs = latencies(client, SMALL, 5)
+        idle_new_runs = [chat(client, fresh_small(f"idle{i}"))[0] for i in range(3)]
 
         # (2) bombs in flight
         statuses: list[int] = []
@@ -165,6 +165,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for t in threads:
             t.join()
         bombs_done = max(bomb_seconds)
+        idle_cached_runs += latencies(client, SMALL, 5)
+        idle_new_runs += [chat(client, fresh_small(f"after{i}"))[0] for i in range(3)]
+        idle_cached = statistics.median(idle_cached_runs)
+        idle_new = statistics.median(idle_new_runs)
+        print(f"idle: cached {idle_cached:.3f} s, new small schema {idle_new:.3f} s", flush=True)
         print(
             f"{args.bombs} bombs: cached {busy_cached:.3f} s "
             f"({busy_cached / idle_cached:.2f}x idle), new small schema {busy_new:.3f} s "
@@ -253,9 +258,11 @@ def markdown(r: dict[str, Any], command: str) -> str:
         "",
         "| figure | idle | with bombs in flight | ratio / extra |",
         "|---|---|---|---|",
-        f"| cached schema, request latency (median of 5) | {r['idle_cached_s']} s | "
+        "| cached schema, request latency (median of 10 idle, 5 with bombs) | "
+        f"{r['idle_cached_s']} s | "
         f"{r['bombs_cached_s']} s | {r['cached_under_bombs_ratio']}x |",
-        f"| new small schema, request latency (median of 3) | {r['idle_new_schema_s']} s | "
+        "| new small schema, request latency (median of 6 idle, 3 with bombs) | "
+        f"{r['idle_new_schema_s']} s | "
         f"{r['bombs_new_schema_s']} s | +{r['new_schema_extra_s']} s |",
         "",
         f"{s['bombs']} bombs answered {r['bomb_statuses']}, each within "
