@@ -33,6 +33,8 @@ def test_markdown_reports_every_sample() -> None:
         "bomb_statuses": [400] * 6,
         "bombs_answered_within_s": 10.1,
         "soak_refused_400": 20,
+        "boot_rss_mb": 880.0,
+        "boot_growth_over_budget": 1.1,
         "start_rss_mb": 900.0,
         "peak_rss_mb": 950.0,
         "rss_growth_mb": 50.0,
