@@ -242,29 +242,38 @@ class CompilerPool:
             pass
 
     def _run(self) -> None:
-        while True:
-            done: list[tuple[Future[CompiledTable], object]] = []
+        # The dispatcher enforces every deadline: it must outlive any bug in one round.
+        while not self._closed:
+            try:
+                self._round()
+            except Exception:
+                log.exception("compile pool dispatcher error; continuing")
+                time.sleep(0.1)
+
+    def _round(self) -> None:
+        """One dispatch: expire, demote, top up, assign; then wait for a message."""
+        done: list[tuple[Future[CompiledTable], object]] = []
+        with self._lock:
+            if self._closed:
+                return
+            now = time.monotonic()
+            self._expire(now, done)
+            self._demote(now)
+            self._top_up()
+            self._assign(now, done)
+            conns = {p.worker.conn: p for p in self._procs}
+            timeout = self._next_event(now)
+        self._resolve(done)
+        ready = wait([*conns, self._wake_r], timeout)
+        for conn in ready:
+            if conn is self._wake_r:
+                self._drain_wake()
+                continue
             with self._lock:
-                if self._closed:
-                    return
-                now = time.monotonic()
-                self._expire(now, done)
-                self._demote(now)
-                self._top_up()
-                self._assign(now, done)
-                conns = {p.worker.conn: p for p in self._procs}
-                timeout = self._next_event(now)
-            self._resolve(done)
-            ready = wait([*conns, self._wake_r], timeout)
-            for conn in ready:
-                if conn is self._wake_r:
-                    self._drain_wake()
-                    continue
-                with self._lock:
-                    proc = conns[conn]  # type: ignore[index]
-                    if proc in self._procs:
-                        self._on_message(proc, done)
-            self._resolve(done)
+                proc = conns[conn]  # type: ignore[index]
+                if proc in self._procs:
+                    self._on_message(proc, done)
+        self._resolve(done)
 
     def _drain_wake(self) -> None:
         try:
