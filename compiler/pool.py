@@ -5,14 +5,16 @@ timeout were answered at 10, 21, ... 63 s, since time in the queue did not count
 
 - `workers` processes at normal priority take compiles in arrival order.
 - A compile still running after `slow_after_s` is demoted: its process is reniced to the
-  lowest CPU priority, stops counting as one of the `workers`, and a fresh process is
-  started in its place. So slow schemas cannot keep a small one waiting for a worker, and
-  get the CPU only when nothing else wants it. A demoted process is retired when its
-  compile ends (a process cannot raise its priority back). At most `max_slow` compiles are
-  demoted at once; past that a slow compile keeps its slot until its timeout.
+  lowest CPU priority, stops counting as one of the `workers`, and a warm reserve process
+  takes its place at once (a new reserve is started). So slow schemas cannot keep a small
+  one waiting for a worker, and get the CPU only when nothing else wants it. A demoted
+  process is retired when its compile ends (a process cannot raise its priority back). At
+  most `max_slow` compiles are demoted at once; past that a slow compile keeps its slot
+  until its timeout.
 - The timeout bounds the whole wait: a compile is answered within `timeout_s` of its
-  submission, queue included. One stopped after spending part of that time queued is a
-  CompilerBusyError (429: it may well succeed later), not a CompileLimitError.
+  submission, queue included. One stopped after less than half that in CPU time (it
+  waited in the queue, or a loaded machine starved it) is a CompilerBusyError (429: it may
+  well succeed later), not a CompileLimitError.
 - At most `queue_size` compiles wait for a worker; one more is a CompilerBusyError at once.
 
 `submit` returns a Future and never blocks; one dispatcher thread does the scheduling.
@@ -41,6 +43,8 @@ log = logging.getLogger("gclm.compiler")
 
 # A worker that is not warmed up after this long is replaced.
 START_TIMEOUT_S = 120.0
+# Warm processes kept beside the workers, to take a demoted worker's place at once.
+_RESERVE = 1
 # After this many workers in a row die before they are ready, the pool stops starting more
 # and fails compiles with the reason (a memory limit too low to import the compiler, say).
 _MAX_START_FAILURES = 3
@@ -90,6 +94,8 @@ class _Proc:
     job: _Job | None = None
     started: float = 0.0  # when the current job was sent
     demoted: bool = False
+    reserve: bool = True  # warm, waiting to replace a demoted worker; takes no jobs
+    cpu_at_start: float = 0.0  # the process's CPU seconds when the current job was sent
 
 
 @dataclass
@@ -187,7 +193,8 @@ class CompilerPool:
         return future
 
     def wait_ready(self, timeout: float | None = None) -> bool:
-        """Block until the first `workers` processes are warmed up (True), or `timeout`.
+        """Block until the first processes (the workers and the reserve) are warm (True),
+        or `timeout`.
 
         Time a compile spends queued counts against its timeout, so a server waits for
         this before it serves; else its first compiles would pay for the workers' start.
@@ -208,7 +215,8 @@ class CompilerPool:
                 "compiles_demoted": sum(p.demoted for p in running),
                 "compile_processes": len(self._procs),
                 "compile_workers_idle": sum(
-                    p.job is None and p.worker.ready and not p.demoted for p in self._procs
+                    p.job is None and p.worker.ready and not p.demoted and not p.reserve
+                    for p in self._procs
                 ),
             }
 
@@ -302,8 +310,12 @@ class CompilerPool:
         for proc in list(self._procs):
             job = proc.job
             if job is not None and now - job.submitted >= timeout:
+                # CPU time, not wall time, tells a costly schema from a starved one: on a
+                # loaded machine a demoted compile can sit for seconds without running.
+                cpu = proc.worker.cpu_seconds()
+                ran = now - proc.started if cpu is None else cpu - proc.cpu_at_start
                 self._retire(proc)
-                waited, ran = proc.started - job.submitted, now - proc.started
+                waited = proc.started - job.submitted
                 if ran >= timeout / 2:
                     self.stats.timeouts += 1
                     queued = f" ({waited:.1f} s of it queued)" if waited >= 0.1 else ""
@@ -329,9 +341,10 @@ class CompilerPool:
 
     def _busy(self, waited: float) -> CompilerBusyError:
         return CompilerBusyError(
-            f"The constraint waited {waited:.3g} s for a free compile worker, and the compile "
-            f"timeout ({self.limits.timeout_s:g} s) covers that wait. Retry; if this "
-            "persists, start the server with more --compile-workers.",
+            f"The compiler is busy: the constraint waited {waited:.3g} s for a free compile "
+            "worker and got too little CPU time within the compile timeout "
+            f"({self.limits.timeout_s:g} s, which covers the wait). Retry; if this persists, "
+            "start the server with more --compile-workers.",
             retry_after=self.slow_after_s,
         )
 
@@ -351,15 +364,29 @@ class CompilerPool:
                 demoted += 1
 
     def _top_up(self) -> None:
-        """Start processes until `workers` are at normal priority (or starting).
+        """Keep `workers` processes taking compiles at normal priority, and one warm reserve.
 
-        Starting one blocks until the child has read the pickled vocabulary, which takes a
-        second on a busy machine, so it happens on the spawner threads, not here.
+        A demoted worker's place goes to the reserve at once (a new process takes a second
+        or more to start on a busy machine), and a new reserve is started. Starting one
+        blocks until the child has read the pickled vocabulary, so it happens on the
+        spawner threads, not here.
         """
         if self._closed or self._broken:
             return
-        fast = sum(not p.demoted for p in self._procs) + self._spawning
-        for _ in range(self.workers - fast):
+        fast = [p for p in self._procs if not p.demoted and not p.reserve]
+        reserves = sorted((p for p in self._procs if p.reserve), key=lambda p: not p.worker.ready)
+        while len(fast) < self.workers and reserves:
+            promoted = reserves.pop(0)
+            promoted.reserve = False
+            fast.append(promoted)
+        for proc in fast:  # a ready reserve swaps with an idle worker still starting
+            if reserves and reserves[0].worker.ready and not proc.worker.ready:
+                swapped = reserves.pop(0)
+                swapped.reserve, proc.reserve = False, True
+                reserves.append(proc)
+        room = self.workers + self.max_slow + _RESERVE - len(self._procs) - self._spawning
+        wanted = self.workers - len(fast) + _RESERVE - len(reserves) - self._spawning
+        for _ in range(max(0, min(wanted, room))):
             self._spawning += 1
             self._spawner.submit(self._spawn)
 
@@ -380,7 +407,11 @@ class CompilerPool:
         self._wake()
 
     def _assign(self, now: float, done: list) -> None:
-        idle = [p for p in self._procs if p.job is None and p.worker.ready and not p.demoted]
+        idle = [
+            p
+            for p in self._procs
+            if p.job is None and p.worker.ready and not p.demoted and not p.reserve
+        ]
         while idle and self._jobs:
             job = self._jobs.popleft()
             if not job.claim():
@@ -393,6 +424,7 @@ class CompilerPool:
                 self._jobs.appendleft(job)
                 continue
             proc.job, proc.started = job, now
+            proc.cpu_at_start = proc.worker.cpu_seconds() or 0.0
 
     def _on_message(self, proc: _Proc, done: list) -> None:
         try:
@@ -409,7 +441,7 @@ class CompilerPool:
         if kind == "ready":
             proc.worker.ready = True
             self._start_failures = 0
-            if sum(p.worker.ready for p in self._procs) >= self.workers:
+            if sum(p.worker.ready for p in self._procs) >= self.workers + _RESERVE:
                 self._ready.set()
             return
         job, proc.job = proc.job, None

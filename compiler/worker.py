@@ -15,12 +15,18 @@ import os
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import CompileLimitError, ConstraintError, GclmError
 
 log = logging.getLogger("gclm.compiler")
+
+try:
+    _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+except (AttributeError, ValueError, OSError):
+    _CLOCK_TICKS = 100
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,14 @@ class WorkerProcess:
         child.close()
         self.ready = False
         self.started = time.monotonic()
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU seconds the process has used (Linux /proc), or None."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        except (OSError, IndexError, ValueError):
+            return None
 
     def lower_priority(self) -> bool:
         """Renice the process to the lowest CPU priority (it cannot be raised back)."""

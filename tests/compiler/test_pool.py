@@ -45,7 +45,11 @@ def test_timeout_covers_the_queue_wait(embedded_vocab) -> None:
     finally:
         pool.close()
     assert elapsed < 2.0 + 1.5, f"answered after {elapsed:.1f} s"
-    assert isinstance(errors[0], CompileLimitError) and "longer than 2 s" in errors[0].message
+    # The first ran into the timeout: a 400 if it had the CPU for half of it, else (a loaded
+    # machine starved it) a 429 like the others.
+    assert isinstance(errors[0], CompileLimitError | CompilerBusyError)
+    if isinstance(errors[0], CompileLimitError):
+        assert "longer than 2 s" in errors[0].message
     # The others never got a worker: that clears by waiting, so they are 429s, not 400s.
     for error in errors[1:]:
         assert isinstance(error, CompilerBusyError)
@@ -71,7 +75,7 @@ def test_small_schema_does_not_wait_behind_slow_ones(embedded_vocab) -> None:
         pool.close()
     assert table.min_tokens == 1
     assert elapsed < 1.5, f"the small schema took {elapsed:.2f} s behind three slow ones"
-    assert gauges["compiles_demoted"] == 3 and gauges["compile_processes"] == 4
+    assert gauges["compiles_demoted"] == 3 and gauges["compile_processes"] == 5  # + reserve
 
 
 def test_full_queue_is_a_busy_error_at_once(embedded_vocab) -> None:
