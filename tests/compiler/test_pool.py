@@ -75,7 +75,8 @@ def test_small_schema_does_not_wait_behind_slow_ones(embedded_vocab) -> None:
         pool.close()
     assert table.min_tokens == 1
     assert elapsed < 1.5, f"the small schema took {elapsed:.2f} s behind three slow ones"
-    assert gauges["compiles_demoted"] == 3 and gauges["compile_processes"] == 5  # + reserve
+    # Three demoted, one worker, and the next reserve (which may still be starting).
+    assert gauges["compiles_demoted"] == 3 and gauges["compile_processes"] >= 4
 
 
 def test_full_queue_is_a_busy_error_at_once(embedded_vocab) -> None:
