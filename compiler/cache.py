@@ -1,33 +1,45 @@
 """Compiled tables, cached once per (constraint, whitespace, vocabulary).
 
-- Memory: an LRU bounded in bytes.
-- Disk (optional): one `<key>.npz` per table, written atomically, no pickle; survives restarts.
+- Memory: one LRU bounded in bytes, counting everything a cached schema holds: the table,
+  what `measure` adds to it (the server counts the table's mask rows and tight-row
+  ladders, which are larger than the table itself), and the failures remembered as
+  negative entries. Before, only the table's own bytes were counted, and memory grew by
+  ~2 MB per distinct schema with no plateau.
+- Disk (optional): one `<key>.npz` per table with its own cap (compiler/disk_cache.py).
 - Single-flight: concurrent requests for one new constraint wait on one compile.
-- Negative: a constraint that failed fails again at once, for `negative_ttl_s`.
+- Negative: a constraint that failed fails again at once, for `negative_ttl_s`. A compile
+  refused because the compiler was busy is not remembered: it may succeed later.
+- Never blocking on a compile: `fetch` answers a memory hit, a cached failure or a disk hit
+  at once (reading the file in the caller's thread), and otherwise a Future that the
+  compile resolves. So a request whose table is cached never waits behind a compile.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import tempfile
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from gclm.compiler.constraint import Constraint
+from gclm.compiler.disk_cache import DiskCache
 from gclm.compiler.tables import CompiledTable
-from gclm.errors import GclmError
+from gclm.errors import CompilerBusyError, GclmError
 
 log = logging.getLogger("gclm.compiler")
 
 # Part of every key: bump when CompiledTable's layout or the compile semantics change.
 FORMAT_VERSION = "gclm-table-1"
+# Bytes charged for a negative entry beyond its message: the key, the exception, the node.
+_NEGATIVE_OVERHEAD = 1024
+
+# A compile function returns the table, or a Future of it (compiler/pool.py's `submit`).
+CompileFn = Callable[[Constraint], "CompiledTable | Future[CompiledTable]"]
 
 
 def cache_key(constraint: Constraint, vocab_fingerprint: str) -> str:
@@ -47,116 +59,244 @@ class CacheStats:
     negative_hits: int = 0
     compiles: int = 0
     compile_seconds_total: float = 0.0
+    evictions: int = 0
+
+
+@dataclass(eq=False)
+class _Entry:
+    table: CompiledTable | None  # None: a negative entry
+    error: GclmError | None
+    size: int
+    created: float
 
 
 class TableCache:
-    """Thread-safe. `get(constraint)` returns a table or raises the compile's error."""
+    """Thread-safe. `fetch(constraint)` never blocks on a compile; `get` waits for it.
+
+    Args:
+        compile_fn: a constraint's table, or a Future of it.
+        vocab_fingerprint: part of every key.
+        max_bytes: the memory budget for everything cached here.
+        disk_dir: where tables are kept across restarts (None: nowhere).
+        disk_max_bytes: the disk cache's cap.
+        measure: bytes a cached table holds (default: `table.nbytes`); called outside the
+            lock, at insertion and on later hits, so that it may build what it counts.
+    """
 
     def __init__(
         self,
-        compile_fn: Callable[[Constraint], CompiledTable],
+        compile_fn: CompileFn,
         vocab_fingerprint: str,
         *,
         max_bytes: int = 512 << 20,
         disk_dir: Path | str | None = None,
+        disk_max_bytes: int = 2 << 30,
         negative_ttl_s: float = 600.0,
         negative_max: int = 1024,
+        measure: Callable[[CompiledTable], int] | None = None,
     ):
+        if max_bytes < 0:
+            raise ValueError(f"the cache budget must be 0 bytes or more, got {max_bytes}")
         self._compile = compile_fn
         self._fingerprint = vocab_fingerprint
         self.max_bytes = max_bytes
-        self.disk_dir = Path(disk_dir) if disk_dir else None
-        if self.disk_dir:
-            self.disk_dir.mkdir(parents=True, exist_ok=True)
+        self.disk = DiskCache(disk_dir, disk_max_bytes) if disk_dir else None
         self.negative_ttl_s = negative_ttl_s
         self.negative_max = negative_max
+        self._measure = measure or (lambda table: table.nbytes)
         self.stats = CacheStats()
         self._lock = threading.Lock()
-        self._tables: OrderedDict[str, CompiledTable] = OrderedDict()
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._negatives = 0
         self._bytes = 0
-        self._failures: OrderedDict[str, tuple[float, GclmError]] = OrderedDict()
         self._inflight: dict[str, Future[CompiledTable]] = {}
+        # Finishes compiles (disk write, measuring) off the compile pool's thread.
+        self._finisher = ThreadPoolExecutor(2, thread_name_prefix="gclm-cache")
+
+    @property
+    def disk_dir(self) -> Path | None:
+        return self.disk.directory if self.disk else None
 
     def key(self, constraint: Constraint) -> str:
         return cache_key(constraint, self._fingerprint)
 
     @property
     def nbytes(self) -> int:
+        """Bytes counted against `max_bytes` now."""
         return self._bytes
 
     def get(self, constraint: Constraint) -> CompiledTable:
+        """The table, waiting for its compile. Raises the compile's error."""
+        return self.fetch(constraint).result()
+
+    def fetch(self, constraint: Constraint) -> Future[CompiledTable]:
+        """A Future of the table: already done for a memory or disk hit or a remembered
+        failure, else resolved when the (single-flight) compile ends."""
         key = self.key(constraint)
         with self._lock:
-            table = self._tables.get(key)
-            if table is not None:
-                self._tables.move_to_end(key)
+            entry = self._entries.get(key)
+            if entry is not None and entry.table is None:
+                if time.monotonic() - entry.created < self.negative_ttl_s:
+                    self.stats.negative_hits += 1
+                    return _failed(entry.error)  # type: ignore[arg-type]
+                self._drop(key)
+                entry = None
+            if entry is not None:
+                self._entries.move_to_end(key)
                 self.stats.hits += 1
-                return table
-            failed = self._failures.get(key)
-            if failed and time.monotonic() - failed[0] < self.negative_ttl_s:
-                self.stats.negative_hits += 1
-                raise failed[1]
-            future = self._inflight.get(key)
-            leader = future is None
-            if leader:
+            else:
+                future = self._inflight.get(key)
+                if future is not None:
+                    return future  # single-flight: wait for the leader's compile
                 future = self._inflight[key] = Future()
                 self.stats.misses += 1
-        if not leader:
-            return future.result()  # single-flight: wait for the leader's compile
+        if entry is not None:
+            self._remeasure(key, entry)
+            return _done(entry.table)  # type: ignore[arg-type]
+        table = self._load(key)
+        if table is not None:
+            self._finish(key, future, table)
+            return future
+        started = time.perf_counter()
         try:
-            table = self._load_or_compile(key, constraint)
-        except GclmError as e:
-            with self._lock:
-                self._failures[key] = (time.monotonic(), e)
-                while len(self._failures) > self.negative_max:
-                    self._failures.popitem(last=False)
-                del self._inflight[key]
-            future.set_exception(e)
-            raise
+            compiled = self._compile(constraint)
         except BaseException as e:
-            with self._lock:
-                del self._inflight[key]
-            future.set_exception(e)
-            raise
+            self._fail(key, future, e)
+            return future
+        if isinstance(compiled, Future):
+            compiled.add_done_callback(
+                lambda f: self._finisher.submit(self._compiled, key, future, f, started)
+            )
+        else:
+            self._compiled(key, future, _done(compiled), started)
+        return future
+
+    def gauges(self) -> dict[str, int]:
+        """Memory and disk use, for /metrics. Measures every entry again first: mask rows
+        built while decoding count too."""
         with self._lock:
-            self._insert(key, table)
-            del self._inflight[key]
-        future.set_result(table)
+            entries = [(k, e) for k, e in self._entries.items() if e.table is not None]
+        for key, entry in entries:
+            self._remeasure(key, entry)
+        out = {
+            "table_cache_bytes": self._bytes,
+            "table_cache_budget_bytes": self.max_bytes,
+            "table_cache_entries": len(self._entries) - self._negatives,
+            "table_cache_negative_entries": self._negatives,
+            "table_cache_evictions": self.stats.evictions,
+        }
+        if self.disk is not None:
+            out.update(
+                table_disk_bytes=self.disk.nbytes,
+                table_disk_budget_bytes=self.disk.max_bytes,
+                table_disk_files=self.disk.files,
+                table_disk_evictions=self.disk.evictions,
+            )
+        return out
+
+    def close(self) -> None:
+        self._finisher.shutdown(wait=False, cancel_futures=True)
+
+    # --- filling the cache ---
+
+    def _load(self, key: str) -> CompiledTable | None:
+        if self.disk is None:
+            return None
+        data = self.disk.load(key)
+        if data is None:
+            return None
+        try:
+            table = CompiledTable.from_bytes(data)
+        except (ValueError, KeyError, OSError) as e:  # a damaged file: compile again
+            log.warning("ignoring damaged cache file for %s (%s); compiling again", key, e)
+            self.disk.discard(key)
+            return None
+        with self._lock:
+            self.stats.disk_hits += 1
         return table
 
-    def _load_or_compile(self, key: str, constraint: Constraint) -> CompiledTable:
-        path = self.disk_dir / f"{key}.npz" if self.disk_dir else None
-        if path and path.exists():
-            try:
-                table = CompiledTable.from_bytes(path.read_bytes())
-                self.stats.disk_hits += 1
-                return table
-            except (OSError, ValueError, KeyError) as e:  # a damaged file: compile again
-                log.warning("ignoring cache file %s (%s); compiling again", path, e)
-        started = time.perf_counter()
-        table = self._compile(constraint)
+    def _compiled(
+        self, key: str, future: Future[CompiledTable], compiled: Future, started: float
+    ) -> None:
+        try:
+            table = compiled.result()
+        except BaseException as e:
+            self._fail(key, future, e)
+            return
         with self._lock:
             self.stats.compiles += 1
             self.stats.compile_seconds_total += time.perf_counter() - started
-        if path:
-            self._write(path, table.to_bytes())
-        return table
+        if self.disk is not None:
+            self.disk.store(key, table.to_bytes())
+        self._finish(key, future, table)
 
-    @staticmethod
-    def _write(path: Path, data: bytes) -> None:
+    def _finish(self, key: str, future: Future[CompiledTable], table: CompiledTable) -> None:
         try:
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)  # atomic: readers never see half a file
-        except OSError as e:
-            log.warning("could not write cache file %s: %s", path, e)
+            size = self._measure(table)
+        except BaseException as e:  # measuring builds mask rows: a bad table fails here
+            self._fail(key, future, e)
+            return
+        with self._lock:
+            if size <= self.max_bytes:  # larger than the whole budget: serve it, keep none
+                self._put(key, _Entry(table, None, size, time.monotonic()))
+            del self._inflight[key]
+        future.set_result(table)
 
-    def _insert(self, key: str, table: CompiledTable) -> None:
-        if table.nbytes > self.max_bytes:
-            return  # larger than the whole cache: serve it, keep it on disk only
-        self._tables[key] = table
-        self._bytes += table.nbytes
-        while self._bytes > self.max_bytes:
-            _, old = self._tables.popitem(last=False)
-            self._bytes -= old.nbytes
+    def _fail(self, key: str, future: Future[CompiledTable], error: BaseException) -> None:
+        with self._lock:
+            if isinstance(error, GclmError) and not isinstance(error, CompilerBusyError):
+                size = len(error.message) + len(key) + _NEGATIVE_OVERHEAD
+                self._put(key, _Entry(None, error, size, time.monotonic()))
+                self._negatives += 1
+                self._trim_negatives()
+            del self._inflight[key]
+        future.set_exception(error)
+
+    # --- the LRU (called with the lock held) ---
+
+    def _put(self, key: str, entry: _Entry) -> None:
+        self._drop(key)
+        self._entries[key] = entry
+        self._bytes += entry.size
+        self._evict()
+
+    def _drop(self, key: str) -> None:
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._bytes -= old.size
+            self._negatives -= old.table is None
+
+    def _evict(self) -> None:
+        while self._bytes > self.max_bytes and self._entries:
+            self._drop(next(iter(self._entries)))
+            self.stats.evictions += 1
+
+    def _trim_negatives(self) -> None:
+        if self._negatives <= self.negative_max:
+            return
+        for key in [k for k, e in self._entries.items() if e.table is None]:
+            self._drop(key)
+            if self._negatives <= self.negative_max:
+                return
+
+    def _remeasure(self, key: str, entry: _Entry) -> None:
+        size = self._measure(entry.table)  # type: ignore[arg-type]
+        if size == entry.size:
+            return
+        with self._lock:
+            if self._entries.get(key) is entry:
+                self._bytes += size - entry.size
+                entry.size = size
+                self._evict()
+
+
+def _done(table: CompiledTable) -> Future[CompiledTable]:
+    future: Future[CompiledTable] = Future()
+    future.set_result(table)
+    return future
+
+
+def _failed(error: BaseException) -> Future[CompiledTable]:
+    future: Future[CompiledTable] = Future()
+    future.set_exception(error)
+    return future

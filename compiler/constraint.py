@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gclm.errors import ConstraintError
+from gclm.errors import ConstraintError, quote
 
 # Between JSON tokens allow at most one space. outlines-core's default, [\n\t ]*, lets a
 # model spend its whole budget on whitespace.
@@ -46,6 +46,11 @@ class Constraint:
                 schema = json.loads(schema)
             except json.JSONDecodeError as e:
                 raise ConstraintError(f"The JSON Schema is not valid JSON: {e}.") from e
+            except RecursionError:
+                raise ConstraintError(
+                    "The JSON Schema nests objects or arrays too deeply to be read; "
+                    "flatten it (use $defs and $ref for repeated parts)."
+                ) from None
         if not isinstance(schema, dict | bool):
             raise ConstraintError(
                 f"A JSON Schema must be an object (or true/false), got {type(schema).__name__}."
@@ -110,7 +115,7 @@ def parse_constraint(
     unknown = sorted(set(spec) - set(STRUCTURED_KEYS))
     if unknown:
         raise ConstraintError(
-            f"Unknown constraint key {unknown[0]!r}: use exactly one of "
+            f"Unknown constraint key {quote(unknown[0])}: use exactly one of "
             f"{', '.join(STRUCTURED_KEYS)}.",
             param=unknown[0],
             code="unknown_parameter",
@@ -140,7 +145,7 @@ def _response_format(spec: Mapping[str, Any], whitespace: str) -> Constraint:
         return Constraint.json_object(whitespace)
     if kind != "json_schema":
         raise ConstraintError(
-            f"response_format type {kind!r} is not a constraint; use 'json_schema' or "
+            f"response_format type {quote(kind)} is not a constraint; use 'json_schema' or "
             "'json_object' (for free text, send no constraint).",
             param="type",
         )

@@ -1,27 +1,32 @@
-"""Compile in worker processes, with a time limit and a memory limit.
+"""One compile worker process, with a memory limit; compiler/pool.py schedules many.
 
 outlines-core builds its DFA in native code that cannot be interrupted: one real schema
 (Github_medium o12241 with unbounded whitespace) ran 20 minutes and held 7.6 GB. So each
-compile runs in a child process; past the timeout the child is killed (and replaced) and the
-caller gets a CompileLimitError, while every other request keeps being served.
+compile runs in a child process; past the timeout the pool kills the child (and starts
+another) and the caller gets a CompileLimitError, while every other request keeps being
+served.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing as mp
-import queue
-import threading
+import os
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 from gclm.compiler.constraint import Constraint
-from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import CompileLimitError, ConstraintError, GclmError
 
 log = logging.getLogger("gclm.compiler")
+
+try:
+    _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+except (AttributeError, ValueError, OSError):
+    _CLOCK_TICKS = 100
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,7 @@ def _serve(conn: Connection, vocab: TokenVocabulary, limits: CompileLimits) -> N
         except GclmError as e:
             conn.send(("error", _flatten(e)))
         except MemoryError:
-            conn.send(("error", _flatten(_memory_error(limits))))
+            conn.send(("error", _flatten(memory_error(limits))))
         except Exception as e:  # a bug or an outlines-core failure: report, keep serving
             conn.send(("error", _flatten(CompileLimitError(f"Compilation failed: {e!r}"))))
 
@@ -88,105 +93,54 @@ def _flatten(e: GclmError) -> tuple[bool, str, str | None, str | None]:
     return isinstance(e, CompileLimitError), e.message, e.param, e.code
 
 
-def _rebuild(limit: bool, message: str, param: str | None, code: str | None) -> GclmError:
+def rebuild_error(limit: bool, message: str, param: str | None, code: str | None) -> GclmError:
+    """The error a worker sent as `("error", parts)`."""
     if limit:
         return CompileLimitError(message)
     return ConstraintError(message, param=param, code=code)
 
 
-def _memory_error(limits: CompileLimits) -> CompileLimitError:
+def memory_error(limits: CompileLimits) -> CompileLimitError:
+    """The error for a compile whose worker died: the memory limit made native code abort."""
     return CompileLimitError(
         f"Compiling the constraint needed more than the {limits.memory_bytes >> 20} MiB "
         "memory limit. Simplify the schema (fewer optional properties, smaller "
-        "maxLength/maxItems), or raise --compile-memory."
+        "maxLength/maxItems), or raise --compile-memory (GCLM_COMPILE_MEMORY, in MiB)."
     )
 
 
-class _Worker:
+class WorkerProcess:
+    """One compile process and the parent's end of its pipe.
+
+    Protocol: the child sends ("ready", None) once warmed up, then answers each Constraint
+    it receives with ("ok", table bytes) or ("error", parts). Scheduling is compiler/pool.py's.
+    """
+
     def __init__(self, ctx: mp.context.BaseContext, vocab: TokenVocabulary, limits: CompileLimits):
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=_serve, args=(child, vocab, limits), daemon=True)
         self.process.start()
         child.close()
         self.ready = False
+        self.started = time.monotonic()
 
-    def wait_ready(self, timeout: float) -> None:
-        if not self.ready:
-            if not self.conn.poll(timeout):
-                raise CompileLimitError("The compiler worker did not start in time.")
-            self.conn.recv()
-            self.ready = True
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU seconds the process has used (Linux /proc), or None."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def lower_priority(self) -> bool:
+        """Renice the process to the lowest CPU priority (it cannot be raised back)."""
+        try:
+            os.setpriority(os.PRIO_PROCESS, self.process.pid, 19)
+            return True
+        except (AttributeError, OSError):  # not on this platform: it still frees its slot
+            return False
 
     def kill(self) -> None:
         self.process.kill()
         self.process.join(5)
         self.conn.close()
-
-
-class CompilerPool:
-    """A few long-lived compile processes. `compile` is thread-safe and blocking."""
-
-    def __init__(
-        self,
-        vocab: TokenVocabulary,
-        limits: CompileLimits | None = None,
-        workers: int = 1,
-        start_timeout_s: float = 120.0,
-    ):
-        if workers < 1:
-            raise ValueError("compile workers must be at least 1")
-        self.vocab = vocab
-        self.limits = limits or CompileLimits()
-        self.start_timeout_s = start_timeout_s
-        # spawn: forking a process that holds torch threads is not safe.
-        self._ctx = mp.get_context("spawn")
-        self._idle: queue.Queue[_Worker] = queue.Queue()
-        self._lock = threading.Lock()
-        self._closed = False
-        for _ in range(workers):
-            self._idle.put(_Worker(self._ctx, vocab, self.limits))
-
-    def compile(self, constraint: Constraint) -> CompiledTable:
-        """Compile in a worker. Raises ConstraintError or CompileLimitError."""
-        worker = self._idle.get()
-        try:
-            worker.wait_ready(self.start_timeout_s)
-            started = time.monotonic()
-            worker.conn.send(constraint)
-            if not worker.conn.poll(self.limits.timeout_s):
-                self._replace(worker)
-                worker = None
-                raise CompileLimitError(
-                    f"Compiling the constraint took longer than {self.limits.timeout_s:g} s and "
-                    "was stopped. Simplify the schema (fewer optional properties, bounded "
-                    "strings and arrays, no deep nesting), or raise --compile-timeout."
-                )
-            try:
-                status, payload = worker.conn.recv()
-            except (EOFError, OSError):
-                # The child died: the memory limit made the native code abort.
-                self._replace(worker)
-                worker = None
-                raise _memory_error(self.limits) from None
-            log.debug("compiled in %.3f s", time.monotonic() - started)
-            if status == "error":
-                raise _rebuild(*payload)
-            return CompiledTable.from_bytes(payload)
-        finally:
-            if worker is not None:
-                self._idle.put(worker)
-
-    def _replace(self, worker: _Worker) -> None:
-        worker.kill()
-        with self._lock:
-            if not self._closed:
-                self._idle.put(_Worker(self._ctx, self.vocab, self.limits))
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-        while True:
-            try:
-                self._idle.get_nowait().kill()
-            except queue.Empty:
-                return

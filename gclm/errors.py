@@ -9,6 +9,8 @@
     ├── ModelNotFoundError         404  the request names a model this server does not serve
     ├── AuthenticationError        401
     ├── QueueFullError             429  (with retry_after seconds)
+    │   └── CompilerBusyError      429  the compile queue is full, or a compile waited too long
+    ├── RequestTooLargeError       413  the request body is over the server's size limit
     ├── ModelLoadError             500  the model or tokenizer could not be loaded
     └── InternalError              500  an invariant broke (an empty mask, a disallowed token)
 
@@ -19,6 +21,18 @@ it with the request field the constraint came from.
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+# Values quoted in messages are cut to this many characters: a refusal must not echo a 1 MB
+# `tools` array back to the client.
+QUOTE_LIMIT = 80
+
+
+def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:
+    """`repr(value)`, cut to `limit` characters with an ellipsis, for an error message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class GclmError(Exception):
@@ -95,7 +109,7 @@ class ModelNotFoundError(GclmError):
 
     def __init__(self, requested: str, served: str):
         super().__init__(
-            f"The model {requested!r} does not exist on this server. It serves {served!r}; "
+            f"The model {quote(requested)} does not exist on this server. It serves {served!r}; "
             "set model to that name (GET /v1/models lists it).",
             param="model",
             code="model_not_found",
@@ -123,6 +137,33 @@ class QueueFullError(GclmError):
             code="queue_full",
         )
         self.retry_after = retry_after
+
+
+class CompilerBusyError(QueueFullError):
+    """Compiles are queued past the compile queue's size, or one waited in the queue until
+    its time was spent: both clear by waiting, so the answer is a 429 with Retry-After."""
+
+    def __init__(self, message: str, retry_after: float = 1.0):
+        GclmError.__init__(self, message, code="compiler_busy")
+        self.retry_after = retry_after
+
+
+class RequestTooLargeError(GclmError):
+    """The request body is larger than the server accepts (413)."""
+
+    status_code = 413
+
+    def __init__(self, limit_bytes: int):
+        super().__init__(
+            f"The request body is larger than this server's limit of {_size(limit_bytes)}. "
+            "Send a smaller request, or start the server with a larger --max-body-size.",
+            code="request_too_large",
+        )
+        self.limit_bytes = limit_bytes
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and n % (1 << 20) == 0 else f"{n:,} bytes"
 
 
 class ModelLoadError(GclmError):

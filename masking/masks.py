@@ -43,6 +43,12 @@ _MAX_TIGHT_KEYS = 1 << 16
 # Sets of at most this many listed tokens answer `next_state` from a frozenset (a few KiB at
 # most, and faster than a packed row); larger ones from a packed row.
 _MAX_SET_TOKENS = 64
+# Estimated CPython bytes per state (six list slots, a numpy row view, an empty list, two
+# ints past the small-int cache), per tested group (a 3-tuple, its slot, an int) and per
+# memoised tight lookup (a dict slot and its (int, int) key).
+_PER_STATE_BYTES = 6 * 8 + 112 + 56 + 2 * 28
+_PER_GROUP_BYTES = 64 + 8 + 28
+_PER_LOOKUP_BYTES = 100 + 56 + 2 * 28
 # How `next_state` tests a group's set: a bit of a packed row, in a frozenset, not in one.
 _PACKED, _IN, _NOT_IN = 0, 1, 2
 
@@ -147,6 +153,9 @@ class MaskTable:
             triples[offsets[s] : offsets[s + 1]] for s in range(table.num_states)
         ]
 
+        # The per-state Python lists above, counted so that a cache of MaskTables can be
+        # bounded in bytes: list slots, row views, the tuples of the group tests.
+        self._list_bytes = table.num_states * _PER_STATE_BYTES + len(smaller) * _PER_GROUP_BYTES
         self._tight_limit = max(1, tight_cache_bytes // (self.width * 4))
         self._tight_rows = 0  # rungs held in self._ladders
         self._ladders: dict[int, tuple[list[int], list[np.ndarray | None]]] = {}
@@ -175,11 +184,11 @@ class MaskTable:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the forward rows, the state index, the group tests and the tight rows
-        cached so far (the per-state Python lists are not counted)."""
-        tight = self._tight_rows * self.width * 4
+        """Bytes of the forward rows, the state index, the group tests, the tight rows and
+        lookups cached so far, and (estimated) the per-state Python lists."""
+        tight = self._tight_rows * self.width * 4 + len(self._tight) * _PER_LOOKUP_BYTES
         index = self.row_of_state.nbytes + self.maxsucc.nbytes
-        return self.rows.nbytes + index + self._test_bytes + tight
+        return self.rows.nbytes + index + self._test_bytes + tight + self._list_bytes
 
     def forward_row(self, state: int) -> np.ndarray:
         """int32 [W]: every token with a transition from `state`, EOS if accepting."""
@@ -275,6 +284,12 @@ class MaskTable:
 
 
 _CACHE: weakref.WeakKeyDictionary[CompiledTable, MaskTable] = weakref.WeakKeyDictionary()
+
+
+def table_memory(table: CompiledTable) -> int:
+    """Bytes a table holds while it is cached: its arrays plus its MaskTable (built here if
+    it is not yet). The server's table cache counts this against its budget."""
+    return table.nbytes + mask_table(table).nbytes
 
 
 def mask_table(table: CompiledTable) -> MaskTable:

@@ -18,12 +18,15 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import (
     AuthenticationError,
     ConstraintError,
+    InvalidRequestError,
     ModelNotFoundError,
 )
 from gclm.masking import check_budget
@@ -36,11 +39,16 @@ from gclm.server.interface import (
     Handle,
     TokenEvent,
 )
+from gclm.server.limits import BodySizeLimit
 from gclm.server.metrics import Metrics, RequestCounter
+from gclm.server.openapi import document
 from gclm.server.protocol import ChatCompletionRequest, CompletionRequest, GenerationBody
 from gclm.server.responses import (
+    ChatCompletion,
+    ChatCompletionChunk,
     ChatRenderer,
     ChoiceOutput,
+    Completion,
     CompletionRenderer,
     ModelCard,
     ModelList,
@@ -48,7 +56,7 @@ from gclm.server.responses import (
     Usage,
 )
 from gclm.server.responses_api import ResponsesRequest
-from gclm.server.responses_render import ResponsesRenderer
+from gclm.server.responses_render import ResponseBody, ResponseEvent, ResponsesRenderer
 from gclm.server.settings import ServerSettings
 from gclm.server.streaming import (
     Choices,
@@ -83,7 +91,10 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
     app = FastAPI(title="gclm", summary="Constrained generation, OpenAI-compatible.")
     app.state.engine, app.state.settings, app.state.metrics = engine, settings, metrics
     install_error_handlers(app, metrics.reject)
-    app.add_middleware(RequestCounter, metrics=metrics, endpoints=ENDPOINTS)
+    app.add_middleware(
+        BodySizeLimit, max_bytes=settings.max_body_size << 20, on_rejection=metrics.reject
+    )
+    app.add_middleware(RequestCounter, metrics=metrics, endpoints=ENDPOINTS)  # outermost
 
     api = APIRouter(prefix="/v1", dependencies=[Depends(service.authenticate)])
 
@@ -91,22 +102,21 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
     async def chat_completions(request: Request) -> Response:
         body = ChatCompletionRequest.parse(await request.body())
         service.check_model(body)
-        text = engine.render_chat([m.for_template() for m in body.messages])
-        prompt = engine.encode_prompt(text)
+        prompt = await run_in_threadpool(service.chat_prompt, body)
         return await service.generate(request, body, [prompt], ChatRenderer(engine.model_id))
 
     @api.post("/completions")
     async def completions(request: Request) -> Response:
         body = CompletionRequest.parse(await request.body())
         service.check_model(body)
-        prompts = [p if isinstance(p, list) else engine.encode_prompt(p) for p in body.prompt]
+        prompts = await run_in_threadpool(service.completion_prompts, body)
         return await service.generate(request, body, prompts, CompletionRenderer(engine.model_id))
 
     @api.post("/responses")
     async def responses(request: Request) -> Response:
         body = ResponsesRequest.parse(await request.body())
         service.check_model(body)
-        prompt = engine.encode_prompt(engine.render_chat(body.messages()))
+        prompt = await run_in_threadpool(service.responses_prompt, body)
         renderer = ResponsesRenderer(engine.model_id, body)
         return await service.generate(request, body, [prompt], renderer)
 
@@ -121,12 +131,23 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
         return ModelCard(id=engine.model_id, created=started)
 
     app.include_router(api)
+    document(
+        app,
+        {
+            "/v1/chat/completions": (ChatCompletionRequest, ChatCompletion, ChatCompletionChunk),
+            "/v1/completions": (CompletionRequest, Completion, Completion),
+            "/v1/responses": (ResponsesRequest, ResponseBody, ResponseEvent),
+        },
+    )
 
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok", "model": engine.model_id}
 
-    @app.get("/metrics")
+    # HEAD for load balancers' checks; one documented operation is enough.
+    app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
+
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def prometheus_metrics() -> Response:
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
@@ -153,6 +174,19 @@ class _Service:
         ):
             raise AuthenticationError()
 
+    # Templating and tokenizing run in a worker thread (run_in_threadpool): a long prompt must
+    # not stop the event loop, which answers every other request and /health.
+    def chat_prompt(self, body: ChatCompletionRequest) -> list[int]:
+        return self.engine.encode_prompt(
+            self.engine.render_chat([m.for_template() for m in body.messages])
+        )
+
+    def responses_prompt(self, body: ResponsesRequest) -> list[int]:
+        return self.engine.encode_prompt(self.engine.render_chat(body.messages()))
+
+    def completion_prompts(self, body: CompletionRequest) -> list[list[int]]:
+        return [p if isinstance(p, list) else self.engine.encode_prompt(p) for p in body.prompt]
+
     def check_model(self, body: GenerationBody) -> None:
         if body.model is not None and body.model != self.engine.model_id:
             raise ModelNotFoundError(body.model, self.engine.model_id)
@@ -168,6 +202,7 @@ class _Service:
 
         Choices are numbered prompt-major: choice `p * n + i` is sample `i` of prompt `p`.
         """
+        self.check_admissible(body, len(prompts))
         spec = constraint_spec(body)
         table = await self.compile(spec) if spec is not None else None
         budget_aware = spec.budget_aware if spec is not None else True
@@ -205,6 +240,19 @@ class _Service:
             sequences.close()
         final = renderer.final(outputs, Usage.of(prompt_tokens, completion_tokens))
         return Response(final.model_dump_json(), media_type="application/json")
+
+    def check_admissible(self, body: GenerationBody, prompts: int) -> None:
+        """A 400 for a request that no amount of waiting lets in: more choices (n x prompts)
+        than the whole queue holds. A 429 would have its client retry forever."""
+        choices = prompts * body.n
+        if choices > self.settings.queue_size:
+            raise InvalidRequestError(
+                f"This request asks for {choices} choices ({prompts} prompt(s) x n={body.n}), "
+                f"more than the server queues at once ({self.settings.queue_size}). Lower n or "
+                "send fewer prompts per request, or start the server with a larger --queue-size.",
+                param="n",
+                code="too_many_choices",
+            )
 
     async def compile(self, spec: ConstraintSpec) -> CompiledTable:
         """The compiled table; a ConstraintError names the parameter the constraint came from."""

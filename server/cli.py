@@ -45,7 +45,17 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-batch", type=int, help="sequences decoded together (default 8)")
     serve.add_argument("--queue-size", type=int, help="waiting sequences before 429 (default 64)")
     serve.add_argument("--cache-dir", type=Path, help="model and compiled-table cache")
-    serve.add_argument("--compile-timeout", type=float, help="seconds per constraint (default 10)")
+    serve.add_argument(
+        "--compile-timeout", type=float, help="seconds a compile may take, queue included (10)"
+    )
+    serve.add_argument(
+        "--compile-workers", type=int, help="compile processes (default: one per core, 2-8)"
+    )
+    serve.add_argument("--compile-queue", type=int, help="compiles waiting before 429 (64)")
+    serve.add_argument("--compile-memory", type=int, help="MiB per compile process (4096)")
+    serve.add_argument("--cache-memory", type=int, help="MiB of compiled tables in memory (512)")
+    serve.add_argument("--cache-disk", type=int, help="MiB of compiled tables on disk (2048)")
+    serve.add_argument("--max-body-size", type=int, help="MiB per request body (16)")
     serve.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/*")
     serve.set_defaults(run=_serve)
 
@@ -88,15 +98,17 @@ def _constraint(args: argparse.Namespace) -> Any:
 
 def _compile(args: argparse.Namespace) -> int:
     from gclm.compiler.cache import cache_key
+    from gclm.compiler.pool import CompilerPool
     from gclm.compiler.vocabulary import TokenVocabulary
-    from gclm.compiler.worker import CompileLimits, CompilerPool
+    from gclm.compiler.worker import CompileLimits
     from gclm.server.model import load_tokenizer
 
     logging.getLogger().setLevel(logging.WARNING)
     constraint = _constraint(args)
     vocab = TokenVocabulary.from_tokenizer(load_tokenizer(args.tokenizer))
-    pool = CompilerPool(vocab, CompileLimits(timeout_s=args.timeout))
+    pool = CompilerPool(vocab, CompileLimits(timeout_s=args.timeout), workers=1)
     try:
+        pool.wait_ready()
         started = time.perf_counter()
         table = pool.compile(constraint)
         wall = time.perf_counter() - started

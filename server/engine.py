@@ -26,6 +26,7 @@ import torch
 
 from gclm.compiler.cache import TableCache
 from gclm.compiler.constraint import Constraint
+from gclm.compiler.pool import CompilerPool
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import GclmError, InternalError, InvalidRequestError, QueueFullError
@@ -60,15 +61,17 @@ class BatchEngine:
         model_id: str,
         vocab: TokenVocabulary,
         cache: TableCache,
+        compiler: CompilerPool | None = None,
         max_batch: int = 8,
         queue_size: int = 64,
-        compile_threads: int = 4,
+        lookup_threads: int = 4,
     ):
         self.model = model
         self.tokenizer = tokenizer
         self.model_id = model_id
         self.vocab = vocab
         self.cache = cache
+        self.compiler = compiler  # only read for /metrics: the cache submits to it
         self.max_batch = max_batch
         self.queue_size = queue_size
         self.device = next(model.parameters()).device
@@ -78,9 +81,15 @@ class BatchEngine:
         self.context_length = _context_length(model, tokenizer)
         # Logprobs name a special token (no bytes) as the tokenizer does, e.g. <|im_end|>.
         self._names = TokenNames(vocab.token_bytes, tokenizer.convert_ids_to_tokens)
+        # No token spells more than `longest` bytes (nor characters), so a text longer than
+        # this has more tokens than the context holds: refused before it is tokenized.
+        longest = max((len(b) for b in vocab.token_bytes if b), default=1)
+        self.max_prompt_chars = self.context_length * longest
         self._bitmask = allocate_bitmask(max_batch, vocab.size)  # [max_batch, W]
         self._graceful = GracefulPolicy.for_vocab(vocab.token_bytes)
-        self._compile_pool = ThreadPoolExecutor(compile_threads, thread_name_prefix="gclm-compile")
+        # Cache lookups (a disk read, building mask rows) run here; compiles never do, so a
+        # cached table is not kept waiting behind them (compiler/pool.py runs compiles).
+        self._lookups = ThreadPoolExecutor(lookup_threads, thread_name_prefix="gclm-lookup")
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []
         self._kv = KVBatch()
@@ -93,17 +102,20 @@ class BatchEngine:
 
     async def compile(self, constraint: Constraint) -> CompiledTable:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._compile_pool, self._prepare, constraint)
-
-    def _prepare(self, constraint: Constraint) -> CompiledTable:
-        table = self.cache.get(constraint)
-        mask_table(table)  # build the mask rows here, not on the engine thread's first step
+        future = await loop.run_in_executor(self._lookups, self.cache.fetch, constraint)
+        # shield: a client that leaves must not cancel the compile other requests share.
+        table = await asyncio.shield(asyncio.wrap_future(future))
+        # Build the mask rows here, not on the engine thread's first step (a cache that
+        # measures with masking.masks.table_memory has built them already).
+        await loop.run_in_executor(self._lookups, mask_table, table)
         return table
 
     def encode_prompt(self, prompt: str) -> list[int]:
+        self._check_chars(len(prompt), "prompt")
         return list(self.tokenizer.encode(prompt, add_special_tokens=True))
 
     def render_chat(self, messages: list[dict[str, Any]]) -> str:
+        self._check_chars(sum(len(str(m.get("content", ""))) for m in messages), "messages")
         try:
             return self.tokenizer.apply_chat_template(
                 messages, tokenize=False, add_generation_prompt=True
@@ -115,6 +127,15 @@ class BatchEngine:
 
     def budget_policy(self, name: str) -> BudgetPolicy | None:
         return self._graceful if name == "graceful" else None
+
+    def _check_chars(self, chars: int, param: str) -> None:
+        if chars > self.max_prompt_chars:
+            raise InvalidRequestError(
+                f"The {param} has {chars:,} characters, more than fit in the model's context "
+                f"of {self.context_length} tokens. Shorten it.",
+                param=param,
+                code="context_length_exceeded",
+            )
 
     def submit(self, request: GenerationRequest) -> Sequence:
         total = len(request.prompt_ids) + request.params.max_tokens
@@ -169,19 +190,23 @@ class BatchEngine:
 
     def stats(self) -> dict[str, float]:
         s = self.cache.stats
-        return {
+        out: dict[str, float] = {
             "queue_depth": len(self._waiting),
             "batch_size": len(self._running),
-            "cache_hits": s.hits + s.negative_hits,
-            "cache_misses": s.misses,
+            "cache_hits": s.hits + s.negative_hits + s.disk_hits,
+            "cache_misses": s.misses - s.disk_hits,
         }
+        out.update(self.cache.gauges())
+        if self.compiler is not None:
+            out.update(self.compiler.gauges())
+        return out
 
     def shutdown(self) -> None:
         with self._wake:
             self._stopping = True
             self._wake.notify()
         self._thread.join(timeout=10)
-        self._compile_pool.shutdown(wait=False, cancel_futures=True)
+        self._lookups.shutdown(wait=False, cancel_futures=True)
 
     # --- the engine thread ---
 

@@ -24,13 +24,18 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gclm.errors import (
+    QUOTE_LIMIT,
     GclmError,
     InternalError,
     InvalidRequestError,
     QueueFullError,
+    quote,
 )
 
 logger = logging.getLogger("gclm.server")
+
+# pydantic-core's JSON parser follows at most this many nested objects and arrays.
+JSON_DEPTH_LIMIT = 200
 
 # Called with a short reason ("queue_full", "budget_too_small", ...) for each rejection.
 RejectionHook = Callable[[str], None]
@@ -40,6 +45,8 @@ def error_body(
     message: str, error_type: str, param: str | None = None, code: str | None = None
 ) -> dict[str, Any]:
     """The OpenAI error object, as sent in a response body or an SSE `data:` line."""
+    if param is not None and len(param) > QUOTE_LIMIT:  # a 100 KB unknown key is no name
+        param = param[: QUOTE_LIMIT - 3] + "..."
     return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
@@ -82,6 +89,15 @@ def validation_error(exc: ValidationError | RequestValidationError) -> InvalidRe
     loc = [part for part in first.get("loc", ()) if part != "body"]
     if first.get("type") == "json_invalid":
         detail = first.get("ctx", {}).get("error", first.get("msg", ""))
+        if "recursion limit" in detail:
+            # Valid JSON, just deeper than the parser follows: say that, not "not valid JSON".
+            return InvalidRequestError(
+                f"The request body nests objects or arrays more than {JSON_DEPTH_LIMIT} levels "
+                f"deep ({detail}). Flatten it: a JSON Schema can name repeated parts in $defs "
+                "and point to them with $ref.",
+                param=None,
+                code="too_deeply_nested",
+            )
         return InvalidRequestError(
             f"The request body is not valid JSON ({detail}). Send a JSON object.",
             param=None,
@@ -91,13 +107,13 @@ def validation_error(exc: ValidationError | RequestValidationError) -> InvalidRe
     kind = first.get("type", "")
     if kind == "missing":
         return InvalidRequestError(
-            f"Missing required parameter: {param!r}.",
+            f"Missing required parameter: {quote(param)}.",
             param=param,
             code="missing_required_parameter",
         )
     if kind == "extra_forbidden":
         return InvalidRequestError(
-            f"Unrecognized request argument supplied: {param!r}. gclm does not implement it; "
+            f"Unrecognized request argument supplied: {quote(param)}. gclm does not implement it; "
             "remove it from the request.",
             param=param,
             code="unknown_parameter",
@@ -107,7 +123,7 @@ def validation_error(exc: ValidationError | RequestValidationError) -> InvalidRe
     message = message.removeprefix("Value error, ")
     if param is None:
         return InvalidRequestError(f"Invalid request body: {message}.", param=None)
-    return InvalidRequestError(f"Invalid value for {param!r}: {message}.", param=param)
+    return InvalidRequestError(f"Invalid value for {quote(param)}: {message}.", param=param)
 
 
 def _param_path(loc: list[Any]) -> str:

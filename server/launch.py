@@ -8,8 +8,10 @@ import time
 from collections.abc import AsyncIterator
 
 from gclm.compiler.cache import TableCache
+from gclm.compiler.pool import START_TIMEOUT_S, CompilerPool
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.compiler.worker import CompileLimits, CompilerPool
+from gclm.compiler.worker import CompileLimits
+from gclm.masking.masks import table_memory
 from gclm.server.engine import BatchEngine
 from gclm.server.settings import ServerSettings
 
@@ -17,7 +19,7 @@ log = logging.getLogger("gclm.server")
 
 
 def build_engine(settings: ServerSettings) -> tuple[BatchEngine, CompilerPool]:
-    """Load the model and start the compiler worker and the engine thread."""
+    """Load the model and start the compile workers and the engine thread."""
     from gclm.server.model import load_model
 
     started = time.perf_counter()
@@ -32,14 +34,34 @@ def build_engine(settings: ServerSettings) -> tuple[BatchEngine, CompilerPool]:
         time.perf_counter() - started,
     )
     vocab = TokenVocabulary.from_tokenizer(loaded.tokenizer)
-    pool = CompilerPool(vocab, CompileLimits(timeout_s=settings.compile_timeout))
-    cache = TableCache(pool.compile, vocab.fingerprint, disk_dir=settings.cache_dir / "tables")
+    limits = CompileLimits(
+        timeout_s=settings.compile_timeout, memory_bytes=settings.compile_memory << 20
+    )
+    pool = CompilerPool(
+        vocab,
+        limits,
+        workers=settings.compile_workers or None,
+        queue_size=settings.compile_queue,
+    )
+    if not pool.wait_ready(START_TIMEOUT_S):
+        log.warning(
+            "the compile workers are not ready after %.0f s; serving anyway", START_TIMEOUT_S
+        )
+    cache = TableCache(
+        pool.submit,
+        vocab.fingerprint,
+        max_bytes=settings.cache_memory << 20,
+        disk_dir=settings.cache_dir / "tables" if settings.cache_disk else None,
+        disk_max_bytes=max(1, settings.cache_disk) << 20,
+        measure=table_memory,
+    )
     engine = BatchEngine(
         loaded.model,
         loaded.tokenizer,
         model_id=loaded.model_id,
         vocab=vocab,
         cache=cache,
+        compiler=pool,
         max_batch=settings.max_batch,
         queue_size=settings.queue_size,
     )

@@ -2,8 +2,9 @@
 
 Counted by the HTTP layer: requests by endpoint and status, prompt and completion tokens,
 rejections by reason, client disconnects, compile time. Read from `engine.stats()` at each
-scrape: queue depth, batch size, compile-cache hits and misses, and any other number the
-engine reports (as `gclm_engine_<name>`).
+scrape: queue depth, batch size, compile-cache hits and misses, the table cache's memory and
+disk use against their budgets, the compile pool's queue and processes, and any other
+number the engine reports (as `gclm_engine_<name>`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,56 @@ _KNOWN_STATS = {
     "batch_size": ("gclm_batch_size", "Choices in the running batch.", False),
     "cache_hits": ("gclm_compile_cache_hits", "Constraint compilations served from cache.", True),
     "cache_misses": ("gclm_compile_cache_misses", "Constraint compilations run.", True),
+    "table_cache_bytes": (
+        "gclm_table_cache_bytes",
+        "Bytes cached in memory per schema: tables, mask rows, failures.",
+        False,
+    ),
+    "table_cache_budget_bytes": (
+        "gclm_table_cache_budget_bytes",
+        "The in-memory table cache's budget (--cache-memory).",
+        False,
+    ),
+    "table_cache_entries": ("gclm_table_cache_entries", "Tables cached in memory.", False),
+    "table_cache_negative_entries": (
+        "gclm_table_cache_negative_entries",
+        "Compile failures remembered in memory.",
+        False,
+    ),
+    "table_cache_evictions": (
+        "gclm_table_cache_evictions",
+        "Entries evicted from the in-memory table cache.",
+        True,
+    ),
+    "table_disk_bytes": ("gclm_table_disk_bytes", "Bytes of compiled tables on disk.", False),
+    "table_disk_budget_bytes": (
+        "gclm_table_disk_budget_bytes",
+        "The disk table cache's cap (--cache-disk).",
+        False,
+    ),
+    "table_disk_files": ("gclm_table_disk_files", "Compiled tables on disk.", False),
+    "table_disk_evictions": (
+        "gclm_table_disk_evictions",
+        "Files evicted from the disk table cache.",
+        True,
+    ),
+    "compile_queue_depth": (
+        "gclm_compile_queue_depth",
+        "Compiles waiting for a worker process.",
+        False,
+    ),
+    "compiles_running": ("gclm_compiles_running", "Compiles running in workers.", False),
+    "compiles_demoted": (
+        "gclm_compiles_demoted",
+        "Slow compiles running at the lowest CPU priority.",
+        False,
+    ),
+    "compile_processes": ("gclm_compile_processes", "Live compile worker processes.", False),
+    "compile_workers_idle": (
+        "gclm_compile_workers_idle",
+        "Warm compile workers with nothing to do.",
+        False,
+    ),
 }
 _METRIC_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 

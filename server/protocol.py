@@ -17,15 +17,43 @@ here; `server/constraints.py` decides which constraint they ask for.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Annotated, Any, ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema, field_validator
 from typing_extensions import Self
 
-from gclm.errors import InvalidRequestError
+from gclm.errors import InvalidRequestError, quote
 from gclm.server.interface import SamplingParams
 
-JsonSchema = dict[str, Any] | bool
+JsonSchema = dict[str, Any] | StrictBool  # strict: 0 and "true" are not schemas
+
+SEED_MIN, SEED_MAX = -(1 << 63), (1 << 63) - 1
+
+# What the "before" validators below accept, for the OpenAPI document (server/openapi.py).
+_TEXT = {"type": "string", "minLength": 1}
+_TOKENS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
+_STOP_SCHEMA = {"anyOf": [_TEXT, {"type": "array", "items": _TEXT}, {"type": "null"}]}
+_CONTENT_SCHEMA = {
+    "anyOf": [
+        {"type": "string"},
+        {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+                "required": ["type", "text"],
+            },
+        },
+    ]
+}
+_PROMPT_SCHEMA = {
+    "anyOf": [
+        {"type": "string"},
+        {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        _TOKENS,
+        {"type": "array", "items": _TOKENS, "minItems": 1},
+    ]
+}
 
 
 class _Strict(BaseModel):
@@ -38,7 +66,7 @@ class JsonSchemaFormat(_Strict):
     name: str = "response"
     # "schema" would shadow BaseModel.schema; the alias keeps the wire name.
     schema_: JsonSchema | None = Field(default=None, alias="schema")
-    strict: bool | None = None  # gclm always enforces the schema, strict or not
+    strict: StrictBool | None = None  # gclm always enforces the schema, strict or not
     description: str | None = None
 
 
@@ -54,7 +82,7 @@ class StructuredOutputs(_Strict):
     regex: str | None = None
     choice: list[str] | None = None
     # False: forward-only DFA masking that may run out of budget (for comparisons only).
-    budget_aware: bool = True
+    budget_aware: StrictBool = True
     # How spare tokens are spent when the budget is tight (masking/graceful.py).
     budget_policy: Literal["graceful", "none"] = "graceful"
 
@@ -62,7 +90,13 @@ class StructuredOutputs(_Strict):
 class StreamOptions(BaseModel):
     # Other stream options (e.g. include_obfuscation) only shape the transport: ignored.
     model_config = ConfigDict(extra="ignore")
-    include_usage: bool | None = None
+    include_usage: StrictBool | None = None
+
+
+def _nullable(schema: dict[str, Any]) -> None:
+    """Document a field whose explicit null means its default (see `_null_is_default`)."""
+    inner = {k: schema.pop(k) for k in list(schema) if k not in ("title", "default")}
+    schema["anyOf"] = [inner, {"type": "null"}]
 
 
 def _neutral(*values: Any) -> Callable[[Any], bool]:
@@ -109,14 +143,24 @@ class SamplingFields(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    temperature: float = Field(default=1.0, ge=0, le=2)
-    top_p: float = Field(default=1.0, ge=0, le=1)
-    seed: int | None = None
-    presence_penalty: float = Field(default=0.0, ge=-2, le=2)
-    frequency_penalty: float = Field(default=0.0, ge=-2, le=2)
-    repetition_penalty: float = Field(default=1.0, gt=0, le=2)
+    # Numbers are strict: "10" and true are not numbers in JSON, and accepting them would hide
+    # a client's bug. A float field still takes a JSON integer (1 is 1.0).
+    temperature: float = Field(default=1.0, ge=0, le=2, strict=True, json_schema_extra=_nullable)
+    top_p: float = Field(default=1.0, ge=0, le=1, strict=True, json_schema_extra=_nullable)
+    # A signed 64-bit integer, as OpenAI documents it; torch's generator takes seed + i (i < n
+    # <= 128) for every value in this range.
+    seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX, strict=True)
+    presence_penalty: float = Field(
+        default=0.0, ge=-2, le=2, strict=True, json_schema_extra=_nullable
+    )
+    frequency_penalty: float = Field(
+        default=0.0, ge=-2, le=2, strict=True, json_schema_extra=_nullable
+    )
+    repetition_penalty: float = Field(
+        default=1.0, gt=0, le=2, strict=True, json_schema_extra=_nullable
+    )
     # Token id (a JSON key, so a string) -> bias; read into int keys by _bias_range.
-    logit_bias: dict[str, float] | None = None
+    logit_bias: dict[str, Annotated[float, Field(strict=True)]] | None = None
 
     # name -> (is the value one gclm can honour?, how to fix the request)
     _SUPPORTED_ONLY: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {}
@@ -135,7 +179,7 @@ class SamplingFields(BaseModel):
         """Raise InvalidRequestError naming the first parameter gclm cannot honour."""
         for name in self.model_extra or {}:
             raise InvalidRequestError(
-                f"Unrecognized request argument supplied: {name!r}. gclm does not implement "
+                f"Unrecognized request argument supplied: {quote(name)}. gclm does not implement "
                 "it; remove it from the request.",
                 param=name,
                 code="unknown_parameter",
@@ -144,7 +188,7 @@ class SamplingFields(BaseModel):
             value = getattr(self, name)
             if not supported(value):
                 raise InvalidRequestError(
-                    f"{name}={value!r} is not supported by gclm; {fix}.",
+                    f"{name}={quote(value)} is not supported by gclm; {fix}.",
                     param=name,
                     code="unsupported_parameter",
                 )
@@ -212,11 +256,12 @@ class OpenAIRequest(SamplingFields):
     """
 
     model: str | None = None  # None: the served model
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    n: int = Field(default=1, ge=1, le=128)
-    stop: tuple[str, ...] = ()  # unconstrained requests only (see the class docstring)
-    stream: bool = False
+    max_tokens: int | None = Field(default=None, ge=1, strict=True)
+    max_completion_tokens: int | None = Field(default=None, ge=1, strict=True)
+    n: int = Field(default=1, ge=1, le=128, strict=True, json_schema_extra=_nullable)
+    # unconstrained requests only (see the class docstring)
+    stop: Annotated[tuple[str, ...], WithJsonSchema(_STOP_SCHEMA)] = ()
+    stream: StrictBool = Field(default=False, json_schema_extra=_nullable)
     stream_options: StreamOptions | None = None
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None
@@ -286,7 +331,7 @@ class OpenAIRequest(SamplingFields):
 
 class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant"]
-    content: str
+    content: Annotated[str, WithJsonSchema(_CONTENT_SCHEMA)]
     name: str | None = None
     refusal: str | None = None  # an earlier assistant refusal; ignored
     tool_calls: list[Any] | None = None
@@ -302,7 +347,7 @@ class ChatMessage(_Strict):
             kind = part.get("type") if isinstance(part, dict) else None
             if kind != "text" or not isinstance(part.get("text"), str):
                 raise ValueError(
-                    f"content part of type {kind!r} is not supported; gclm accepts text "
+                    f"content part of type {quote(kind)} is not supported; gclm accepts text "
                     "and {'type': 'text', 'text': ...} parts only"
                 )
             texts.append(part["text"])
@@ -330,8 +375,8 @@ class ChatCompletionRequest(OpenAIRequest):
     """POST /v1/chat/completions."""
 
     messages: list[ChatMessage] = Field(min_length=1)
-    logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    logprobs: StrictBool = Field(default=False, json_schema_extra=_nullable)
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
     tools: Any = None
     tool_choice: Any = None
     parallel_tool_calls: Any = None  # meaningless without tools
@@ -381,9 +426,9 @@ class ChatCompletionRequest(OpenAIRequest):
 class CompletionRequest(OpenAIRequest):
     """POST /v1/completions. `prompt` becomes a list of texts or a list of token-id lists."""
 
-    prompt: list[str] | list[list[int]]
+    prompt: Annotated[list[str] | list[list[int]], WithJsonSchema(_PROMPT_SCHEMA)]
     # The sampled token's logprob and this many top ones per token (None: no logprobs).
-    logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
     echo: Any = None
     best_of: Any = None
     suffix: Any = None

@@ -16,12 +16,20 @@ output is the same; the response just cannot be fetched later).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from typing_extensions import Self
 
-from gclm.server.protocol import MAX_TOP_LOGPROBS, SamplingFields
+from gclm.server.protocol import MAX_TOP_LOGPROBS, SamplingFields, _nullable
 
 # The `include` value that asks for logprobs; other values name data gclm never produces
 # (reasoning, tool results), so they change nothing and are accepted.
@@ -42,7 +50,7 @@ class TextFormat(_Strict):
     # "schema" would shadow BaseModel.schema; the alias keeps the wire name. Any: the one
     # constraint parser checks it, and its error names text.format.schema.
     schema_: Any = Field(default=None, alias="schema")
-    strict: bool | None = None  # gclm always enforces the schema, strict or not
+    strict: StrictBool | None = None  # gclm always enforces the schema, strict or not
     description: str | None = None
 
     @model_validator(mode="after")
@@ -56,6 +64,33 @@ class TextConfig(_Strict):
     format: TextFormat | None = None
     # "medium" is the default; another verbosity would change the output and is refused.
     verbosity: Literal["medium"] | None = None
+
+
+# What the "before" validators below accept, for the OpenAPI document (server/openapi.py).
+_PARTS_SCHEMA = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {"type": {"enum": sorted(_TEXT_PARTS)}, "text": {"type": "string"}},
+        "required": ["type", "text"],
+    },
+}
+_MESSAGE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "type": {"const": "message"},
+        "role": {"enum": ["user", "assistant", "system", "developer"]},
+        "content": {"anyOf": [{"type": "string"}, _PARTS_SCHEMA]},
+        "id": {"type": ["string", "null"]},
+        "status": {"type": ["string", "null"]},
+        "phase": {"type": ["string", "null"]},
+    },
+    "required": ["role", "content"],
+    "additionalProperties": False,
+}
+_INPUT_SCHEMA = {
+    "anyOf": [{"type": "string"}, {"type": "array", "items": _MESSAGE_SCHEMA, "minItems": 1}]
+}
 
 
 class InputMessage(_Strict):
@@ -107,16 +142,16 @@ class ResponsesRequest(SamplingFields):
     n: ClassVar[int] = 1  # one output per response
 
     model: str | None = None
-    input: list[InputMessage] = Field(min_length=1)
+    input: Annotated[list[InputMessage], WithJsonSchema(_INPUT_SCHEMA)] = Field(min_length=1)
     instructions: str | None = None
-    max_output_tokens: int | None = Field(default=None, ge=1)
-    stream: bool = False
+    max_output_tokens: int | None = Field(default=None, ge=1, strict=True)
+    stream: StrictBool = Field(default=False, json_schema_extra=_nullable)
     text: TextConfig | None = None
-    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
     include: list[str] | None = None
 
     # Accepted and ignored: none of these changes the generated text.
-    store: bool | None = None  # nothing is stored either way
+    store: StrictBool | None = None  # nothing is stored either way
     stream_options: Any = None  # include_obfuscation: transport only
     metadata: Any = None
     user: Any = None

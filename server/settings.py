@@ -53,7 +53,13 @@ class ServerSettings:
     max_batch: int = 8  # sequences decoded together in one forward pass
     queue_size: int = 64  # waiting sequences before submit answers 429
     cache_dir: Path = field(default_factory=default_cache_dir)  # compiled-table disk cache
-    compile_timeout: float = 10.0  # seconds one constraint may take to compile
+    compile_timeout: float = 10.0  # seconds a request may wait for its compile, queue included
+    compile_workers: int = 0  # compile processes at normal priority; 0: one per CPU core, 2-8
+    compile_queue: int = 64  # compiles waiting for a worker before a 429
+    compile_memory: int = 4096  # MiB of address space per compile process
+    cache_memory: int = 512  # MiB for compiled tables + their mask rows + failures, in memory
+    cache_disk: int = 2048  # MiB of compiled tables on disk (under cache_dir/tables); 0: none
+    max_body_size: int = 16  # MiB; larger request bodies get 413
     api_key: str | None = None  # when set, /v1/* requires "Authorization: Bearer <key>"
     default_max_tokens: int = 256
     constrained_max_tokens_floor: int = 512
@@ -73,6 +79,9 @@ class ServerSettings:
         for name in (
             "max_batch",
             "queue_size",
+            "compile_queue",
+            "cache_memory",
+            "max_body_size",
             "default_max_tokens",
             "constrained_max_tokens_floor",
             "constrained_max_tokens_factor",
@@ -82,6 +91,16 @@ class ServerSettings:
         if not self.compile_timeout > 0:
             raise ValueError(
                 f"compile_timeout must be a positive number of seconds, got {self.compile_timeout}."
+            )
+        if self.compile_workers < 0:
+            raise ValueError(
+                f"compile_workers must be 0 (one per core) or more, got {self.compile_workers}."
+            )
+        if self.compile_memory < 256:
+            raise ValueError(f"compile_memory must be at least 256 MiB, got {self.compile_memory}.")
+        if self.cache_disk < 0:
+            raise ValueError(
+                f"cache_disk must be 0 (no disk cache) or more MiB, got {self.cache_disk}."
             )
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("api_key must not be blank; leave it unset to disable authentication.")

@@ -13,7 +13,7 @@ import math
 from decimal import Decimal
 from typing import Any
 
-from gclm.errors import UnsupportedSchemaError
+from gclm.errors import ConstraintError, UnsupportedSchemaError, quote
 
 _ENUMERATE_LIMIT = 1000  # a bounded multipleOf with at most this many values is listed
 
@@ -25,9 +25,9 @@ def number_regex(node: dict[str, Any], pointer: str) -> str | None:
     `exclusiveMaximum`. Returns None when the node has none of them (outlines-core's own
     regex is then exact).
 
-    An empty range gives a regex that matches nothing.
-
     Raises:
+        ConstraintError: the bounds admit no value (`minimum` above `maximum`, or no integer
+            between them).
         UnsupportedSchemaError: a `multipleOf` that no regex here expresses (one that is
             neither a power-of-ten fraction nor an integer dividing 1000 or enumerable),
             or fractional bounds this module does not combine.
@@ -52,8 +52,25 @@ def number_regex(node: dict[str, Any], pointer: str) -> str | None:
     if integer:
         ilo = None if lo is None else (math.floor(lo) + 1 if lo_excl else math.ceil(lo))
         ihi = None if hi is None else (math.ceil(hi) - 1 if hi_excl else math.floor(hi))
+        if ilo is not None and ihi is not None and ilo > ihi:
+            _empty_range(node, pointer, "integer")
         return _integer_regex(ilo, ihi, step if step and step > 1 else None, pointer)
+    if lo is not None and hi is not None and (lo > hi or lo == hi and (lo_excl or hi_excl)):
+        _empty_range(node, pointer, "number")
     return _decimal_regex(lo, lo_excl, hi, hi_excl, frac_digits, pointer)
+
+
+def _empty_range(node: dict[str, Any], pointer: str, kind: str) -> None:
+    bounds = ", ".join(
+        f"{k} {quote(node[k], 40)}"
+        for k in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
+        if k in node
+    )
+    raise ConstraintError(
+        f"No {kind} satisfies the bounds at {pointer or '/'} ({bounds}): the lower bound is "
+        "above the upper one. Fix the bounds.",
+        param=None,
+    )
 
 
 def _bound(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import Future
 
 import pytest
 
@@ -11,7 +12,7 @@ from gclm.compiler.cache import TableCache, cache_key
 from gclm.compiler.compile import compile_constraint
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.errors import ConstraintError
+from gclm.errors import CompilerBusyError, ConstraintError
 
 ABC = TokenVocabulary((b"a", b"b", b"ab", None), 3, "plain")
 
@@ -100,3 +101,79 @@ def test_failures_are_cached_negatively():
         with pytest.raises(ConstraintError):
             expired.get(Constraint.regex("c"))
     assert len(compiler.calls) == 3
+
+
+def test_budget_counts_what_measure_adds():
+    # The probe: only table.nbytes was counted, not the table's mask rows (1.7-2.7 MB each).
+    compiler = CountingCompiler()
+    cache = TableCache(compiler, ABC.fingerprint, max_bytes=25_000, measure=lambda t: 10_000)
+    for rx in ("a", "b", "ab", "ba"):
+        cache.get(Constraint.regex(rx))
+        assert cache.nbytes <= cache.max_bytes
+    assert cache.gauges()["table_cache_entries"] == 2
+    assert cache.stats.evictions == 2
+
+
+def test_remeasured_growth_is_evicted():
+    sizes = {}
+    compiler = CountingCompiler()
+    cache = TableCache(
+        compiler, ABC.fingerprint, max_bytes=25_000, measure=lambda t: sizes.get(id(t), 10_000)
+    )
+    first = cache.get(Constraint.regex("a"))
+    cache.get(Constraint.regex("b"))
+    sizes[id(first)] = 20_000  # its mask rows grew while decoding
+    assert cache.gauges()["table_cache_bytes"] <= 25_000
+    assert cache.gauges()["table_cache_entries"] == 1
+
+
+def test_negative_entries_count_against_the_budget():
+    compiler = CountingCompiler()
+    cache = TableCache(compiler, ABC.fingerprint, max_bytes=5_000, measure=lambda t: 2_000)
+    cache.get(Constraint.regex("a"))
+    for rx in ("c", "cc", "ccc", "cccc"):  # no token spells "c"
+        with pytest.raises(ConstraintError):
+            cache.get(Constraint.regex(rx))
+        assert cache.nbytes <= cache.max_bytes
+    gauges = cache.gauges()
+    assert gauges["table_cache_negative_entries"] >= 1
+    assert gauges["table_cache_entries"] == 0  # the table made room for newer failures
+
+
+def test_busy_refusals_are_not_remembered():
+    calls = []
+
+    def compile_fn(constraint):
+        calls.append(constraint)
+        future = Future()
+        if len(calls) == 1:
+            future.set_exception(CompilerBusyError("busy"))
+        else:
+            future.set_result(compile_constraint(constraint, ABC))
+        return future
+
+    cache = TableCache(compile_fn, ABC.fingerprint)
+    with pytest.raises(CompilerBusyError):
+        cache.get(Constraint.regex("ab"))
+    assert cache.get(Constraint.regex("ab")).min_tokens == 1
+    assert len(calls) == 2
+
+
+def test_fetch_never_waits_behind_a_compile(tmp_path):
+    pending: Future = Future()
+    compiled = compile_constraint(Constraint.regex("b"), ABC)
+
+    def compile_fn(constraint):
+        return pending if constraint.spec == "a" else compiled
+
+    cache = TableCache(compile_fn, ABC.fingerprint, disk_dir=tmp_path)
+    cache.get(Constraint.regex("b"))
+    slow = cache.fetch(Constraint.regex("a"))
+    again = cache.fetch(Constraint.regex("a"))
+    assert again is slow and not slow.done()  # single-flight, still compiling
+    hit = cache.fetch(Constraint.regex("b"))
+    assert hit.done() and hit.result() is compiled
+    restarted = TableCache(compile_fn, ABC.fingerprint, disk_dir=tmp_path)
+    assert restarted.fetch(Constraint.regex("b")).done()  # a disk hit is done at once too
+    pending.set_result(compile_constraint(Constraint.regex("a"), ABC))
+    assert slow.result(timeout=5).min_tokens == 1

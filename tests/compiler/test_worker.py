@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from gclm.compiler.constraint import Constraint
-from gclm.compiler.worker import CompileLimits, CompilerPool
-from gclm.errors import CompileLimitError, ConstraintError, UnsupportedSchemaError
+from gclm.compiler.pool import CompilerPool
+from gclm.compiler.worker import CompileLimits
+from gclm.errors import (
+    CompileLimitError,
+    CompilerBusyError,
+    ConstraintError,
+    UnsupportedSchemaError,
+)
 
 # Many free-text fields with long bounds: seconds of DFA building at this vocabulary.
 HEAVY = Constraint.json_schema(
@@ -19,7 +25,8 @@ HEAVY = Constraint.json_schema(
 
 @pytest.fixture(scope="module")
 def pool(embedded_vocab):
-    pool = CompilerPool(embedded_vocab, CompileLimits(timeout_s=1.0))
+    pool = CompilerPool(embedded_vocab, CompileLimits(timeout_s=1.0), workers=1)
+    assert pool.wait_ready(120)
     yield pool
     pool.close()
 
@@ -37,8 +44,11 @@ def test_constraint_errors_come_back_with_their_message(pool):
 
 
 def test_timeout_kills_the_compile_and_the_pool_keeps_serving(pool):
-    with pytest.raises(CompileLimitError, match="longer than 1 s"):
+    # A 400 when it had half the timeout in CPU time; a 429 when a loaded machine starved it.
+    with pytest.raises((CompileLimitError, CompilerBusyError)) as caught:
         pool.compile(HEAVY)
+    if isinstance(caught.value, CompileLimitError):
+        assert "longer than 1 s" in caught.value.message
     assert pool.compile(Constraint.regex("[0-9]{3}")).min_tokens >= 1
 
 

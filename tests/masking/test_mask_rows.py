@@ -138,3 +138,41 @@ def test_next_state_in_every_set_form():
     for s in range(4):
         got = [masks.next_state(s, t) for t in range(-1, vocab + 1)]
         assert got == [edges.get((s, t), -1) for t in range(-1, vocab + 1)]
+
+
+def test_a_bounded_table_cache_bounds_the_mask_rows(embedded_vocab):
+    # The probe: the LRU counted table.nbytes only, while each table's mask rows (1.7-2.7 MB
+    # at this vocabulary) stayed alive beside it; memory grew ~2 MB per distinct schema.
+    import gc
+    import weakref
+
+    from gclm.compiler.cache import TableCache
+    from gclm.compiler.compile import compile_constraint
+    from gclm.compiler.constraint import Constraint
+    from gclm.masking.masks import table_memory
+
+    compiled = []
+
+    def compile_fn(constraint):
+        table = compile_constraint(constraint, embedded_vocab)
+        compiled.append(weakref.ref(table))
+        return table
+
+    schemas = [
+        {"type": "object", "properties": {f"k{i}": {"type": "string", "maxLength": 5}}}
+        for i in range(6)
+    ]
+    probe = compile_constraint(Constraint.json_schema(schemas[0]), embedded_vocab)
+    one = table_memory(probe)
+    assert one > 2 * probe.nbytes  # the mask rows are most of what a table holds
+    del probe
+    cache = TableCache(
+        compile_fn, embedded_vocab.fingerprint, max_bytes=int(2.5 * one), measure=table_memory
+    )
+    for schema in schemas:
+        cache.get(Constraint.json_schema(schema))
+        assert cache.nbytes <= cache.max_bytes
+    gc.collect()
+    alive = [table for table in (ref() for ref in compiled) if table is not None]
+    assert len(alive) == 2  # the evicted tables took their mask rows with them
+    assert sum(table_memory(t) for t in alive) == cache.nbytes

@@ -49,6 +49,12 @@ def test_overrides_win_and_none_falls_through() -> None:
         ({"compile_timeout": 0}, "compile_timeout must be a positive"),
         ({"api_key": " "}, "api_key must not be blank"),
         ({"default_max_tokens": 0}, "default_max_tokens must be at least 1"),
+        ({"compile_workers": -1}, "compile_workers must be 0"),
+        ({"compile_queue": 0}, "compile_queue must be at least 1"),
+        ({"compile_memory": 100}, "compile_memory must be at least 256 MiB"),
+        ({"cache_memory": 0}, "cache_memory must be at least 1"),
+        ({"cache_disk": -1}, "cache_disk must be 0"),
+        ({"max_body_size": 0}, "max_body_size must be at least 1"),
     ],
 )
 def test_invalid_values(kwargs: dict, message: str) -> None:
@@ -69,3 +75,16 @@ def test_unknown_override() -> None:
 def test_frozen() -> None:
     with pytest.raises(AttributeError):
         ServerSettings().port = 1  # type: ignore[misc]
+
+
+def test_limits_from_the_environment_and_the_cli() -> None:
+    from gclm.server.cli import _parser
+
+    env = {"GCLM_COMPILE_MEMORY": "2048", "GCLM_CACHE_MEMORY": "128", "GCLM_CACHE_DISK": "0"}
+    args = _parser().parse_args(
+        ["serve", "--compile-workers", "3", "--compile-queue", "5", "--max-body-size", "2"]
+    )
+    overrides = {k: v for k, v in vars(args).items() if k != "run"}
+    s = ServerSettings.from_env(env, **overrides)
+    assert (s.compile_memory, s.cache_memory, s.cache_disk) == (2048, 128, 0)
+    assert (s.compile_workers, s.compile_queue, s.max_body_size) == (3, 5, 2)

@@ -9,8 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gclm.compiler.constraint import Constraint
 from gclm.compiler.json_schema.numbers import nonneg_int_range, number_regex
-from gclm.errors import UnsupportedSchemaError
+from gclm.compiler.regex import to_regex
+from gclm.errors import ConstraintError, UnsupportedSchemaError
 
 
 def valid(node: dict, text: str) -> bool:
@@ -83,3 +85,21 @@ def test_unsupported_multiple_of_names_the_pointer():
     with pytest.raises(UnsupportedSchemaError) as e:
         number_regex({"type": "number", "multipleOf": 2.5}, "/properties/x")
     assert (e.value.keyword, e.value.pointer) == ("multipleOf", "/properties/x")
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        {"type": "integer", "minimum": 5, "maximum": 3},
+        {"type": "integer", "minimum": 0.2, "maximum": 0.8},  # no integer between
+        {"type": "integer", "exclusiveMinimum": 3, "exclusiveMaximum": 4},
+        {"type": "number", "minimum": 2.5, "maximum": 1},
+        {"type": "number", "exclusiveMinimum": 1, "maximum": 1},
+    ],
+)
+def test_empty_range_is_a_clear_constraint_error(node: dict) -> None:
+    # The probe: minimum above maximum gave outlines-core's text about an "encoding issue".
+    with pytest.raises(ConstraintError, match="lower bound is above the upper one") as caught:
+        to_regex(Constraint.json_schema({"type": "object", "properties": {"n": node}}))
+    assert "/properties/n" in caught.value.message
+    assert "encoding" not in caught.value.message

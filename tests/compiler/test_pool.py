@@ -1,0 +1,106 @@
+"""Scheduling compiles: the timeout covers the queue, slow compiles do not block small ones,
+and a full queue is a clear CompilerBusyError. Real worker processes, real slow schemas."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import wait
+
+import pytest
+
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.pool import CompilerPool
+from gclm.compiler.worker import CompileLimits
+from gclm.errors import CompileLimitError, CompilerBusyError
+
+
+def heavy(i: int) -> Constraint:
+    """Free-text fields with long bounds: seconds of DFA building at this vocabulary; `i`
+    makes each one a distinct schema."""
+    props = {f"f{j}_{i}": {"type": "string", "maxLength": 400} for j in range(6)}
+    return Constraint.json_schema({"type": "object", "properties": props})
+
+
+SMALL = Constraint.choice(["yes", "no"])
+
+
+def until(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def test_timeout_covers_the_queue_wait(embedded_vocab) -> None:
+    # The probe: one worker answered six slow schemas at 10, 21, ... 63 s; the time a
+    # compile waited in the queue did not count.
+    pool = CompilerPool(embedded_vocab, CompileLimits(timeout_s=2.0), workers=1, max_slow=0)
+    try:
+        assert pool.wait_ready(120)
+        started = time.monotonic()
+        futures = [pool.submit(heavy(i)) for i in range(3)]
+        wait(futures, timeout=30)
+        elapsed = time.monotonic() - started
+        errors = [f.exception() for f in futures]
+    finally:
+        pool.close()
+    assert elapsed < 2.0 + 1.5, f"answered after {elapsed:.1f} s"
+    # The first ran into the timeout: a 400 if it had the CPU for half of it, else (a loaded
+    # machine starved it) a 429 like the others.
+    assert isinstance(errors[0], CompileLimitError | CompilerBusyError)
+    if isinstance(errors[0], CompileLimitError):
+        assert "longer than 2 s" in errors[0].message
+    # The others never got a worker: that clears by waiting, so they are 429s, not 400s.
+    for error in errors[1:]:
+        assert isinstance(error, CompilerBusyError)
+        assert error.status_code == 429 and "waited" in error.message
+
+
+def test_small_schema_does_not_wait_behind_slow_ones(embedded_vocab) -> None:
+    pool = CompilerPool(
+        embedded_vocab, CompileLimits(timeout_s=20.0), workers=1, slow_after_s=0.3, max_slow=3
+    )
+    try:
+        assert pool.wait_ready(120)
+        slow = [pool.submit(heavy(i)) for i in range(3)]
+        # Each slow compile is demoted in turn and a fresh worker takes the next.
+        until(lambda: pool.stats.demotions == 3, 60)
+        until(lambda: pool.gauges()["compile_workers_idle"] == 1, 60)
+        assert not any(f.done() for f in slow)
+        started = time.monotonic()
+        table = pool.compile(SMALL)
+        elapsed = time.monotonic() - started
+        gauges = pool.gauges()
+    finally:
+        pool.close()
+    assert table.min_tokens == 1
+    assert elapsed < 1.5, f"the small schema took {elapsed:.2f} s behind three slow ones"
+    # Three demoted, one worker, and the next reserve (which may still be starting).
+    assert gauges["compiles_demoted"] == 3 and gauges["compile_processes"] >= 4
+
+
+def test_full_queue_is_a_busy_error_at_once(embedded_vocab) -> None:
+    pool = CompilerPool(
+        embedded_vocab, CompileLimits(timeout_s=5.0), workers=1, queue_size=1, max_slow=0
+    )
+    try:
+        assert pool.wait_ready(120)
+        running = pool.submit(heavy(0))
+        until(lambda: pool.gauges()["compiles_running"] == 1, 10)
+        queued = pool.submit(heavy(1))
+        started = time.monotonic()
+        with pytest.raises(CompilerBusyError, match="--compile-queue") as caught:
+            pool.compile(heavy(2))
+        assert time.monotonic() - started < 0.1
+        assert caught.value.code == "compiler_busy" and caught.value.retry_after > 0
+        assert not running.done() and not queued.done()
+    finally:
+        pool.close()
+    assert isinstance(running.exception(), CompileLimitError)  # shut down
+
+
+def test_pool_options_are_validated(embedded_vocab) -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        CompilerPool(embedded_vocab, workers=0)
+    with pytest.raises(ValueError, match="queue"):
+        CompilerPool(embedded_vocab, workers=1, queue_size=-1)
