@@ -59,7 +59,7 @@ endif
 test: $(STAMP)
 	$(BIN)/ruff check gclm server compiler masking tests bench
 	$(BIN)/hadolint Dockerfile
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not vllm"
 	$(MAKE) test-vllm
 
 # The vLLM tests (marker `vllm`) run in vLLM's environment, bound to one core.

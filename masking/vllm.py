@@ -147,11 +147,11 @@ def tables_dir() -> Path:
     return default_cache_dir() / "tables"
 
 
-def register_frontend(source: TableSource) -> None:
+def register_frontend(source: TableSource | None) -> None:
     """Make `validate_params` in this process use `source` (gclm's own vLLM engine, which
-    loads the tokenizer and compiles the tables itself)."""
+    loads the tokenizer and compiles the tables itself); None forgets it."""
     with _LOCK:
-        _FRONTEND[:] = [source]
+        _FRONTEND[:] = [source] if source is not None else []
 
 
 def table_source(tokenizer: str, *, revision: str | None = None, isolated: bool) -> TableSource:
