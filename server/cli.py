@@ -47,6 +47,25 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--cache-dir", type=Path, help="model and compiled-table cache")
     serve.add_argument("--compile-timeout", type=float, help="seconds per constraint (default 10)")
     serve.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/*")
+    serve.add_argument(
+        "--engine",
+        choices=("transformers", "vllm"),
+        help="generation engine (default transformers)",
+    )
+    vllm = serve.add_argument_group("vLLM engine options (with --engine vllm)")
+    vllm.add_argument("--tensor-parallel-size", type=int, help="GPUs per model replica (default 1)")
+    vllm.add_argument("--pipeline-parallel-size", type=int, help="pipeline stages (default 1)")
+    vllm.add_argument(
+        "--distributed-executor-backend",
+        choices=("mp", "ray", "uni", "external_launcher"),
+        help="how vLLM runs its workers; ray spans several nodes",
+    )
+    vllm.add_argument("--max-model-len", type=int, help="context length (default: the model's)")
+    vllm.add_argument("--gpu-memory-utilization", type=float, help="share of GPU memory (0.9)")
+    vllm.add_argument("--prefix-caching", choices=("auto", "on", "off"), help="default auto")
+    vllm.add_argument(
+        "--enforce-eager", choices=("auto", "on", "off"), help="on: no compile/CUDA graphs"
+    )
     serve.set_defaults(run=_serve)
 
     comp = sub.add_parser("compile", help="compile a constraint and print its table's figures")

