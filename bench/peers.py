@@ -1,16 +1,19 @@
 """gclm next to vLLM: the same model, requests and machine, one server after the other.
 
     .venv-vllm/bin/python -m bench.peers [--json PATH] [--markdown PATH] [--quick]
-                                         [--cores LIST] [--eager]
+                                         [--cores LIST] [--eager] [--repeats N]
 
-Three systems serve the embedded SmolLM2-135M-Instruct on CPU, each alone on the machine:
+Three systems serve the embedded SmolLM2-135M-Instruct on CPU, one at a time:
 
     gclm           `gclm serve` (transformers engine), 1 intra-op thread
     gclm-vllm      `gclm serve --engine vllm` (vLLM's AsyncLLM + gclm's logits processor)
     vllm           vLLM's own OpenAI server, its default structured outputs (xgrammar)
 
 vLLM's threads are bound to `--cores` (a core list, default "1": one core, like gclm's).
-Each gets the same chat requests with a 5-property JSON Schema (response_format), T=0.7,
+The two vLLM-based servers are up together and take turns cell by cell (only one is ever
+under load), each cell run `--repeats` times, so that the machine's changing load (it is
+shared) hits both alike; tokens/s is the median of the repeats. Each gets the same chat
+requests with a 5-property JSON Schema (response_format), T=0.7,
 in a closed loop at concurrency 1, 8 and 16, at a generous budget (96 tokens) and a tight
 one (gclm's minimum for the schema + 4). Per cell: completion tokens/s over wall time,
 p50/p99 latency, % schema-valid (json.loads + jsonschema), finish reasons, and where gclm
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -66,9 +70,12 @@ class Cell:
     valid: int = 0
     finish: Counter[str] = field(default_factory=Counter)
     refused: int = 0
+    runs: list[float] = field(default_factory=list)  # tokens/s of each repeat
 
     @property
     def tok_s(self) -> float:
+        if self.runs:
+            return statistics.median(self.runs)
         return self.completion_tokens / self.wall_s if self.wall_s else 0.0
 
     def summary(self) -> dict[str, Any]:
@@ -80,6 +87,7 @@ class Cell:
             "budget": self.budget,
             "requests": self.requests,
             "tok_s": round(self.tok_s, 1),
+            "tok_s_runs": [round(r, 1) for r in self.runs],
             "p50_s": round(statistics.median(lat), 3) if lat else None,
             "p99_s": round(p99, 3) if p99 is not None else None,
             "valid_pct": round(100 * self.valid / self.requests, 1) if self.requests else None,
@@ -133,17 +141,44 @@ async def run_cell(base_url: str, model: str, cell: Cell, total: int) -> Cell:
     return cell
 
 
-def drive(system: str, base_url: str, model: str, budgets: list[int], quick: bool) -> list[Cell]:
-    # Warm-up: the schema compiles (gclm) or its grammar is built (xgrammar) outside the figures.
-    asyncio.run(run_cell(base_url, model, Cell(system, 2, GENEROUS), 2))
+def drive(
+    servers: list[tuple[str, str]], model: str, budgets: list[int], quick: bool, repeats: int
+) -> list[Cell]:
+    """Every cell on every server, the servers taking turns cell by cell (so that a change
+    in the machine's load hits them alike), `repeats` times; tokens/s is the median."""
+    for system, url in servers:
+        # Warm-up: the schema compiles (gclm) or its grammar is built (xgrammar) here.
+        asyncio.run(run_cell(url, model, Cell(system, 2, GENEROUS), 2))
     cells = []
     for budget in budgets:
         for concurrency in CONCURRENCY:
             total = max(concurrency * (1 if quick else 2), 4 if quick else 8)
-            cell = asyncio.run(run_cell(base_url, model, Cell(system, concurrency, budget), total))
-            print(json.dumps(cell.summary()), flush=True)
-            cells.append(cell)
+            runs: dict[str, list[Cell]] = {system: [] for system, _ in servers}
+            for _ in range(repeats):
+                for system, url in servers:
+                    one = Cell(system, concurrency, budget)
+                    runs[system].append(asyncio.run(run_cell(url, model, one, total)))
+            for system, _ in servers:
+                cell = merge(runs[system])
+                print(json.dumps(cell.summary()), flush=True)
+                cells.append(cell)
     return cells
+
+
+def merge(runs: list[Cell]) -> Cell:
+    """One cell from repeats of it: requests pooled, tokens/s the median of the repeats'."""
+    first = runs[0]
+    cell = Cell(first.system, first.concurrency, first.budget)
+    for run in runs:
+        cell.requests += run.requests
+        cell.wall_s += run.wall_s
+        cell.completion_tokens += run.completion_tokens
+        cell.latencies += run.latencies
+        cell.valid += run.valid
+        cell.finish.update(run.finish)
+        cell.refused += run.refused
+        cell.runs.append(run.tok_s)
+    return cell
 
 
 def tight_budget() -> int:
@@ -217,6 +252,9 @@ def main() -> int:
     parser.add_argument("--cores", default="1", help="VLLM_CPU_OMP_THREADS_BIND (default 1)")
     parser.add_argument("--eager", action="store_true", help="vLLM without torch.compile")
     parser.add_argument(
+        "--repeats", type=int, default=3, help="runs of each cell (median tokens/s)"
+    )
+    parser.add_argument(
         "--systems", default="gclm,gclm-vllm,vllm", help="comma-separated subset to run"
     )
     args = parser.parse_args()
@@ -234,26 +272,31 @@ def main() -> int:
     if "gclm" in systems:
         python = str(default_python) if default_python.exists() else sys.executable
         with GclmServer(max_batch=MAX_NUM_SEQS, threads=1, python=python) as server:
-            cells += drive("gclm", server.url, model, budgets, args.quick)
-    if "gclm-vllm" in systems:
-        extra = ("--engine", "vllm", "--max-model-len", "2048", "--dtype", "float32", *eager)
-        with GclmServer(
-            max_batch=MAX_NUM_SEQS,
-            extra_args=extra,
-            python=str(vllm_python()),
-            env=env,
-            startup_timeout=600,
-        ) as server:
-            cells += drive("gclm-vllm", server.url, model, budgets, args.quick)
-    if "vllm" in systems:
-        with VllmServer(
-            logits_processor=False,
-            max_num_seqs=MAX_NUM_SEQS,
-            eager=args.eager,
-            threads_bind=args.cores,
-            startup_timeout=600,
-        ) as server:
-            cells += drive("vllm", server.url, model, budgets, args.quick)
+            cells += drive([("gclm", server.url)], model, budgets, args.quick, args.repeats)
+    with contextlib.ExitStack() as stack:
+        # The two vLLM servers are up together and take turns (only one is ever loaded).
+        servers: list[tuple[str, str]] = []
+        if "gclm-vllm" in systems:
+            extra = ("--engine", "vllm", "--max-model-len", "2048", "--dtype", "float32", *eager)
+            ours = GclmServer(
+                max_batch=MAX_NUM_SEQS,
+                extra_args=extra,
+                python=str(vllm_python()),
+                env=env,
+                startup_timeout=600,
+            )
+            servers.append(("gclm-vllm", stack.enter_context(ours).url))
+        if "vllm" in systems:
+            plain = VllmServer(
+                logits_processor=False,
+                max_num_seqs=MAX_NUM_SEQS,
+                eager=args.eager,
+                threads_bind=args.cores,
+                startup_timeout=600,
+            )
+            servers.append(("vllm", stack.enter_context(plain).url))
+        if servers:
+            cells += drive(servers, model, budgets, args.quick, args.repeats)
     results = {
         "command": "python -m bench.peers " + " ".join(sys.argv[1:]),
         "machine": info,
