@@ -216,13 +216,15 @@ def markdown(results: dict[str, Any]) -> str:
         "(response_format), T=0.7, closed loop. `valid` = json.loads + jsonschema on the "
         "answer; `400` = requests gclm refused as below the schema's minimum.",
         "",
-        "| system | budget | conc. | tok/s | p50 s | p99 s | valid % | finish reasons | 400 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| system | budget | conc. | tok/s (median) | tok/s of each run | p50 s | p99 s | "
+        "valid % | finish reasons | 400 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         finish = ", ".join(f"{k} {v}" for k, v in sorted(r["finish"].items()))
+        each = " / ".join(str(v) for v in r.get("tok_s_runs", []))
         lines.append(
-            f"| {r['system']} | {r['budget']} | {r['concurrency']} | {r['tok_s']} | "
+            f"| {r['system']} | {r['budget']} | {r['concurrency']} | {r['tok_s']} | {each} | "
             f"{r['p50_s']} | {r['p99_s']} | {r['valid_pct']} | {finish} | {r['refused_400']} |"
         )
     lines += ["", "Ratio of tokens/s, gclm-vllm / vllm (>= 0.95 is the target at 8 and 16):", ""]
