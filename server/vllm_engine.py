@@ -183,6 +183,11 @@ class VllmEngine:
                 f"The model's chat template rejected the messages: {e}", param="messages"
             ) from e
 
+    def budget_policy(self, name: str) -> None:
+        """No BudgetPolicy runs inside vLLM yet: every budget-aware row gets the plain
+        budget-aware mask (valid and within budget; spare tokens are not paced)."""
+        return None
+
     def submit(self, request: GenerationRequest) -> VllmRequest:
         if self._llm is None:
             raise InternalError("The vLLM engine is not started yet.")
@@ -251,15 +256,27 @@ class VllmEngine:
         from gclm.masking.vllm import BUDGET_AWARE_KEY, sampling_extra_args
 
         p = request.params
+        if getattr(p, "logprobs", None) is not None:
+            raise InvalidRequestError(
+                "logprobs are not supported with --engine vllm yet; leave them out or use "
+                "the transformers engine.",
+                param="logprobs",
+            )
         extra: dict[str, Any] | None = None
         if request.table is not None:
             extra = sampling_extra_args(self._constraints[request.table])
             extra[BUDGET_AWARE_KEY] = int(request.budget_aware)
+        # Penalties and bias change finite logits only: a token the mask sets to -inf stays
+        # there, so vLLM's own implementations keep the guarantee.
         return SamplingParams(
             max_tokens=p.max_tokens,
             temperature=p.temperature,
             top_p=p.top_p,
             seed=p.seed,
+            presence_penalty=getattr(p, "presence_penalty", 0.0),
+            frequency_penalty=getattr(p, "frequency_penalty", 0.0),
+            repetition_penalty=getattr(p, "repetition_penalty", 1.0),
+            logit_bias=dict(getattr(p, "logit_bias", ())) or None,
             # A constrained output ends where its constraint does; stop strings would cut it.
             stop=list(p.stop) if request.table is None else None,
             extra_args=extra,

@@ -15,7 +15,7 @@ import pytest
 from gclm.compiler.cache import TableCache
 from gclm.compiler.compile import compile_constraint
 from gclm.compiler.constraint import Constraint
-from gclm.errors import InternalError, QueueFullError
+from gclm.errors import InternalError, InvalidRequestError, QueueFullError
 from gclm.masking import ConstraintState
 from gclm.server.interface import (
     ErrorEvent,
@@ -199,3 +199,27 @@ def test_queue_full_is_429_and_cancel_finishes_cancelled(engine) -> None:
     assert cancelled == [FinishEvent("cancelled", 1, 0)]
     assert finished[-1] == FinishEvent("length", 1, 2)
     assert engine.stats()["batch_size"] == 0
+
+
+@pytest.mark.vllm
+def test_penalties_and_bias_pass_through_and_logprobs_are_refused(engine) -> None:
+    params = SimpleNamespace(
+        max_tokens=4,
+        temperature=0.5,
+        top_p=0.9,
+        seed=3,
+        stop=("x",),
+        presence_penalty=0.5,
+        frequency_penalty=0.25,
+        repetition_penalty=1.1,
+        logit_bias=((7, 2.0),),
+        logprobs=None,
+    )
+    sent = engine._sampling_params(GenerationRequest([1], params))  # type: ignore[arg-type]
+    assert (sent.presence_penalty, sent.frequency_penalty) == (0.5, 0.25)
+    assert sent.repetition_penalty == 1.1 and sent.logit_bias == {7: 2.0}
+    assert sent.stop == ["x"] and sent.seed == 3
+    params.logprobs = 2
+    with pytest.raises(InvalidRequestError, match="logprobs are not supported"):
+        engine._sampling_params(GenerationRequest([1], params))  # type: ignore[arg-type]
+    assert engine.budget_policy("graceful") is None
