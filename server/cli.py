@@ -57,6 +57,25 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--cache-disk", type=int, help="MiB of compiled tables on disk (2048)")
     serve.add_argument("--max-body-size", type=int, help="MiB per request body (16)")
     serve.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/*")
+    serve.add_argument(
+        "--engine",
+        choices=("transformers", "vllm"),
+        help="generation engine (default transformers)",
+    )
+    vllm = serve.add_argument_group("vLLM engine options (with --engine vllm)")
+    vllm.add_argument("--tensor-parallel-size", type=int, help="GPUs per model replica (default 1)")
+    vllm.add_argument("--pipeline-parallel-size", type=int, help="pipeline stages (default 1)")
+    vllm.add_argument(
+        "--distributed-executor-backend",
+        choices=("mp", "ray", "uni", "external_launcher"),
+        help="how vLLM runs its workers; ray spans several nodes",
+    )
+    vllm.add_argument("--max-model-len", type=int, help="context length (default: the model's)")
+    vllm.add_argument("--gpu-memory-utilization", type=float, help="share of GPU memory (0.9)")
+    vllm.add_argument("--prefix-caching", choices=("auto", "on", "off"), help="default auto")
+    vllm.add_argument(
+        "--enforce-eager", choices=("auto", "on", "off"), help="on: no compile/CUDA graphs"
+    )
     serve.set_defaults(run=_serve)
 
     comp = sub.add_parser("compile", help="compile a constraint and print its table's figures")

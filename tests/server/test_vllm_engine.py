@@ -1,0 +1,225 @@
+"""The vLLM engine's own logic that needs no vLLM: its options, settings and CLI refusals,
+and gclm's finish reasons over vLLM's. The engine itself runs in test_e2e_vllm.py."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from gclm.compiler.cache import TableCache
+from gclm.compiler.compile import compile_constraint
+from gclm.compiler.constraint import Constraint
+from gclm.errors import InternalError, InvalidRequestError, QueueFullError
+from gclm.masking import ConstraintState
+from gclm.server.interface import (
+    ErrorEvent,
+    FinishEvent,
+    GenerationRequest,
+    SamplingParams,
+    TokenEvent,
+)
+from gclm.server.settings import ServerSettings
+from gclm.server.vllm_engine import VllmEngine, VllmOptions, VllmRequest
+
+
+def test_options_refuse_bad_values() -> None:
+    VllmOptions(model="m", served_name="m", tensor_parallel_size=2, prefix_caching=True)
+    with pytest.raises(ValueError, match="tensor_parallel_size must be at least 1"):
+        VllmOptions(model="m", served_name="m", tensor_parallel_size=0)
+    with pytest.raises(ValueError, match=r"gpu_memory_utilization must be in \(0, 1\]"):
+        VllmOptions(model="m", served_name="m", gpu_memory_utilization=1.5)
+    with pytest.raises(ValueError, match="distributed_executor_backend must be one of"):
+        VllmOptions(model="m", served_name="m", distributed_executor_backend="slurm")
+
+
+def test_settings_read_the_vllm_options_from_the_environment() -> None:
+    env = {
+        "GCLM_ENGINE": "vllm",
+        "GCLM_TENSOR_PARALLEL_SIZE": "4",
+        "GCLM_DISTRIBUTED_EXECUTOR_BACKEND": "ray",
+        "GCLM_GPU_MEMORY_UTILIZATION": "0.8",
+        "GCLM_PREFIX_CACHING": "on",
+    }
+    s = ServerSettings.from_env(env)
+    assert (s.engine, s.tensor_parallel_size, s.distributed_executor_backend) == ("vllm", 4, "ray")
+    assert (s.gpu_memory_utilization, s.prefix_caching) == (0.8, "on")
+    assert ServerSettings().engine == "transformers"
+    with pytest.raises(ValueError, match="engine must be one of transformers, vllm"):
+        ServerSettings(engine="tgi")
+    with pytest.raises(ValueError, match="prefix_caching must be auto, on or off"):
+        ServerSettings(prefix_caching="yes")
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is not None,
+    reason="vLLM is installed here: the refusal is for environments without it",
+)
+def test_cli_without_vllm_says_how_to_get_it() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gclm.server.cli", "serve", "--engine", "vllm"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("gclm: error: --engine vllm needs vLLM")
+    assert "make install-vllm" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def digits_table(embedded_vocab):
+    return compile_constraint(Constraint.regex("[0-9]{2}"), embedded_vocab)
+
+
+def handle(table, tokens: list[int], budget_aware: bool = True) -> VllmRequest:
+    request = GenerationRequest([1, 2], SamplingParams(max_tokens=2), table, budget_aware)
+    h = VllmRequest(request, "r")
+    h.state = ConstraintState(table, budget_aware=budget_aware)
+    for token in tokens:
+        h.state.advance(token)
+    return h
+
+
+def test_finish_reason_is_gclms(digits_table, embedded_vocab) -> None:
+    digit = next(i for i, b in enumerate(embedded_vocab.token_bytes) if b == b"7")
+    complete = handle(digits_table, [digit, digit])
+    partial = handle(digits_table, [digit], budget_aware=False)
+    # vLLM cut a complete output at max_tokens: complete by construction, so "stop".
+    assert VllmEngine._finish_reason(complete, "length") == "stop"
+    # A budget-unaware output cut mid-way stays "length".
+    assert VllmEngine._finish_reason(partial, "length") == "length"
+    assert VllmEngine._finish_reason(complete, "stop") == "stop"
+    assert VllmEngine._finish_reason(complete, "abort") == "cancelled"
+
+
+# --- the engine over a scripted AsyncLLM (vLLM's SamplingParams, no model) ---
+
+
+class ScriptedLLM:
+    """Answers every request with `steps` (token ids, text, finish reason), each after
+    `gate` is set when one is given."""
+
+    def __init__(self, steps: list[tuple[list[int], str, str | None]]) -> None:
+        self.steps = steps
+        self.gate: asyncio.Event | None = None
+        self.params: list[object] = []
+
+    async def generate(self, prompt: dict, sampling: object, request_id: str):
+        self.params.append(sampling)
+        for ids, text, reason in self.steps:
+            if self.gate is not None:
+                await self.gate.wait()
+            await asyncio.sleep(0)
+            out = SimpleNamespace(token_ids=ids, text=text, finish_reason=reason)
+            yield SimpleNamespace(outputs=[out])
+
+    def shutdown(self) -> None:
+        pass
+
+
+@pytest.fixture
+def engine(embedded_tokenizer, embedded_vocab, tmp_path):
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("needs vLLM's SamplingParams; run `make test-vllm`")
+    cache = TableCache(
+        lambda c: compile_constraint(c, embedded_vocab),
+        embedded_vocab.fingerprint,
+        disk_dir=tmp_path,
+    )
+    options = VllmOptions(model="m", served_name="m", max_num_seqs=1)
+    eng = VllmEngine(
+        options, embedded_tokenizer, model_id="m", vocab=embedded_vocab, cache=cache, queue_size=1
+    )
+    eng.context_length = 2048
+    yield eng
+    eng.shutdown()
+
+
+async def events(engine: VllmEngine, handle: VllmRequest) -> list:
+    return [e async for e in engine.stream(handle)]
+
+
+@pytest.mark.vllm
+def test_constrained_request_cut_at_the_budget_finishes_stop(engine, embedded_vocab) -> None:
+    digit = next(i for i, b in enumerate(embedded_vocab.token_bytes) if b == b"7")
+    engine._llm = ScriptedLLM([([digit], "7", None), ([digit], "7", "length")])
+
+    async def run() -> list:
+        table = await engine.compile(Constraint.regex("[0-9]{2}"))
+        request = GenerationRequest([1, 2], SamplingParams(max_tokens=2, stop=("7",)), table)
+        return await events(engine, engine.submit(request))
+
+    got = asyncio.run(run())
+    assert [e.text for e in got if isinstance(e, TokenEvent)] == ["7", "7"]
+    assert got[-1] == FinishEvent("stop", 2, 2)
+    sent = engine._llm.params[0]
+    assert sent.stop in (None, []), "a constrained request must not carry stop strings"
+    assert json.loads(sent.extra_args["gclm"]) == {"regex": "[0-9]{2}"}
+
+
+@pytest.mark.vllm
+def test_a_token_outside_the_constraint_fails_the_request(engine, embedded_vocab) -> None:
+    letter = next(i for i, b in enumerate(embedded_vocab.token_bytes) if b == b"a")
+    engine._llm = ScriptedLLM([([letter], "a", "stop")])
+
+    async def run() -> list:
+        table = await engine.compile(Constraint.regex("[0-9]{2}"))
+        return await events(engine, engine.submit(GenerationRequest([1], SamplingParams(2), table)))
+
+    got = asyncio.run(run())
+    assert isinstance(got[-1], ErrorEvent) and isinstance(got[-1].error, InternalError)
+
+
+@pytest.mark.vllm
+def test_queue_full_is_429_and_cancel_finishes_cancelled(engine) -> None:
+    engine._llm = ScriptedLLM([([5], "x", None), ([6], "y", "length")])
+
+    async def run() -> tuple[list, list]:
+        engine._llm.gate = asyncio.Event()
+        first = engine.submit(GenerationRequest([1], SamplingParams(4)))
+        second = engine.submit(GenerationRequest([1], SamplingParams(4)))
+        with pytest.raises(QueueFullError):  # max_num_seqs 1 + queue_size 1
+            engine.submit(GenerationRequest([1], SamplingParams(4)))
+        assert engine.stats()["batch_size"] == 1 and engine.stats()["queue_depth"] == 1
+        await asyncio.sleep(0)
+        engine.cancel(first)
+        engine.cancel(first)  # idempotent
+        cancelled = await events(engine, first)
+        engine._llm.gate.set()
+        return cancelled, await events(engine, second)
+
+    cancelled, finished = asyncio.run(run())
+    assert cancelled == [FinishEvent("cancelled", 1, 0)]
+    assert finished[-1] == FinishEvent("length", 1, 2)
+    assert engine.stats()["batch_size"] == 0
+
+
+@pytest.mark.vllm
+def test_penalties_and_bias_pass_through_and_logprobs_are_refused(engine) -> None:
+    params = SimpleNamespace(
+        max_tokens=4,
+        temperature=0.5,
+        top_p=0.9,
+        seed=3,
+        stop=("x",),
+        presence_penalty=0.5,
+        frequency_penalty=0.25,
+        repetition_penalty=1.1,
+        logit_bias=((7, 2.0),),
+        logprobs=None,
+    )
+    sent = engine._sampling_params(GenerationRequest([1], params))  # type: ignore[arg-type]
+    assert (sent.presence_penalty, sent.frequency_penalty) == (0.5, 0.25)
+    assert sent.repetition_penalty == 1.1 and sent.logit_bias == {7: 2.0}
+    assert sent.stop == ["x"] and sent.seed == 3
+    params.logprobs = 2
+    with pytest.raises(InvalidRequestError, match="logprobs are not supported"):
+        engine._sampling_params(GenerationRequest([1], params))  # type: ignore[arg-type]
+    assert engine.budget_policy("graceful") is None
