@@ -193,7 +193,9 @@ def not_starting_with(prefix: str) -> str:
 
 def tools_block(plan: ToolPlan | None, tools: list[ToolDef]) -> str:
     """The system-prompt section that describes the tools and the call format."""
-    signatures = "\n".join(t.model_dump_json(exclude_none=True) for t in tools)
+    signatures = "\n".join(
+        json.dumps(t.model_dump(exclude_none=True), ensure_ascii=False) for t in tools
+    )
     if plan is None or not plan.calls_allowed:
         rule = "Do not call a function now: answer in text."
     elif plan.mode == "required" and len(plan.tools) == 1:
