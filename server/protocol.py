@@ -20,12 +20,26 @@ from collections.abc import Callable
 from functools import cached_property
 from typing import Any, ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from typing_extensions import Self
 
 from gclm.errors import InvalidRequestError
 from gclm.server.interface import SamplingParams
-from gclm.server.tools import ToolCallIn, ToolChoice, ToolDef, ToolPlan, tool_plan
+from gclm.server.tools import (
+    NamedToolChoice,
+    ToolCallIn,
+    ToolChoice,
+    ToolDef,
+    ToolPlan,
+    tool_plan,
+)
 
 JsonSchema = dict[str, Any] | bool
 
@@ -374,6 +388,21 @@ class ChatCompletionRequest(OpenAIRequest):
     @classmethod
     def _null_is_false(cls, v: Any) -> Any:
         return False if v is None else v
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _tool_choice(cls, v: Any) -> Any:
+        # One clear message instead of pydantic's per-union-member errors.
+        if v is None or v in ("none", "auto", "required"):
+            return v
+        if isinstance(v, dict):
+            try:
+                return NamedToolChoice.model_validate(v)
+            except ValidationError:
+                pass
+        raise ValueError(
+            'use "none", "auto", "required" or {"type": "function", "function": {"name": ...}}'
+        )
 
     def check_supported(self) -> None:
         super().check_supported()

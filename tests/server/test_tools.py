@@ -235,6 +235,8 @@ async def test_http_shapes_over_the_fake_engine(tmp_path) -> None:
     ("kwargs", "param"),
     [
         ({"tool_choice": "required"}, "tool_choice"),
+        ({"tools": "T", "tool_choice": "bogus"}, "tool_choice"),
+        ({"tools": "T", "tool_choice": {"type": "function"}}, "tool_choice"),
         (
             {"tools": "T", "tool_choice": {"type": "function", "function": {"name": "x" * 500}}},
             "tool_choice.function.name",
