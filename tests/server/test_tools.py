@@ -274,3 +274,16 @@ async def test_bad_tool_requests_get_a_short_400(app, kwargs: dict, param: str) 
             )
     assert caught.value.param == param
     assert len(caught.value.message) < 400
+
+
+async def test_refused_fields_are_named_not_echoed(app) -> None:
+    functions = [{"name": "f" * 60, "parameters": {"type": "object"}}] * 20
+    async with openai_client(app) as client:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.chat.completions.create(
+                model="gclm-fake",
+                messages=[{"role": "user", "content": "x"}],
+                functions=functions,  # type: ignore[arg-type]
+            )
+    assert caught.value.param == "functions"
+    assert len(caught.value.message) < 160
