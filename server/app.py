@@ -99,7 +99,7 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
         prompt = engine.encode_prompt(text)
         renderer = ChatRenderer(engine.model_id)
         if plan is not None and plan.calls_allowed:
-            renderer = ToolChatRenderer(engine.model_id, calls_allowed=True)
+            renderer = ToolChatRenderer(engine.model_id)
         return await service.generate(request, body, [prompt], renderer)
 
     @api.post("/completions")

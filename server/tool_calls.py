@@ -71,7 +71,6 @@ class CallReader:
     it is; anything else is an InternalError.
     """
 
-    calls_allowed: bool = True
     calls: list[Call] = field(default_factory=list)
     content: list[str] = field(default_factory=list)
     _state: str = "detect"  # detect, text, open, name_head, name, args_head, args, next, done
@@ -81,7 +80,7 @@ class CallReader:
     _escaped: bool = False
 
     def feed(self, text: str) -> tuple[str, list[tuple[Any, ...]]]:
-        if not self.calls_allowed or self._state == "text":
+        if self._state == "text":
             self.content.append(text)
             return text, []
         events: list[tuple[Any, ...]] = []
@@ -176,16 +175,16 @@ class CallReader:
 
 
 class ToolChatRenderer(ChatRenderer):
-    """A chat renderer that reads each choice's output as text or tool calls."""
+    """A chat renderer that reads each choice's output as text or tool calls (used when
+    tool_choice allows calls; with "none" the plain ChatRenderer answers)."""
 
-    def __init__(self, model: str, calls_allowed: bool) -> None:
+    def __init__(self, model: str) -> None:
         super().__init__(model)
-        self.calls_allowed = calls_allowed
         self._readers: dict[int, CallReader] = {}
 
     def _reader(self, index: int) -> CallReader:
         if index not in self._readers:
-            self._readers[index] = CallReader(self.calls_allowed)
+            self._readers[index] = CallReader()
         return self._readers[index]
 
     def opening(self, n: int) -> list[BaseModel]:
@@ -231,7 +230,7 @@ class ToolChatRenderer(ChatRenderer):
     def final(self, outputs: list[ChoiceOutput], usage: Usage) -> BaseModel:
         choices = []
         for i, out in enumerate(outputs):
-            reader = CallReader(self.calls_allowed)
+            reader = CallReader()
             reader.feed(out.text)
             reader.finish()
             message: AssistantMessage
