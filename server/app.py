@@ -64,6 +64,8 @@ from gclm.server.streaming import (
     EventStreamResponse,
     until_disconnected,
 )
+from gclm.server.tool_calls import ToolChatRenderer
+from gclm.server.tools import prompt_messages
 
 # Not an HTTP status anyone reads (the client has gone); nginx's "client closed request",
 # so that /metrics tells disconnects apart from answers.
@@ -102,8 +104,12 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
     async def chat_completions(request: Request) -> Response:
         body = ChatCompletionRequest.parse(await request.body())
         service.check_model(body)
+        plan = body.tool_plan
         prompt = await run_in_threadpool(service.chat_prompt, body)
-        return await service.generate(request, body, [prompt], ChatRenderer(engine.model_id))
+        renderer = ChatRenderer(engine.model_id)
+        if plan is not None and plan.calls_allowed:
+            renderer = ToolChatRenderer(engine.model_id)
+        return await service.generate(request, body, [prompt], renderer)
 
     @api.post("/completions")
     async def completions(request: Request) -> Response:
@@ -177,9 +183,9 @@ class _Service:
     # Templating and tokenizing run in a worker thread (run_in_threadpool): a long prompt must
     # not stop the event loop, which answers every other request and /health.
     def chat_prompt(self, body: ChatCompletionRequest) -> list[int]:
-        return self.engine.encode_prompt(
-            self.engine.render_chat([m.for_template() for m in body.messages])
-        )
+        messages = [m.for_template() for m in body.messages]
+        text = self.engine.render_chat(prompt_messages(messages, body.tools, body.tool_plan))
+        return self.engine.encode_prompt(text)
 
     def responses_prompt(self, body: ResponsesRequest) -> list[int]:
         return self.engine.encode_prompt(self.engine.render_chat(body.messages()))
@@ -346,7 +352,9 @@ class _Service:
                     # goes with the text that completes it).
                     if event.text or (with_logprobs and event.logprobs):
                         logprobs = event.logprobs if with_logprobs else None
-                        yield frame(renderer.delta(index, event.text, logprobs))
+                        chunk = renderer.delta(index, event.text, logprobs)
+                        if chunk is not None:
+                            yield frame(chunk)
                 elif isinstance(event, FinishEvent):
                     completion_tokens += event.completion_tokens
                     self.metrics.completion_tokens.inc(event.completion_tokens)

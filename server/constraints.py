@@ -3,7 +3,8 @@
 A constraint comes from exactly one of: `response_format` (json_object / json_schema), the
 `structured_outputs` extension ({json | regex | choice, budget_aware}), or vLLM's older
 `guided_json` / `guided_regex` / `guided_choice`; on the Responses API, from `text.format`
-(json_object / json_schema with `name`, `schema`, `strict` at its top level). Each is read
+(json_object / json_schema with `name`, `schema`, `strict` at its top level); on chat, from
+`tools` when `tool_choice` allows calls (server/tools.py). Each is read
 by the one constraint parser, `gclm.compiler.constraint.parse_constraint`. Errors name the
 parameter the constraint came from, e.g. `structured_outputs.regex`, both when the
 constraint is malformed here and when the engine fails to compile it.
@@ -94,6 +95,9 @@ _READERS: dict[str, Callable[[Any], tuple[dict[str, Any], bool]]] = {
     "guided_json": lambda v: ({"json": v}, True),
     "guided_regex": lambda v: ({"regex": v}, True),
     "guided_choice": lambda v: ({"choice": v}, True),
+    # A tool plan's regex (server/tools.py); a function whose parameters cannot compile
+    # raises here, naming tools[i].function.parameters.
+    "tools": lambda plan: ({"regex": plan.regex()}, True),
 }
 
 

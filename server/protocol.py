@@ -3,8 +3,8 @@
 Requests are parsed with `ChatCompletionRequest.parse(body)` / `CompletionRequest.parse(body)`,
 which also refuse what gclm cannot honour. The rule: a parameter that does not change the
 output (`user`, `metadata`, `store`, ...) is accepted and ignored; a parameter that would
-change the output and is not implemented (`tools`, `echo`, `best_of > 1`, and any field we
-do not know) is a 400 that names it. It is never dropped silently.
+change the output and is not implemented (`functions`, `echo`, `best_of > 1`, and any field
+we do not know) is a 400 that names it. It is never dropped silently.
 
 `SamplingFields` holds what every generating endpoint shares (temperature, top_p, seed,
 penalties, logit_bias) and turns it into the engine's `SamplingParams`; the Responses API
@@ -17,13 +17,31 @@ here; `server/constraints.py` decides which constraint they ask for.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cached_property
 from typing import Annotated, Any, ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from typing_extensions import Self
 
 from gclm.errors import InvalidRequestError, quote
 from gclm.server.interface import SamplingParams
+from gclm.server.tools import (
+    NamedToolChoice,
+    ToolCallIn,
+    ToolChoice,
+    ToolDef,
+    ToolPlan,
+    tool_plan,
+)
 
 JsonSchema = dict[str, Any] | StrictBool  # strict: 0 and "true" are not schemas
 
@@ -46,6 +64,7 @@ _CONTENT_SCHEMA = {
         },
     ]
 }
+_NULLABLE_CONTENT_SCHEMA = {"anyOf": [*_CONTENT_SCHEMA["anyOf"], {"type": "null"}]}
 _PROMPT_SCHEMA = {
     "anyOf": [
         {"type": "string"},
@@ -330,11 +349,13 @@ class OpenAIRequest(SamplingFields):
 
 
 class ChatMessage(_Strict):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: Annotated[str, WithJsonSchema(_CONTENT_SCHEMA)]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    # None only on an assistant message with tool_calls
+    content: Annotated[str | None, WithJsonSchema(_NULLABLE_CONTENT_SCHEMA)] = None
     name: str | None = None
     refusal: str | None = None  # an earlier assistant refusal; ignored
-    tool_calls: list[Any] | None = None
+    tool_calls: list[ToolCallIn] | None = None  # an earlier assistant turn's calls
+    tool_call_id: str | None = None  # on a tool message: the call it answers
 
     @field_validator("content", mode="before")
     @classmethod
@@ -353,21 +374,25 @@ class ChatMessage(_Strict):
             texts.append(part["text"])
         return "\n".join(texts)
 
-    @field_validator("tool_calls")
-    @classmethod
-    def _no_tool_calls(cls, v: list[Any] | None) -> list[Any] | None:
-        if v:
-            raise ValueError("tool calls are not supported by gclm; remove them")
-        return v
+    @model_validator(mode="after")
+    def _content_or_calls(self) -> Self:
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(f"a {self.role} message needs content")
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        return self
 
     def for_template(self) -> dict[str, Any]:
-        """The message as the chat template sees it."""
+        """The message as the chat template sees it (tools.prompt_messages writes the
+        calls and tool results into it)."""
         # Chat templates predate the "developer" role, which OpenAI defines as the new
         # name of "system".
         role = "system" if self.role == "developer" else self.role
         out: dict[str, Any] = {"role": role, "content": self.content}
         if self.name is not None:
             out["name"] = self.name
+        if self.tool_calls:
+            out["tool_calls"] = [c.model_dump() for c in self.tool_calls]
         return out
 
 
@@ -377,9 +402,9 @@ class ChatCompletionRequest(OpenAIRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     logprobs: StrictBool = Field(default=False, json_schema_extra=_nullable)
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
-    tools: Any = None
-    tool_choice: Any = None
-    parallel_tool_calls: Any = None  # meaningless without tools
+    tools: list[ToolDef] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: StrictBool | None = None  # None: true, as at OpenAI
     functions: Any = None
     function_call: Any = None
     modalities: Any = None
@@ -392,10 +417,8 @@ class ChatCompletionRequest(OpenAIRequest):
 
     _SUPPORTED_ONLY: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {
         **OpenAIRequest._SUPPORTED_ONLY,
-        "tools": (lambda v: not v, "remove it; gclm does not call tools"),
-        "tool_choice": (_neutral("none", "auto"), "remove it; gclm does not call tools"),
-        "functions": (lambda v: not v, "remove it; gclm does not call functions"),
-        "function_call": (_neutral("none", "auto"), "remove it; gclm does not call functions"),
+        "functions": (lambda v: not v, "use tools instead (functions is deprecated)"),
+        "function_call": (_neutral("none", "auto"), "use tool_choice instead"),
         "modalities": (lambda v: v is None or v == ["text"], 'remove it or set it to ["text"]'),
         "audio": (lambda v: v is None, "remove it; gclm generates text only"),
         "reasoning_effort": (lambda v: v is None, "remove it"),
@@ -409,8 +432,24 @@ class ChatCompletionRequest(OpenAIRequest):
     def _null_is_false(cls, v: Any) -> Any:
         return False if v is None else v
 
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _tool_choice(cls, v: Any) -> Any:
+        # One clear message instead of pydantic's per-union-member errors.
+        if v is None or v in ("none", "auto", "required"):
+            return v
+        if isinstance(v, dict):
+            try:
+                return NamedToolChoice.model_validate(v)
+            except ValidationError:
+                pass
+        raise ValueError(
+            'use "none", "auto", "required" or {"type": "function", "function": {"name": ...}}'
+        )
+
     def check_supported(self) -> None:
         super().check_supported()
+        self.tool_plan  # noqa: B018 (raises InvalidRequestError for a tool_choice it cannot honour)
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidRequestError(
                 "top_logprobs needs logprobs: set logprobs to true, or remove top_logprobs.",
@@ -421,6 +460,18 @@ class ChatCompletionRequest(OpenAIRequest):
     @property
     def logprobs_count(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
+
+    @cached_property
+    def tool_plan(self) -> ToolPlan | None:
+        """What the tools ask of the output (None: no tools); see server/tools.py."""
+        return tool_plan(self.tools, self.tool_choice, self.parallel_tool_calls)
+
+    def constraint_sources(self) -> dict[str, Any]:
+        plan = self.tool_plan
+        return {
+            **super().constraint_sources(),
+            "tools": plan if plan and plan.calls_allowed else None,
+        }
 
 
 class CompletionRequest(OpenAIRequest):

@@ -16,9 +16,9 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, SerializeAsAny
 
 from gclm.server.interface import TokenLogprob
 from gclm.server.streaming import DONE, sse, sse_error
@@ -113,7 +113,7 @@ class AssistantMessage(BaseModel):
 
 class ChatChoice(BaseModel):
     index: int
-    message: AssistantMessage
+    message: SerializeAsAny[AssistantMessage]  # tool_calls.ToolCallMessage adds tool_calls
     logprobs: ChatLogprobs | None = None
     finish_reason: str
 
@@ -129,7 +129,8 @@ class ChatCompletion(BaseModel):
 
 class ChatChunkChoice(BaseModel):
     index: int
-    delta: dict[str, str]  # {"role": "assistant"} first, then {"content": ...}, then {}
+    # {"role": "assistant"} first, then {"content": ...} (or {"tool_calls": [...]}), then {}
+    delta: dict[str, Any]
     logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
 
@@ -200,8 +201,11 @@ class Renderer:
         """Chunks sent before any text (chat: the role of each choice)."""
         return []
 
-    def delta(self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None) -> BaseModel:
-        """A piece of text (logprobs: one per token in it, None when not asked for)."""
+    def delta(
+        self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None
+    ) -> BaseModel | None:
+        """A piece of text (logprobs: one per token in it, None when not asked for); None
+        when there is nothing to send yet (a tool call's text held back)."""
         raise NotImplementedError
 
     def finish(self, index: int, finish_reason: str) -> list[BaseModel]:

@@ -35,7 +35,7 @@ def assert_openai_error(body: dict, param: str | None, code: str | None = None) 
         ({"messages": MESSAGES, "stop": [""]}, "stop", "invalid_parameter"),
         ({}, "messages", "missing_required_parameter"),
         ({"messages": []}, "messages", "invalid_parameter"),
-        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role", None),
+        ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role", None),
         (
             {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
             "messages[0].content",
@@ -76,8 +76,8 @@ async def test_bad_prompt(app: FastAPI) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "param"),
     [
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-        ({"tool_choice": "required"}, "tool_choice"),
+        ({"functions": [{"name": "f"}]}, "functions"),
+        ({"function_call": {"name": "f"}}, "function_call"),
         ({"modalities": ["text", "audio"]}, "modalities"),
         ({"extra_body": {"top_k": 5}}, "top_k"),
     ],

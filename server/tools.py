@@ -1,0 +1,262 @@
+"""Tool calling, the request side: `tools`, `tool_choice`, the prompt, and the constraint.
+
+gclm's tool-call format (one format for every model, written in the prompt and enforced by
+the constraint, so the prompt never describes an output other than the one allowed):
+
+    <tool_call>[{"name": "get_weather", "arguments": {"city": "Paris"}}]
+
+the opener `<tool_call>`, then a JSON array of calls, each `{"name": ..., "arguments": ...}`
+with exactly that layout, whose arguments match that function's `parameters` schema. One
+call only when `tool_choice` names a function or `parallel_tool_calls` is false; one or more
+otherwise.
+
+Which constraint `tool_choice` asks for (see `ToolPlan.regex`):
+- "required" / named: the whole output is opener + calls. It compiles into one token DFA with
+  a distance vector, so the budget guarantee holds for calls: complete within max_tokens, or
+  a 400 naming the minimum.
+- "auto": ONE regex, `text that does not start with the opener | opener + calls`. Text states
+  accept at any length, so free text is never cut short by the constraint; the states inside
+  the opener and the call are at a distance from acceptance, so the budget-aware mask lets
+  the model finish the opener only while the tokens left can still complete a valid call.
+  With too small a budget the model answers in text, never with a cut-off call.
+- "none" (or no tools): no call; the tools are still described in the prompt.
+
+The model's own chat template renders the messages, but the tools and any calls or results
+in the history are written into them in this format (a system block, assistant content,
+user `<tool_response>` messages), so every model and every engine can call tools.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gclm.compiler.json_schema.normalize import normalize_schema
+from gclm.compiler.json_schema.patterns import escape_literal
+from gclm.compiler.json_schema.regex import schema_regex
+from gclm.errors import ConstraintError, InvalidRequestError
+
+OPENER = "<tool_call>"
+# What OpenAI accepts as a function name; it also keeps names literal in the regex.
+NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+# A function without `parameters` takes none (OpenAI's reading).
+NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FunctionDef(_Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None  # gclm always enforces the parameters, strict or not
+
+
+class ToolDef(_Strict):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class FunctionName(_Strict):
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: FunctionName
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+
+class CalledFunction(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+class ToolCallIn(BaseModel):
+    """An earlier assistant message's tool call, in the conversation history."""
+
+    model_config = ConfigDict(extra="ignore")
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
+@dataclass(frozen=True)
+class ToolPlan:
+    """What a request's tools ask of the output: which functions, one call or several.
+
+    `mode` is "auto", "required" or "none"; a named tool_choice is "required" over that one
+    function with a single call.
+    """
+
+    tools: tuple[FunctionDef, ...]
+    mode: str
+    parallel: bool
+
+    @property
+    def calls_allowed(self) -> bool:
+        return self.mode != "none"
+
+    def regex(self) -> str:
+        """The constraint's regex (see the module docstring).
+
+        Raises ConstraintError naming `tools[i].function.parameters` (with the JSON pointer
+        in the message) when a function's schema cannot be compiled.
+        """
+        calls = calls_regex(self.tools, self.parallel)
+        if self.mode == "required":
+            return escape_literal(OPENER) + calls
+        return f"{not_starting_with(OPENER)}|{escape_literal(OPENER)}{calls}"
+
+
+def tool_plan(
+    tools: list[ToolDef] | None, choice: ToolChoice | None, parallel: bool | None
+) -> ToolPlan | None:
+    """The plan of a chat request, or None when it has no tools.
+
+    Raises InvalidRequestError for a tool_choice that cannot be honoured: "required" or a
+    named function without tools, a name that is not among the tools, or duplicate names.
+    """
+    if not tools:
+        if isinstance(choice, NamedToolChoice) or choice == "required":
+            raise InvalidRequestError(
+                "tool_choice needs tools: add the functions to `tools`, or remove tool_choice.",
+                param="tool_choice",
+            )
+        return None
+    functions = tuple(t.function for t in tools)
+    names = [f.name for f in functions]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise InvalidRequestError(
+                f"Two tools are named {name!r}; give every function a distinct name.",
+                param=f"tools[{i}].function.name",
+            )
+    if isinstance(choice, NamedToolChoice):
+        name = choice.function.name
+        if name not in names:
+            raise InvalidRequestError(
+                f"tool_choice names the function {name[:64]!r}, which is not in tools "
+                f"({', '.join(names[:10])}{', ...' if len(names) > 10 else ''}).",
+                param="tool_choice.function.name",
+            )
+        return ToolPlan((functions[names.index(name)],), "required", parallel=False)
+    mode = choice or "auto"
+    return ToolPlan(functions, mode, parallel=parallel is not False)
+
+
+def calls_regex(functions: tuple[FunctionDef, ...], parallel: bool) -> str:
+    """A JSON array of calls (one, or one or more), each in gclm's fixed layout."""
+    branches = []
+    for i, f in enumerate(functions):
+        params = f.parameters if f.parameters is not None else NO_PARAMETERS
+        try:
+            schema, _ = normalize_schema(params)
+            args = schema_regex(schema, r"[ ]?")
+        except ConstraintError as e:
+            raise ConstraintError(
+                f"The parameters of function {f.name!r} cannot be compiled: {e.message}",
+                param=f"tools[{i}].function.parameters",
+                code=e.code,
+            ) from None
+        head = escape_literal(f'{{"name": "{f.name}", "arguments": ')
+        branches.append(f"{head}(?:{args})\\}}")
+    call = "(?:" + "|".join(branches) + ")"
+    more = f"(?:, {call})*" if parallel else ""
+    return f"\\[{call}{more}\\]"
+
+
+def not_starting_with(prefix: str) -> str:
+    """A regex of every non-empty text that does not start with `prefix`.
+
+    Either a proper prefix of `prefix`, or text that leaves it at some character and then
+    goes on freely. The free tail is written once: outlines-core's index grows far faster
+    than linearly with the number of `[\\s\\S]*` copies in the regex.
+    (Non-empty: gclm cannot compile a regex that matches the empty string.)
+    """
+    e = escape_literal
+    leave = "|".join(f"{e(prefix[:i])}[^{e(c)}]" for i, c in enumerate(prefix))
+    proper = ""
+    for c in reversed(prefix[1:-1]):
+        proper = e(c) + (f"(?:{proper})?" if proper else "")
+    proper = e(prefix[0]) + (f"(?:{proper})?" if proper else "")
+    return f"(?:(?:{leave})[\\s\\S]*|{proper})"
+
+
+def tools_block(plan: ToolPlan | None, tools: list[ToolDef]) -> str:
+    """The system-prompt section that describes the tools and the call format."""
+    signatures = "\n".join(
+        json.dumps(t.model_dump(exclude_none=True), ensure_ascii=False) for t in tools
+    )
+    if plan is None or not plan.calls_allowed:
+        rule = "Do not call a function now: answer in text."
+    elif plan.mode == "required" and len(plan.tools) == 1:
+        rule = f"Call the function {plan.tools[0].name} now."
+    elif plan.mode == "required":
+        rule = "Call one or more of the functions now."
+    else:
+        rule = "Call a function when it helps; otherwise answer in text."
+    return (
+        "# Tools\n\nYou can call these functions (JSON Schema signatures):\n<tools>\n"
+        f"{signatures}\n</tools>\n\n"
+        f"To call functions, answer with {OPENER} followed by a JSON list of calls and "
+        f'nothing else:\n{OPENER}[{{"name": <function name>, "arguments": <arguments '
+        "object>}]\n"
+        f"Function results come back as <tool_response>...</tool_response>. {rule}"
+    )
+
+
+def call_text(calls: list[ToolCallIn]) -> str:
+    """An earlier turn's calls, written as the model would have written them."""
+    items = []
+    for call in calls:
+        try:
+            arguments: Any = json.loads(call.function.arguments)
+        except json.JSONDecodeError:
+            arguments = call.function.arguments  # kept as text: it is history, not output
+        items.append({"name": call.function.name, "arguments": arguments})
+    return OPENER + json.dumps(items, ensure_ascii=False)
+
+
+def prompt_messages(
+    messages: list[dict[str, Any]],
+    tools: list[ToolDef] | None,
+    plan: ToolPlan | None,
+) -> list[dict[str, Any]]:
+    """Messages for the chat template, with tools, calls and results written in gclm's format.
+
+    `messages` are ChatMessage dumps (role, content, tool_calls, tool_call_id). A tool
+    message becomes (part of) a user message, since not every template knows role "tool".
+    """
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        role, content = m["role"], m.get("content") or ""
+        if role == "assistant" and m.get("tool_calls"):
+            calls = [ToolCallIn.model_validate(c) for c in m["tool_calls"]]
+            text = call_text(calls)
+            out.append({"role": "assistant", "content": f"{content}\n{text}" if content else text})
+        elif role == "tool":
+            result = f"<tool_response>\n{content}\n</tool_response>"
+            if out and out[-1].get("_tool"):
+                out[-1]["content"] += "\n" + result
+            else:
+                out.append({"role": "user", "content": result, "_tool": True})
+        else:
+            out.append({k: v for k, v in m.items() if k in ("role", "content", "name")})
+    for m in out:
+        m.pop("_tool", None)
+    if tools:
+        block = tools_block(plan, tools)
+        if out and out[0]["role"] == "system":
+            out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{block}"}
+        else:
+            out.insert(0, {"role": "system", "content": block})
+    return out
