@@ -25,6 +25,7 @@ from gclm.errors import (
     AuthenticationError,
     BudgetTooSmallError,
     CompileLimitError,
+    CompilerBusyError,
     ConstraintError,
     GclmError,
     InternalError,
@@ -32,6 +33,7 @@ from gclm.errors import (
     ModelLoadError,
     ModelNotFoundError,
     QueueFullError,
+    RequestTooLargeError,
     UnsupportedSchemaError,
 )
 
@@ -45,6 +47,7 @@ __all__ = [
     "AuthenticationError",
     "BudgetTooSmallError",
     "CompileLimitError",
+    "CompilerBusyError",
     "Constraint",
     "ConstraintError",
     "GclmError",
@@ -54,6 +57,7 @@ __all__ = [
     "ModelLoadError",
     "ModelNotFoundError",
     "QueueFullError",
+    "RequestTooLargeError",
     "UnsupportedSchemaError",
     "compile_constraint",
     "create_constraint",

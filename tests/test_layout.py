@@ -133,3 +133,17 @@ def test_public_api_imports_from_gclm_in_a_fresh_interpreter(tmp_path: Path) -> 
         "assert all(u.find_spec(n) is None for n in ('server', 'compiler', 'masking'))"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
+
+
+def test_every_error_class_is_exported_from_gclm() -> None:
+    import inspect
+
+    import gclm
+    import gclm.errors
+
+    classes = {
+        name
+        for name, value in inspect.getmembers(gclm.errors, inspect.isclass)
+        if issubclass(value, gclm.errors.GclmError)
+    }
+    assert classes <= set(gclm.__all__)
