@@ -39,27 +39,11 @@ def build_engine(settings: ServerSettings) -> tuple[Any, CompilerPool]:
         time.perf_counter() - started,
     )
     vocab = TokenVocabulary.from_tokenizer(loaded.tokenizer)
-    limits = CompileLimits(
-        timeout_s=settings.compile_timeout, memory_bytes=settings.compile_memory << 20
-    )
-    pool = CompilerPool(
-        vocab,
-        limits,
-        workers=settings.compile_workers or None,
-        queue_size=settings.compile_queue,
-    )
+    pool, cache = build_compiler(settings, vocab)
     if not pool.wait_ready(START_TIMEOUT_S):
         log.warning(
             "the compile workers are not ready after %.0f s; serving anyway", START_TIMEOUT_S
         )
-    cache = TableCache(
-        pool.submit,
-        vocab.fingerprint,
-        max_bytes=settings.cache_memory << 20,
-        disk_dir=settings.cache_dir / "tables" if settings.cache_disk else None,
-        disk_max_bytes=max(1, settings.cache_disk) << 20,
-        measure=table_memory,
-    )
     engine = BatchEngine(
         loaded.model,
         loaded.tokenizer,
@@ -71,6 +55,27 @@ def build_engine(settings: ServerSettings) -> tuple[Any, CompilerPool]:
         queue_size=settings.queue_size,
     )
     return engine, pool
+
+
+def build_compiler(
+    settings: ServerSettings, vocab: TokenVocabulary
+) -> tuple[CompilerPool, TableCache]:
+    """The compile workers and the table cache both engines compile through."""
+    limits = CompileLimits(
+        timeout_s=settings.compile_timeout, memory_bytes=settings.compile_memory << 20
+    )
+    pool = CompilerPool(
+        vocab, limits, workers=settings.compile_workers or None, queue_size=settings.compile_queue
+    )
+    cache = TableCache(
+        pool.submit,
+        vocab.fingerprint,
+        max_bytes=settings.cache_memory << 20,
+        disk_dir=settings.cache_dir / "tables" if settings.cache_disk else None,
+        disk_max_bytes=max(1, settings.cache_disk) << 20,
+        measure=table_memory,
+    )
+    return pool, cache
 
 
 def build_vllm_engine(settings: ServerSettings) -> tuple[Any, CompilerPool]:
@@ -89,20 +94,7 @@ def build_vllm_engine(settings: ServerSettings) -> tuple[Any, CompilerPool]:
     configure_cpu_defaults(settings.cache_dir)
     tokenizer = load_tokenizer(settings.model, settings.cache_dir)
     vocab = TokenVocabulary.from_tokenizer(tokenizer)
-    limits = CompileLimits(
-        timeout_s=settings.compile_timeout, memory_bytes=settings.compile_memory << 20
-    )
-    pool = CompilerPool(
-        vocab, limits, workers=settings.compile_workers or None, queue_size=settings.compile_queue
-    )
-    cache = TableCache(
-        pool.submit,
-        vocab.fingerprint,
-        max_bytes=settings.cache_memory << 20,
-        disk_dir=settings.cache_dir / "tables" if settings.cache_disk else None,
-        disk_max_bytes=max(1, settings.cache_disk) << 20,
-        measure=table_memory,
-    )
+    pool, cache = build_compiler(settings, vocab)
     switch = {"auto": None, "on": True, "off": False}
     options = VllmOptions(
         model=settings.model or str(embedded_model_dir(settings.cache_dir)),
