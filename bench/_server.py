@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -28,6 +29,29 @@ STARTUP_TIMEOUT_S = 180.0  # a cold start converts the embedded model (~30 s) on
 
 class ServerStartError(RuntimeError):
     """The server exited or did not answer /health in time; the message ends with its log."""
+
+
+def wait_healthy(
+    process: subprocess.Popen[bytes],
+    url: str,
+    timeout: float,
+    name: str,
+    log_tail: Callable[[], str],
+    poll_s: float = 0.25,
+) -> None:
+    """Return once `url`/health answers 200; raise ServerStartError (with the log's tail)
+    if `process` exits first or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise ServerStartError(f"{name} exited with status {process.returncode}:\n{log_tail()}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(poll_s)
+    raise ServerStartError(f"{name} did not answer /health within {timeout:.0f} s:\n{log_tail()}")
 
 
 def free_port() -> int:
@@ -103,22 +127,7 @@ class GclmServer:
 
     def _wait_healthy(self) -> None:
         assert self.process is not None
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise ServerStartError(
-                    f"gclm serve exited with status {self.process.returncode}:\n{self.log_tail()}"
-                )
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
-        raise ServerStartError(
-            f"gclm serve did not answer /health within {self.startup_timeout:.0f} s:\n"
-            f"{self.log_tail()}"
-        )
+        wait_healthy(self.process, self.url, self.startup_timeout, "gclm serve", self.log_tail)
 
     def log_tail(self, lines: int = 40) -> str:
         try:

@@ -16,13 +16,10 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from types import TracebackType
 
-import httpx
-
-from bench._server import ROOT, ServerStartError, free_port
+from bench._server import ROOT, ServerStartError, free_port, wait_healthy
 
 VLLM_PYTHON_ENV = "GCLM_VLLM_PYTHON"
 PROCESSOR = "gclm.masking.vllm:GclmLogitsProcessor"
@@ -131,21 +128,7 @@ class VllmServer:
 
     def _wait_healthy(self) -> None:
         assert self.process is not None
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise ServerStartError(
-                    f"vLLM exited with status {self.process.returncode}:\n{self.log_tail()}"
-                )
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise ServerStartError(
-            f"vLLM did not answer /health within {self.startup_timeout:.0f} s:\n{self.log_tail()}"
-        )
+        wait_healthy(self.process, self.url, self.startup_timeout, "vLLM", self.log_tail, 0.5)
 
     def log_tail(self, lines: int = 40) -> str:
         try:

@@ -30,5 +30,6 @@ def app(engine: FakeEngine, settings: ServerSettings) -> FastAPI:
     return create_app(engine, settings)
 
 
-# The end-to-end tests' real server (tests/server/e2e_server.py), started on first use.
-from e2e_server import gclm_server  # noqa: E402, F401
+# The end-to-end tests' real server (tests/server/e2e_server.py), started on first use, and
+# the openai SDK on it.
+from e2e_server import client, gclm_server  # noqa: E402, F401

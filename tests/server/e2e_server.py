@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import openai
 import pytest
 
 from bench._server import GclmServer
@@ -25,3 +26,12 @@ def gclm_server() -> Iterator[GclmServer]:
         yield server
         log = server.log_path.read_text(errors="replace")
     assert "Traceback" not in log, f"the server logged an exception:\n{log[-4000:]}"
+
+
+@pytest.fixture(scope="module")
+def client(gclm_server: GclmServer) -> Iterator[openai.OpenAI]:
+    """The openai SDK on the module's server, no retries: every answer is the server's own."""
+    with openai.OpenAI(
+        base_url=f"{gclm_server.url}/v1", api_key="x", timeout=300.0, max_retries=0
+    ) as client:
+        yield client

@@ -9,13 +9,11 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import openai
 import pytest
-from e2e_server import GclmServer
 from pydantic import BaseModel, Field
 
 from gclm.server.model import load_tokenizer
@@ -28,14 +26,6 @@ MODEL = "SmolLM2-135M-Instruct"
 class Person(BaseModel):
     name: str = Field(max_length=12)
     age: int = Field(ge=0, le=120)
-
-
-@pytest.fixture(scope="module")
-def client(gclm_server: GclmServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(
-        base_url=f"{gclm_server.url}/v1", api_key="x", timeout=300.0, max_retries=0
-    ) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")

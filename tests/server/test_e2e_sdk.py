@@ -11,7 +11,6 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
@@ -35,14 +34,6 @@ def obj(**props: Any) -> dict[str, Any]:
 
 
 PERSON = obj(name={"type": "string", "maxLength": 24}, age={**INT, "minimum": 0, "maximum": 120})
-
-
-@pytest.fixture(scope="module")
-def client(gclm_server: GclmServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(
-        base_url=f"{gclm_server.url}/v1", api_key="x", timeout=300.0, max_retries=0
-    ) as client:
-        yield client
 
 
 def chat(content: str) -> list[dict[str, str]]:

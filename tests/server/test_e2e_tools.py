@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -17,7 +16,7 @@ import jsonschema
 import openai
 import pytest
 from e2e_server import GclmServer
-from pydantic import BaseModel, Field
+from test_e2e_responses import Person
 
 from gclm.server.model import load_tokenizer
 from gclm.server.tools import OPENER
@@ -38,19 +37,6 @@ TOOLS = [
 ]
 SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
-
-
-class Person(BaseModel):
-    name: str = Field(max_length=12)
-    age: int = Field(ge=0, le=120)
-
-
-@pytest.fixture(scope="module")
-def client(gclm_server: GclmServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(
-        base_url=f"{gclm_server.url}/v1", api_key="x", timeout=300.0, max_retries=0
-    ) as client:
-        yield client
 
 
 def assert_calls(choice: Any, names: set[str] | None = None) -> None:
