@@ -32,8 +32,8 @@ import torch
 from transformers import RepetitionPenaltyLogitsProcessor
 
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.server.batch import KVBatch
 from gclm.server.interface import GenerationRequest, SamplingParams
+from gclm.server.kv_store import KVStore
 from gclm.server.logprobs import TokenNames, token_logprobs
 from gclm.server.model import load_model
 from gclm.server.penalties import apply_penalties
@@ -87,13 +87,13 @@ def bench(model: Any, names: TokenNames, batch: int, steps: int) -> dict[str, fl
     vocab = model.config.vocab_size
     batch_rows = rows(batch, vocab, penalised=True)
     prompts = [r.request.prompt_ids for r in batch_rows]
-    kv, logits = KVBatch.prefill(model, prompts, torch.device("cpu"))
-    logits = logits.float()
-    last = [0] * batch
+    kv = KVStore(model, batch)
+    slots = [kv.claim(p) for p in prompts]
+    logits = kv.extend(dict(zip(slots, prompts, strict=True))).float()
+    last = {slot: [0] for slot in slots}
 
     def decode() -> None:
-        nonlocal kv
-        kv.decode(model, last, torch.device("cpu"))
+        kv.extend(last)
 
     tokens = sample(logits, batch_rows)
     hf = RepetitionPenaltyLogitsProcessor(1.2)

@@ -42,7 +42,17 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--model", help="hub id or local directory (default: embedded SmolLM2-135M)")
     serve.add_argument("--device", help="auto | cpu | cuda | cuda:N | mps (default auto)")
     serve.add_argument("--dtype", help="auto | float32 | float16 | bfloat16 (default auto)")
-    serve.add_argument("--max-batch", type=int, help="sequences decoded together (default 8)")
+    serve.add_argument(
+        "--max-batch", type=int, help="sequences decoded together (default: what --kv-memory holds)"
+    )
+    serve.add_argument(
+        "--kv-memory", type=int, help="MiB for the KV cache (default: a share of free memory)"
+    )
+    serve.add_argument(
+        "--fast-forward",
+        choices=("on", "off"),
+        help="check the text a constraint forces in one forward pass (default on)",
+    )
     serve.add_argument("--queue-size", type=int, help="waiting sequences before 429 (default 64)")
     serve.add_argument("--cache-dir", type=Path, help="model and compiled-table cache")
     serve.add_argument(

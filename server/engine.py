@@ -1,12 +1,19 @@
 """The continuous-batching engine: one thread, one batched forward pass per step.
 
-A step is a short story (`_step`): admit waiting sequences (prefill), run one decode
-forward for the running ones, penalise and bias the rows that ask for it, mask every row
-with its constraint and budget, sample, read the logprobs asked for, then update each
-sequence and evict the finished. Penalties come before the mask, so they can never make an
-output invalid; logprobs come after it, so a masked token never appears in them. Requests
-join and leave at step boundaries; the KV cache is one left-padded DynamicCache whose rows
-are merged and selected as the batch changes.
+A step is a short story (`_step`): admit waiting sequences (prefill), run one forward for the
+running ones, then for each position the rows fed: penalise and bias the rows that ask for
+it, mask every row with its constraint and budget, sample, read the logprobs asked for, and
+update each sequence; evict the finished, and draft the tokens each row's constraint forces
+next. Penalties come before the mask, so they can never make an output invalid; logprobs
+come after it, so a masked token never appears in them.
+
+The KV cache is a `KVStore`: one slot per sequence in preallocated buffers, so admitting
+and evicting touch no other row. Its slot count (the largest batch) comes from the memory
+the cache may take (`plan_slots`). A row normally feeds its last sampled token; a row whose
+constraint forces the text ahead also feeds the drafted tokens of it (masking/drafts.py),
+and keeps each one it samples itself from the logits before it: a forced key costs one
+forward pass, not one per token, and the output is the one stepping one token at a time
+gives.
 """
 
 from __future__ import annotations
@@ -38,16 +45,21 @@ from gclm.masking import (
     fill_unconstrained,
     mask_table,
 )
+from gclm.masking.drafts import Drafter
 from gclm.masking.graceful import GracefulPolicy
 from gclm.masking.policy import BudgetPolicy
-from gclm.server.batch import KVBatch
 from gclm.server.interface import ErrorEvent, FinishEvent, GenerationRequest, StreamEvent
+from gclm.server.kv_store import KVStore, plan_slots
 from gclm.server.logprobs import TokenNames, token_logprobs
 from gclm.server.penalties import apply_penalties
 from gclm.server.sampling import sample
 from gclm.server.sequence import Sequence
 
 log = logging.getLogger("gclm.engine")
+
+# Most tokens a forward pass feeds all rows together (a row: its last one and the drafts
+# after it, as many as the batch leaves room for: see _next_feed).
+DRAFT_TOKENS = 16
 
 
 class BatchEngine:
@@ -62,37 +74,49 @@ class BatchEngine:
         vocab: TokenVocabulary,
         cache: TableCache,
         compiler: CompilerPool | None = None,
-        max_batch: int = 8,
+        max_batch: int | None = None,
+        kv_memory: int | None = None,
         queue_size: int = 64,
         lookup_threads: int = 4,
+        draft_tokens: int = DRAFT_TOKENS,
     ):
+        """`max_batch` None: as many slots as `kv_memory` bytes (None: a share of the free
+        memory) hold at a typical length; `draft_tokens` 0: no drafts of forced text."""
         self.model = model
         self.tokenizer = tokenizer
         self.model_id = model_id
         self.vocab = vocab
         self.cache = cache
         self.compiler = compiler  # only read for /metrics: the cache submits to it
-        self.max_batch = max_batch
         self.queue_size = queue_size
         self.device = next(model.parameters()).device
         if self.device.type == "cpu":
             _leave_a_core()
         self.eos_ids = _eos_ids(model, tokenizer)
         self.context_length = _context_length(model, tokenizer)
+        self.max_batch, self.max_positions = plan_slots(
+            model, context_length=self.context_length, max_batch=max_batch, memory=kv_memory
+        )
+        log.info("KV cache: %d slots of up to %d positions", self.max_batch, self.max_positions)
+        self.draft_tokens = draft_tokens
         # Logprobs name a special token (no bytes) as the tokenizer does, e.g. <|im_end|>.
         self._names = TokenNames(vocab.token_bytes, tokenizer.convert_ids_to_tokens)
         # No token spells more than `longest` bytes (nor characters), so a text longer than
         # this has more tokens than the context holds: refused before it is tokenized.
         longest = max((len(b) for b in vocab.token_bytes if b), default=1)
         self.max_prompt_chars = self.context_length * longest
-        self._bitmask = allocate_bitmask(max_batch, vocab.size)  # [max_batch, W]
+        self._bitmask = allocate_bitmask(self.max_batch, vocab.size)  # [max_batch, W]
         self._graceful = GracefulPolicy.for_vocab(vocab.token_bytes)
+        self._drafter = Drafter(vocab.token_bytes)
         # Cache lookups (a disk read, building mask rows) run here; compiles never do, so a
         # cached table is not kept waiting behind them (compiler/pool.py runs compiles).
         self._lookups = ThreadPoolExecutor(lookup_threads, thread_name_prefix="gclm-lookup")
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []
-        self._kv = KVBatch()
+        self._kv = KVStore(model, self.max_batch)
+        self._slot: dict[Sequence, int] = {}  # the KV slot each running sequence owns
+        self._feed: dict[Sequence, list[int]] = {}  # tokens the model has not seen: last, drafts
+        self._counts = {"forward_passes": 0, "tokens_sampled": 0, "draft_tokens_kept": 0}
         self._wake = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="gclm-engine", daemon=True)
@@ -148,6 +172,15 @@ class BatchEngine:
                 f"{self.context_length} tokens. Shorten the prompt or lower max_tokens.",
                 param="max_tokens",
             )
+        if total > self.max_positions:
+            raise InvalidRequestError(
+                f"The prompt ({len(request.prompt_ids)} tokens) plus max_tokens "
+                f"({request.params.max_tokens}) exceeds the {self.max_positions} positions "
+                "the server's KV cache gives one sequence. Shorten the prompt, lower "
+                "max_tokens, or start the server with a smaller --max-batch or a larger "
+                "--kv-memory.",
+                param="max_tokens",
+            )
         table = request.table
         if table is not None and request.budget_aware:
             check_budget(table, request.params.max_tokens)
@@ -193,6 +226,8 @@ class BatchEngine:
         out: dict[str, float] = {
             "queue_depth": len(self._waiting),
             "batch_size": len(self._running),
+            "batch_slots": self.max_batch,
+            **self._counts,
             "cache_hits": s.hits + s.negative_hits + s.disk_hits,
             "cache_misses": s.misses - s.disk_hits,
         }
@@ -227,28 +262,47 @@ class BatchEngine:
                 )
                 for seq in self._running:
                     seq.fail(error)
-                self._running, self._kv = [], KVBatch()
+                self._running = []
+                self._slot.clear()
+                self._feed.clear()
+                self._kv.reset()
 
     @torch.inference_mode()
     def _step(self) -> None:
         self._evict([s for s in self._running if s.cancelled])
         admitted = self._admit()
-        logits = self._forward(admitted)  # [B, V_logits] for self._running + admitted
-        self._running.extend(admitted)
-        apply_penalties(logits, self._running)  # before the mask: output stays valid
-        self._mask(logits)
-        tokens = sample(logits, self._running)  # [B]
-        logprobs = token_logprobs(logits, tokens, self._running, self._names)  # after the mask
-        done = [
-            seq
-            for seq, t, lp in zip(self._running, tokens, logprobs, strict=True)
-            if seq.update(t, self.eos_ids, lp)
-        ]
+        running = self._running
+        fed, logits = self._forward(admitted)  # [B, q, V] for running + admitted rows
+        self._running = running = running + admitted
+        done: list[Sequence] = []
+        rows = list(range(len(running)))
+        for position in range(logits.shape[1]):
+            if not rows:
+                break
+            seqs = [running[i] for i in rows]
+            step = logits[rows, position].float()  # [b, V]
+            apply_penalties(step, seqs)  # before the mask: output stays valid
+            self._mask(step, seqs)
+            tokens = sample(step, seqs)  # [b]
+            logprobs = token_logprobs(step, tokens, seqs, self._names)  # after the mask
+            kept = []
+            for i, seq, t, lp in zip(rows, seqs, tokens, logprobs, strict=True):
+                drafts = fed.get(seq, [])[1:]
+                if seq.update(t, self.eos_ids, lp):
+                    done.append(seq)
+                elif position < len(drafts) and t == drafts[position]:
+                    kept.append(i)  # the next position's logits follow from this token
+                else:
+                    self._next_feed(seq, t, unseen=len(drafts) - position)
+            self._counts["tokens_sampled"] += len(seqs)
+            self._counts["draft_tokens_kept"] += len(kept)
+            rows = kept
         self._evict(done)
+        self._compact()
 
     def _admit(self) -> list[Sequence]:
         with self._wake:
-            room = self.max_batch - len(self._running)
+            room = self._kv.free
             admitted = []
             while room > 0 and self._waiting:
                 seq = self._waiting.popleft()
@@ -257,28 +311,63 @@ class BatchEngine:
                     room -= 1
         return admitted
 
-    def _forward(self, admitted: list[Sequence]) -> torch.Tensor:
-        """Logits for the next token of every running row, then every admitted row."""
+    def _forward(self, admitted: list[Sequence]) -> tuple[dict[Sequence, list[int]], torch.Tensor]:
+        """Feed every running row its unseen tokens and prefill the admitted prompts (one
+        prefill per distinct prompt: the n choices of a request share theirs). Returns what
+        each running row was fed, and logits [B, q, V]: row i's logits after each of its
+        tokens (admitted rows: after the prompt, at position 0)."""
+        fed = {seq: self._feed.pop(seq) for seq in self._running}
         parts = []
-        if self._running:
-            last = [s.last_token for s in self._running]
-            parts.append(self._kv.decode(self.model, last, self.device))
+        if fed:
+            inputs = {self._slot[seq]: tokens for seq, tokens in fed.items()}
+            parts.append(self._kv.extend(inputs, every_position=True))
         if admitted:
-            prompts = [s.request.prompt_ids for s in admitted]
-            new_kv, new_logits = KVBatch.prefill(self.model, prompts, self.device)
-            self._kv = self._kv.merge(new_kv)
-            parts.append(new_logits)
-        return torch.cat(parts).float()  # [B, V_logits]
+            first: dict[tuple[int, ...], int] = {}  # prompt -> its row among the admitted
+            inputs, copies = {}, []
+            for seq in admitted:
+                prompt = seq.request.prompt_ids
+                leader = first.setdefault(tuple(prompt), len(first))
+                if leader < len(inputs):
+                    copies.append(seq)
+                    continue
+                slot = self._slot[seq] = self._kv.claim(prompt)
+                inputs[slot] = prompt[len(self._kv.tokens[slot]) :]
+            prefilled = self._kv.extend(inputs)  # [P, V]
+            leaders = list(inputs)
+            for seq in copies:
+                leader_slot = leaders[first[tuple(seq.request.prompt_ids)]]
+                self._slot[seq] = self._kv.claim_copy(leader_slot)
+            order = [first[tuple(seq.request.prompt_ids)] for seq in admitted]
+            new = prefilled[order][:, None]  # [A, 1, V]
+            if parts and parts[0].shape[1] > 1:
+                new = new.expand(-1, parts[0].shape[1], -1)  # only position 0 is read
+            parts.append(new)
+        self._counts["forward_passes"] += 1
+        return fed, torch.cat(parts)
 
-    def _mask(self, logits: torch.Tensor) -> None:
-        batch = len(self._running)
-        for row, seq in enumerate(self._running):
+    def _next_feed(self, seq: Sequence, token: int, unseen: int) -> None:
+        """What `seq` feeds next: `token`, then the drafts of what its constraint forces.
+        The `unseen` drafts it was fed but did not sample are dropped from its slot."""
+        slot = self._slot[seq]
+        if unseen > 0:
+            del self._kv.tokens[slot][-unseen:]
+        feed = [token]
+        state = seq.constraint_state
+        if state is not None and self.draft_tokens and not seq.request.params.logprobs:
+            # A forward pass feeds every row as many tokens as the longest feed: drafts cost
+            # compute for the whole batch, which a large batch has none of to spare.
+            limit = self.draft_tokens // max(1, len(self._running))
+            feed += self._drafter.draft(state, seq.tokens_left, limit - 1)
+        self._feed[seq] = feed
+
+    def _mask(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
+        for row, seq in enumerate(seqs):
             if seq.constraint_state is None:
                 fill_unconstrained(self._bitmask, row, self.vocab.size)
             else:
                 fill_bitmask(self._bitmask, row, seq.constraint_state, seq.tokens_left)
-        apply_bitmask(logits, self._bitmask[:batch])
-        for row, seq in enumerate(self._running):
+        apply_bitmask(logits, self._bitmask[: len(seqs)])
+        for row, seq in enumerate(seqs):
             state, policy = seq.constraint_state, seq.request.policy
             if policy is not None and state is not None and state.budget_aware:
                 policy.adjust(logits[row], state, seq.tokens_left, seq.request.params.max_tokens)
@@ -286,12 +375,25 @@ class BatchEngine:
     def _evict(self, done: list[Sequence]) -> None:
         if not done:
             return
-        keep = [i for i, s in enumerate(self._running) if s not in done]
-        self._kv = self._kv.select(keep)
-        self._running = [self._running[i] for i in keep]
+        gone = set(done)
         for seq in done:
+            slot = self._slot.pop(seq, None)
+            if slot is not None:
+                self._kv.release(slot)
+            self._feed.pop(seq, None)
             if seq.cancelled and not seq.finished:
                 seq.finish("cancelled")
+        self._running = [s for s in self._running if s not in gone]
+
+    def _compact(self) -> None:
+        """With nobody waiting to fill a freed slot, move the top row into it."""
+        if self._waiting:
+            return
+        moved = self._kv.compact()
+        if moved is not None:
+            src, dst = moved
+            seq = next(s for s, slot in self._slot.items() if slot == src)
+            self._slot[seq] = dst
 
 
 @cache  # once per process: a second engine must not take away another core

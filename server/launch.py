@@ -14,7 +14,7 @@ from gclm.compiler.pool import START_TIMEOUT_S, CompilerPool
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.compiler.worker import CompileLimits
 from gclm.masking.masks import table_memory
-from gclm.server.engine import BatchEngine
+from gclm.server.engine import DRAFT_TOKENS, BatchEngine
 from gclm.server.settings import ServerSettings
 
 log = logging.getLogger("gclm.server")
@@ -51,8 +51,10 @@ def build_engine(settings: ServerSettings) -> tuple[Any, CompilerPool]:
         vocab=vocab,
         cache=cache,
         compiler=pool,
-        max_batch=settings.max_batch,
+        max_batch=settings.max_batch or None,
+        kv_memory=(settings.kv_memory << 20) or None,
         queue_size=settings.queue_size,
+        draft_tokens=DRAFT_TOKENS if settings.fast_forward == "on" else 0,
     )
     return engine, pool
 
@@ -100,7 +102,7 @@ def build_vllm_engine(settings: ServerSettings) -> tuple[Any, CompilerPool]:
         model=settings.model or str(embedded_model_dir(settings.cache_dir)),
         served_name=settings.model or EMBEDDED_MODEL_ID,
         dtype=settings.dtype,
-        max_num_seqs=settings.max_batch,
+        max_num_seqs=settings.max_batch or VllmOptions.max_num_seqs,
         max_model_len=settings.max_model_len,
         tensor_parallel_size=settings.tensor_parallel_size,
         pipeline_parallel_size=settings.pipeline_parallel_size,

@@ -52,7 +52,9 @@ class ServerSettings:
     model: str | None = None  # a Hugging Face id or local path; None: the embedded default
     device: str = "auto"  # auto | cpu | mps | cuda | cuda:N
     dtype: str = "auto"  # auto | float32 | float16 | bfloat16
-    max_batch: int = 8  # sequences decoded together in one forward pass
+    max_batch: int = 0  # sequences decoded together; 0: as many as kv_memory holds
+    kv_memory: int = 0  # MiB for the KV cache; 0: a share of the free memory
+    fast_forward: str = "on"  # on | off: feed drafts of forced text (masking/drafts.py)
     queue_size: int = 64  # waiting sequences before submit answers 429
     cache_dir: Path = field(default_factory=default_cache_dir)  # compiled-table disk cache
     compile_timeout: float = 10.0  # seconds a request may wait for its compile, queue included
@@ -88,8 +90,14 @@ class ServerSettings:
             raise ValueError(f"device must be auto, cpu, mps, cuda or cuda:N, got {self.device!r}.")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}.")
+        for name in ("max_batch", "kv_memory"):
+            if getattr(self, name) < 0:
+                raise ValueError(
+                    f"{name} must be 0 (from the free memory) or more, got {getattr(self, name)}."
+                )
+        if self.fast_forward not in ("on", "off"):
+            raise ValueError(f"fast_forward must be on or off, got {self.fast_forward!r}.")
         for name in (
-            "max_batch",
             "queue_size",
             "compile_queue",
             "cache_memory",

@@ -1,0 +1,112 @@
+"""Drafts of forced text in the engine, on the embedded model: outputs byte-identical to
+feeding one token per forward pass, in fewer passes, alone and batched, greedy and seeded."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from gclm.compiler.cache import TableCache
+from gclm.compiler.compile import compile_constraint
+from gclm.compiler.constraint import Constraint
+from gclm.server.engine import BatchEngine
+from gclm.server.interface import FinishEvent, GenerationRequest, SamplingParams, TokenEvent
+from gclm.server.model import load_model
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "customer_full_name": {"type": "string", "maxLength": 12},
+        "shipping_address_line": {"type": "string", "maxLength": 12},
+        "number_of_items_ordered": {"type": "integer", "minimum": 0, "maximum": 99},
+    },
+    "required": ["customer_full_name", "shipping_address_line", "number_of_items_ordered"],
+}
+
+
+@pytest.fixture(scope="module")
+def engines(embedded_vocab):
+    # float32: the comparison is exact to the last bit in both engines' arithmetic.
+    loaded = load_model(None, device="cpu", dtype="float32")
+    cache = TableCache(lambda c: compile_constraint(c, embedded_vocab), embedded_vocab.fingerprint)
+    built = {
+        drafts: BatchEngine(
+            loaded.model,
+            loaded.tokenizer,
+            model_id="smol",
+            vocab=embedded_vocab,
+            cache=cache,
+            max_batch=4,
+            kv_memory=256 << 20,
+            draft_tokens=drafts,
+        )
+        for drafts in (0, 16)
+    }
+    yield built, loaded.tokenizer
+    for engine in built.values():
+        engine.shutdown()
+
+
+def run(engine: BatchEngine, requests: list[GenerationRequest]) -> list[tuple[str, str, int]]:
+    """(text, finish reason, completion tokens) of requests submitted together."""
+
+    async def one(request: GenerationRequest) -> tuple[str, str, int]:
+        handle = engine.submit(request)
+        text = []
+        async for event in engine.stream(handle):
+            if isinstance(event, TokenEvent):
+                text.append(event.text)
+            elif isinstance(event, FinishEvent):
+                return "".join(text), event.finish_reason, event.completion_tokens
+            else:
+                raise event.error
+        raise AssertionError("no finish event")
+
+    async def all_of() -> list[tuple[str, str, int]]:
+        return list(await asyncio.gather(*(one(r) for r in requests)))
+
+    return asyncio.run(all_of())
+
+
+def requests(tokenizer, table, seeds: list[int | None], max_tokens: int = 80):
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Invent one order as JSON."}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    ids = tokenizer.encode(prompt)
+    return [
+        GenerationRequest(
+            prompt_ids=ids,
+            params=SamplingParams(
+                max_tokens=max_tokens,
+                temperature=0.0 if seed is None else 0.8,
+                seed=seed,
+            ),
+            table=table,
+        )
+        for seed in seeds
+    ]
+
+
+@torch.no_grad()
+def test_drafts_change_nothing_but_the_number_of_forward_passes(engines):
+    built, tokenizer = engines
+    table = built[0].cache.get(Constraint.json_schema(SCHEMA))
+    results, passes, kept = {}, {}, {}
+    for drafts, engine in built.items():
+        before = engine.stats()
+        alone = run(engine, requests(tokenizer, table, [None]))
+        batched = run(engine, requests(tokenizer, table, [None, 7, 11]))
+        tight = run(engine, requests(tokenizer, table, [None], max_tokens=table.min_tokens + 2))
+        after = engine.stats()
+        results[drafts] = alone + batched + tight
+        passes[drafts] = after["forward_passes"] - before["forward_passes"]
+        kept[drafts] = after["draft_tokens_kept"] - before["draft_tokens_kept"]
+    assert results[16] == results[0]
+    assert all(reason == "stop" for _, reason, _ in results[16])
+    assert '"customer_full_name"' in results[16][0][0]
+    assert kept[0] == 0 and kept[16] > 20
+    assert passes[16] < passes[0]

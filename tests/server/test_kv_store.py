@@ -1,0 +1,142 @@
+"""KVStore on a tiny random Llama: whatever the order of claims, releases, reuse, copies and
+compaction, every slot's logits are those of a plain forward pass over its own tokens."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+import gclm.server.kv_store as kv_store
+from gclm.server.kv_store import KVStore, kv_bytes_per_token, plan_slots
+
+
+@pytest.fixture(scope="module")
+def model() -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=40,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def plain(model: LlamaForCausalLM, tokens: list[int]) -> torch.Tensor:
+    """Next-token logits [V] of one sequence, without a cache."""
+    return model(input_ids=torch.tensor([tokens])).logits[0, -1]
+
+
+class Rows:
+    """The store under test beside what each slot should hold."""
+
+    def __init__(self, model: LlamaForCausalLM, slots: int) -> None:
+        self.model = model
+        self.store = KVStore(model, slots, chunk=4)  # a small chunk: capacity grows often
+        self.text: dict[int, list[int]] = {}
+
+    def admit(self, prompt: list[int]) -> int:
+        slot = self.store.claim(prompt)
+        held = self.store.tokens[slot]
+        assert held == prompt[: len(held)] and len(held) < len(prompt)
+        self.text[slot] = list(prompt)
+        self.check({slot: prompt[len(held) :]}, extend=False)
+        return slot
+
+    def check(self, inputs: dict[int, list[int]], extend: bool = True) -> None:
+        if extend:
+            for slot, tokens in inputs.items():
+                self.text[slot] += tokens
+        logits = self.store.extend(inputs)
+        for i, slot in enumerate(inputs):
+            torch.testing.assert_close(logits[i], plain(self.model, self.text[slot]))
+            assert self.store.tokens[slot] == self.text[slot]
+
+
+@torch.no_grad()
+def test_prefill_then_decode_in_place(model):
+    rows = Rows(model, 4)
+    a = rows.admit([1, 2, 3, 4, 5])
+    b = rows.admit([6, 7])
+    assert (a, b) == (0, 1)
+    for step in range(6):  # past the first chunks of capacity
+        rows.check({a: [10 + step], b: [20 + step]})
+    assert rows.store.capacity >= 11
+    # A run of several tokens in one row (a draft) beside one token in the other.
+    rows.check({a: [30, 31, 32], b: [33]})
+    logits = rows.store.extend({a: [34, 35], b: [36]}, every_position=True)
+    assert logits.shape[:2] == (2, 2)
+    torch.testing.assert_close(logits[0, 0], plain(model, rows.text[a] + [34]))
+    torch.testing.assert_close(logits[0, 1], plain(model, rows.text[a] + [34, 35]))
+    torch.testing.assert_close(logits[1, 0], plain(model, rows.text[b] + [36]))
+
+
+@torch.no_grad()
+def test_holes_reuse_and_compaction(model):
+    rows = Rows(model, 4)
+    a, b, c = rows.admit([1, 2, 3]), rows.admit([4, 5, 6, 7]), rows.admit([8, 9])
+    rows.check({a: [1], b: [2], c: [3]})
+    rows.store.release(b)  # a hole below c: computed and ignored
+    del rows.text[b]
+    rows.check({a: [4], c: [5]})
+    # A new prompt sharing b's first tokens takes b's slot and keeps those positions.
+    d = rows.admit([4, 5, 6, 11, 12])
+    assert d == b and rows.store.tokens[d][:3] == [4, 5, 6]
+    rows.check({a: [6], d: [7], c: [8]})
+    # The top row moves into a freed slot; the rest stay where they are.
+    rows.store.release(a)
+    del rows.text[a]
+    assert rows.store.compact() == (c, a)
+    rows.text[a] = rows.text.pop(c)
+    assert rows.store.high == 2
+    rows.check({a: [9], d: [10]})
+    assert rows.store.compact() is None
+
+
+@torch.no_grad()
+def test_prefix_copied_from_a_running_slot(model, monkeypatch):
+    monkeypatch.setattr(kv_store, "MIN_COPIED_PREFIX", 3)
+    rows = Rows(model, 3)
+    a = rows.admit([1, 2, 3, 4, 5, 6])
+    rows.check({a: [7]})
+    b = rows.admit([1, 2, 3, 4, 5, 9])  # shares five positions with a, which is running
+    assert b != a and rows.store.tokens[b] == [1, 2, 3, 4, 5, 9]
+    c = rows.store.claim_copy(a)  # an n > 1 choice: every position of a
+    rows.text[c] = list(rows.text[a])
+    rows.check({a: [8], b: [8], c: [9]})
+
+
+@torch.no_grad()
+def test_a_prompt_never_reuses_all_of_itself(model):
+    rows = Rows(model, 2)
+    a = rows.admit([1, 2, 3])
+    rows.store.release(a)
+    again = rows.store.claim([1, 2, 3])
+    assert rows.store.tokens[again] == [1, 2]  # the last token runs, to give its logits
+
+
+def test_claiming_every_slot(model):
+    store = KVStore(model, 1)
+    store.claim([1, 2])
+    with pytest.raises(ValueError, match="Every KV slot is in use"):
+        store.claim([3, 4])
+
+
+def test_slots_from_memory(model):
+    per_token = kv_bytes_per_token(model.config, torch.float32)
+    assert per_token == 2 * 2 * 2 * 8 * 4  # K and V, 2 layers, 2 KV heads, head_dim 8, fp32
+    # Without --max-batch: as many slots as hold the typical length (capped by the context).
+    slots, positions = plan_slots(model, context_length=128, memory=per_token * 128 * 5)
+    assert (slots, positions) == (5, 128)
+    slots, _ = plan_slots(model, context_length=128, memory=per_token * 128 * 1000)
+    assert slots == kv_store.MAX_SLOTS
+    # With it: each slot gets an equal share, never more than the context.
+    assert plan_slots(model, context_length=128, max_batch=2, memory=per_token * 300) == (2, 128)
+    big = plan_slots(model, context_length=4096, max_batch=2, memory=per_token * 600)
+    assert big == (2, 300)
+    with pytest.raises(ValueError, match="positions per sequence.*--kv-memory"):
+        plan_slots(model, context_length=4096, max_batch=8, memory=per_token * 600)
