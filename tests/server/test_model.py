@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import gclm.server.model as model_module
 from gclm.errors import ModelLoadError
 from gclm.server.model import (
     EMBEDDED_MODEL_ID,
@@ -83,6 +84,9 @@ def test_unavailable_mps_suggests_cpu(no_gpu: None) -> None:
 
 
 def test_auto_dtype_per_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(model_module, "cpu_has_bf16", lambda: True)
+    assert resolve_dtype("auto", torch.device("cpu")) is torch.bfloat16
+    monkeypatch.setattr(model_module, "cpu_has_bf16", lambda: False)
     assert resolve_dtype("auto", torch.device("cpu")) is torch.float32
     assert resolve_dtype("auto", torch.device("mps")) is torch.float16
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
