@@ -48,6 +48,7 @@ from gclm.masking import (
 from gclm.masking.drafts import Drafter
 from gclm.masking.graceful import GracefulPolicy
 from gclm.masking.policy import BudgetPolicy
+from gclm.server.cpu_linear import pack_linears
 from gclm.server.interface import ErrorEvent, FinishEvent, GenerationRequest, StreamEvent
 from gclm.server.kv_store import KVStore, plan_slots
 from gclm.server.logprobs import TokenNames, token_logprobs
@@ -92,6 +93,9 @@ class BatchEngine:
         self.device = next(model.parameters()).device
         if self.device.type == "cpu":
             _leave_a_core()
+            packed = pack_linears(model)
+            if packed:
+                log.info("%d linear layers prepacked for oneDNN (bfloat16)", packed)
         self.eos_ids = _eos_ids(model, tokenizer)
         self.context_length = _context_length(model, tokenizer)
         self.max_batch, self.max_positions = plan_slots(
