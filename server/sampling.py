@@ -24,16 +24,24 @@ def sample(logits: torch.Tensor, rows: Seq[_Row]) -> list[int]:
     if hot.numel():
         scaled = logits[hot] / temps[hot, None]  # [H, V]
         probs = torch.softmax(_top_p(scaled, top_p[hot]), dim=-1)
-        seeded = [i for i, r in enumerate(hot.tolist()) if rows[r].generator is not None]
-        unseeded = [i for i in range(hot.numel()) if i not in set(seeded)]
-        if unseeded:
-            idx = torch.tensor(unseeded, device=logits.device)
-            out[hot[idx]] = torch.multinomial(probs[idx], 1).flatten()
-        for i in seeded:
-            gen = rows[int(hot[i])].generator
-            # Seeded rows draw on the CPU from their own generator: reproducible alone or batched.
-            out[hot[i]] = torch.multinomial(probs[i].cpu(), 1, generator=gen).item()
+        out[hot] = _draw(probs, [rows[r].generator for r in hot.tolist()])
     return out.tolist()
+
+
+def _draw(probs: torch.Tensor, generators: list[torch.Generator | None]) -> torch.Tensor:
+    """One token per row of `probs` [H, V], by inverse CDF: one uniform number per row, from
+    the row's own generator when it has one (so a seeded row draws the same alone or in any
+    batch), all rows looked up in one batched search. A token of probability 0 (masked) is
+    never drawn: the first position whose cumulative sum exceeds the draw adds mass."""
+    uniform = torch.rand(len(generators))
+    for i, gen in enumerate(generators):
+        if gen is not None:
+            uniform[i] = torch.rand((), generator=gen)
+    cdf = probs.cumsum(dim=-1)  # [H, V], non-decreasing
+    # Strictly below each row's total, which rounding could otherwise reach.
+    target = uniform.to(probs.device) * cdf[:, -1] * (1 - 2**-20)
+    picked = torch.searchsorted(cdf, target[:, None], right=True).squeeze(1)
+    return picked.clamp_(max=probs.shape[-1] - 1)
 
 
 def _top_p(logits: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
