@@ -64,7 +64,7 @@ class GclmServer:
     """`python -m server.cli serve --device cpu` on 127.0.0.1, started by `start()`.
 
     Args:
-        max_batch: the server's --max-batch.
+        max_batch: the server's --max-batch (None: the server's default, from its memory).
         threads: torch intra-op threads in the server (OMP_NUM_THREADS); None: torch's default.
         extra_args: more `gclm serve` options.
         startup_timeout: seconds to wait for /health.
@@ -75,7 +75,7 @@ class GclmServer:
     def __init__(
         self,
         *,
-        max_batch: int = 8,
+        max_batch: int | None = 8,
         threads: int | None = None,
         extra_args: tuple[str, ...] = (),
         startup_timeout: float = STARTUP_TIMEOUT_S,
@@ -111,9 +111,10 @@ class GclmServer:
         command = [
             self.python, "-m", "gclm.server.cli", "serve",
             "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu",
-            "--max-batch", str(self.max_batch), "--cache-dir", str(cache_dir),
-            *self.extra_args,
+            "--cache-dir", str(cache_dir), *self.extra_args,
         ]  # fmt: skip
+        if self.max_batch is not None:
+            command += ["--max-batch", str(self.max_batch)]
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT

@@ -64,6 +64,7 @@ class VllmServer:
         eager: --enforce-eager (starts in ~30 s instead of ~2-3 min; decodes slower).
         threads_bind: VLLM_CPU_OMP_THREADS_BIND, a core list.
         extra_args: more api_server options.
+        dtype: vLLM's --dtype.
     """
 
     def __init__(
@@ -75,9 +76,11 @@ class VllmServer:
         threads_bind: str = "1",
         extra_args: tuple[str, ...] = (),
         startup_timeout: float = STARTUP_TIMEOUT_S,
+        dtype: str = "float32",
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.dtype = dtype
         self.logits_processor = logits_processor
         self.max_num_seqs = max_num_seqs
         self.eager = eager
@@ -101,7 +104,7 @@ class VllmServer:
             "--model", str(embedded_model_dir()), "--served-model-name", SERVED_NAME,
             "--host", "127.0.0.1", "--port", str(self.port),
             "--max-model-len", "2048", "--max-num-seqs", str(self.max_num_seqs),
-            "--dtype", "float32", "--disable-log-stats",
+            "--dtype", self.dtype, "--disable-log-stats",
         ]  # fmt: skip
         if self.eager:
             command.append("--enforce-eager")

@@ -4,7 +4,7 @@
                           [--baseline-threads N ...]
 
 Starts `gclm serve` (embedded SmolLM2-135M-Instruct, CPU) in a subprocess and drives it with
-httpx at concurrency 1, 8 and 32 (closed loop: each of C workers sends its next request when
+httpx at concurrency 1, 8, 16 and 32 (closed loop: each of C workers sends its next request when
 the previous one ends), every request streamed, greedy, with the same max_tokens:
 
     (a) constrained     response_format json_schema, a few realistic schemas
@@ -90,7 +90,7 @@ PROMPTS = [
     ("order", "Produce a JSON order for a customer buying running shoes."),
     ("event", "Give a JSON description of a science conference in Tokyo."),
 ]
-CONCURRENCY = (1, 8, 32)
+CONCURRENCY = (1, 8, 16, 32)
 
 
 @dataclass
@@ -102,8 +102,8 @@ class Plan:
 
 
 # max_tokens leaves room past the largest schema minimum (event: 36 tokens).
-FULL = Plan(max_tokens=48, repeats=3, requests={1: 3, 8: 16, 32: 32}, baseline_prompts=4)
-QUICK = Plan(max_tokens=40, repeats=1, requests={1: 1, 8: 8, 32: 32}, baseline_prompts=1)
+FULL = Plan(max_tokens=48, repeats=3, requests={1: 3, 8: 16, 16: 32, 32: 32}, baseline_prompts=4)
+QUICK = Plan(max_tokens=40, repeats=1, requests={1: 1, 8: 8, 16: 16, 32: 32}, baseline_prompts=1)
 
 
 @dataclass
@@ -262,7 +262,7 @@ class Generate:
 
 
 def bench(
-    plan: Plan, max_batch: int, threads: int | None, generate_threads: list[int]
+    plan: Plan, max_batch: int | None, threads: int | None, generate_threads: list[int]
 ) -> tuple[dict[str, Any], list[str], list[str]]:
     """Every arm, repeats interleaved (a, b at each concurrency, then c) so that a change in
     the machine's load during the run touches every arm alike.
@@ -366,7 +366,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--quick", action="store_true", help="a smoke run: short, one repeat")
-    parser.add_argument("--max-batch", type=int, default=8, help="the server's --max-batch")
+    parser.add_argument(
+        "--max-batch", type=int, help="the server's --max-batch (default: its own, from memory)"
+    )
     parser.add_argument("--threads", type=int, help="server intra-op threads (OMP_NUM_THREADS)")
     parser.add_argument(
         "--baseline-threads",

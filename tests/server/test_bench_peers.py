@@ -1,4 +1,4 @@
-"""bench/peers.py's bookkeeping: per-cell figures, validity, and the gclm-vllm / vllm ratio."""
+"""bench/peers.py's bookkeeping: per-cell figures, validity, and each system's ratio to vllm."""
 
 from __future__ import annotations
 
@@ -21,9 +21,14 @@ def test_cell_summary() -> None:
     assert s["finish"] == {"stop": 1, "length": 1}
 
 
-def test_ratio_is_gclm_vllm_over_plain_vllm_per_cell() -> None:
+def test_ratios_are_each_system_over_plain_vllm_per_cell() -> None:
     cells = [cell("gclm-vllm", 8, 95, 1.0), cell("vllm", 8, 100, 1.0), cell("gclm", 8, 10, 1.0)]
-    assert ratios(cells) == {"budget 96, concurrency 8": 0.95}
+    cells.append(cell("gclm", 16, 10, 1.0))  # no vllm cell to compare with
+    assert ratios(cells) == {
+        "gclm-vllm / vllm, budget 96, concurrency 8": 0.95,
+        "gclm / vllm, budget 96, concurrency 8": 0.1,
+        "gclm / vllm, budget 96, concurrency 16": None,
+    }
     text = markdown(
         {
             "command": "python -m bench.peers",
@@ -36,7 +41,7 @@ def test_ratio_is_gclm_vllm_over_plain_vllm_per_cell() -> None:
         }
     )
     assert "| gclm-vllm | 96 | 8 | 95.0 |" in text
-    assert "- budget 96, concurrency 8: 0.95" in text
+    assert "- gclm-vllm / vllm, budget 96, concurrency 8: 0.95" in text
 
 
 def test_validity_is_the_schema_s() -> None:
