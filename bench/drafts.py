@@ -3,7 +3,7 @@
     python -m bench.drafts [--json PATH] [--repeats N] [--max-tokens N] [--dtype D] [--quick]
 
 Two in-process BatchEngines share the embedded SmolLM2-135M-Instruct (`--dtype`, default the
-server's for this machine) and one table cache: `draft_tokens=16` (gclm's default) and `0`
+server's for this machine) and one table cache: `draft_tokens=8` (gclm's default) and `0`
 (one token per forward pass). Each schema's chat request is sent alone (concurrency 1), greedy, to
 each engine in turn, `--repeats` times; per schema it reports:
 
@@ -36,7 +36,7 @@ from gclm.compiler.cache import TableCache
 from gclm.compiler.compile import compile_constraint
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.server.engine import BatchEngine
+from gclm.server.engine import DRAFT_TOKENS, BatchEngine
 from gclm.server.interface import FinishEvent, GenerationRequest, SamplingParams, TokenEvent
 from gclm.server.model import load_model
 
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             max_batch=2,
             draft_tokens=drafts,
         )
-        for name, drafts in (("drafts", 16), ("one_per_pass", 0))
+        for name, drafts in (("drafts", DRAFT_TOKENS), ("one_per_pass", 0))
     }
     schemas = dict(list(SCHEMAS.items())[:1]) if args.quick else SCHEMAS
     repeats = 1 if args.quick else args.repeats

@@ -13,7 +13,7 @@ the cache may take (`plan_slots`). A row normally feeds its last sampled token; 
 constraint forces the text ahead also feeds the drafted tokens of it (masking/drafts.py),
 and keeps each one it samples itself from the logits before it: a forced key costs one
 forward pass, not one per token, and the output is the one stepping one token at a time
-gives.
+gives. On the CPU, bfloat16 weights are prepacked for oneDNN once (server/cpu_linear.py).
 """
 
 from __future__ import annotations
@@ -58,9 +58,12 @@ from gclm.server.sequence import Sequence
 
 log = logging.getLogger("gclm.engine")
 
-# Most tokens a forward pass feeds all rows together (a row: its last one and the drafts
-# after it, as many as the batch leaves room for: see _next_feed).
-DRAFT_TOKENS = 16
+# Most positions a pass with drafts computes over all rows (a row feeds its last token and
+# the drafts after it, as many as the batch leaves room for: see _next_feed). Up to about 8
+# rows a decode pass costs the same as one row (reading the weights dominates), so drafts
+# fill positions that are nearly free; past that each position costs compute, and a batch
+# of 8 or more gets no drafts.
+DRAFT_TOKENS = 8
 
 
 class BatchEngine:
@@ -357,9 +360,8 @@ class BatchEngine:
             del self._kv.tokens[slot][-unseen:]
         feed = [token]
         state = seq.constraint_state
-        if state is not None and self.draft_tokens and not seq.request.params.logprobs:
-            # A forward pass feeds every row as many tokens as the longest feed: drafts cost
-            # compute for the whole batch, which a large batch has none of to spare.
+        if state is not None and self.draft_tokens:
+            # A pass feeds every row as many tokens as the longest feed (DRAFT_TOKENS).
             limit = self.draft_tokens // max(1, len(self._running))
             feed += self._drafter.draft(state, seq.tokens_left, limit - 1)
         self._feed[seq] = feed
