@@ -19,6 +19,7 @@ def test_cell_summary() -> None:
     s = cell("vllm", 8, 100, 2.0).summary()
     assert (s["tok_s"], s["p50_s"], s["p99_s"], s["valid_pct"]) == (50.0, 2.0, 3.0, 50.0)
     assert s["finish"] == {"stop": 1, "length": 1}
+    assert (s["req_s"], s["mean_tokens"]) == (1.0, 50.0)
 
 
 def test_ratios_are_each_system_over_plain_vllm_per_cell() -> None:
