@@ -80,14 +80,25 @@ def default_kv_memory(device: torch.device) -> int:
 
 
 def _mem_available() -> int:
+    """Available memory: the machine's, or less where a cgroup (a container) limits it."""
+    available = 16 << 30  # no /proc (macOS): assume 16 GiB
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    available = int(line.split()[1]) * 1024
     except OSError:
         pass
-    return 4 << 30  # no /proc (macOS): assume 16 GiB free, a quarter of it for the cache
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current") as f:
+            used = int(f.read().strip())
+        if limit != "max":
+            available = min(available, max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass
+    return available
 
 
 def plan_slots(
