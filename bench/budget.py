@@ -317,6 +317,7 @@ async def run_job(
 
 POLICY_SETTINGS = (
     "horizon",
+    "generous",
     "reserve",
     "lateral_penalty",
     "close_penalty",
@@ -374,8 +375,9 @@ def fewest_fill_tokens(table: Any, schema: Any, tokenizer: Any) -> int | None:
     """Tokens of the shortest non-degenerate output a one-slot fill of the table's shortest
     output gives (see budget_metrics.one_slot_fills), counted as the tokenizer spells it and
     checked against the table (min_tokens where the shortest output is not degenerate); -1
-    if no fill is valid, None if the shortest output is not JSON. A budget below it counts as *forced* (a proxy: an upper bound of the share of
-    cells where every output within the budget is degenerate)."""
+    if no fill is valid, None if the shortest output is not JSON. A budget below it counts
+    as *forced* (a proxy: an upper bound of the share of cells where every output within
+    the budget is degenerate)."""
     value = parse_strict(table.shortest_output)
     if value is MISSING:
         return None

@@ -49,9 +49,11 @@ Around these:
 
 Tokens that move away from acceptance inside a slot (opening an optional property, another
 array item) are the model's choice of content and are left alone. Every rule applies only
-where the budget bites: where the token would leave fewer than `horizon` spare tokens.
-With a generous budget the policy stays silent until the last `horizon` spare tokens, so
-outputs that end well within their budget are exactly those of the plain mask.
+where the budget bites: where the token would leave fewer than `horizon` spare tokens, in
+a request with fewer than `generous` spare tokens in all (`B - d0`). A request with more
+is left to the plain mask entirely (a long answer that runs into its budget is cut short
+by the mask alone), and otherwise outputs that end well within their budget are exactly
+those of the plain mask.
 """
 
 from __future__ import annotations
@@ -103,6 +105,7 @@ class GracefulPolicy:
     blank_ids: tuple[int, ...] = ()  # tokens made only of whitespace
     empty_ids: tuple[int, ...] = ()  # tokens that write an empty literal: "", [], {}
     horizon: float = 8.0
+    generous: float = 32.0  # a request with this many spare tokens or more is left alone
     reserve: float = 0.8
     lateral_penalty: float = 1.5
     close_penalty: float = 2.0
@@ -126,6 +129,7 @@ class GracefulPolicy:
             raise ValueError(f"reserve must be between 0 and 1, got {self.reserve}.")
         for name in (
             "horizon",
+            "generous",
             "lateral_penalty",
             "close_penalty",
             "close_cap",
@@ -162,7 +166,11 @@ class GracefulPolicy:
         here = plan.dist[state]
         # Every successor leaves at least r1 - maxsucc spare tokens: past the horizon, the
         # budget does not bite and there is nothing to do (most steps of a generous budget).
-        if d0 <= 0 or spare <= 0 or r1 - max(plan.maxsucc[state], here) >= self.horizon:
+        if (
+            d0 <= 0
+            or not 0 < spare < self.generous
+            or r1 - max(plan.maxsucc[state], here) >= self.horizon
+        ):
             return Penalties([], [], False, 0.0)
         blanks = self.blank_penalty > 0 and r1 - here < self.horizon
         lo, hi = plan.offsets[state], plan.offsets[state + 1]
@@ -198,8 +206,8 @@ class GracefulPolicy:
         # Closing is lowered by what staying would leave unspent beyond the others' share,
         # the same for every closing token (so a token that closes in fewer tokens is not
         # the one that pays), and only where content could be written instead: a lateral
-        # token other than a blank (string content), or a move away that still fits (an
-        # array item, an optional property).
+        # token other than a blank (string content), or a move away that leaves room for
+        # a token of content in what it opens (an array item, an optional property).
         content = any((d == here and plan.solid(index)) or here < d <= r1 for d, _, index in groups)
         close = self.close_penalty * unspent if content else 0.0
         # Content here may take the spare tokens down to the later slots' share of the

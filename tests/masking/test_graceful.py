@@ -156,13 +156,16 @@ def test_content_that_eats_the_later_slots_share_is_lowered():
 
 def test_silent_where_the_budget_does_not_bite():
     table = chain_table()
-    policy = GracefulPolicy(horizon=8)
-    # Budget 64: every successor leaves 60 or more spare tokens, far beyond the horizon.
-    sets, pens, blanks, empty = policy.penalties(table, 0, 62, 64)
+    policy = GracefulPolicy(horizon=8, generous=32)
+    # Budget 30: every successor leaves 26 or more spare tokens, far beyond the horizon.
+    sets, pens, blanks, empty = policy.penalties(table, 0, 28, 30)
     assert sets == [] and not blanks and not empty
     # The last spare tokens of the same request are paced.
-    sets, pens, blanks, _ = policy.penalties(table, 1, 6, 64)
+    sets, pens, blanks, _ = policy.penalties(table, 1, 6, 30)
     assert sets and blanks
+    # A request with 32 spare tokens or more is left to the mask, to its last token.
+    assert policy.penalties(table, 1, 6, 33) == ([], [], False, 0.0)
+    assert GracefulPolicy(generous=64).penalties(table, 1, 6, 33).sets
 
 
 def test_blank_tokens_come_from_the_vocabulary():
