@@ -206,8 +206,8 @@ class GracefulPolicy:
         # Closing is lowered by what staying would leave unspent beyond the others' share,
         # the same for every closing token (so a token that closes in fewer tokens is not
         # the one that pays), and only where content could be written instead: a lateral
-        # token other than a blank (string content), or a move away that leaves room for
-        # a token of content in what it opens (an array item, an optional property).
+        # token other than a blank (string content), or a move away that still fits (an
+        # array item, an optional property).
         content = any((d == here and plan.solid(index)) or here < d <= r1 for d, _, index in groups)
         close = self.close_penalty * unspent if content else 0.0
         # Content here may take the spare tokens down to the later slots' share of the
