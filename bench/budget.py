@@ -49,7 +49,16 @@ from typing import Any
 
 import numpy as np
 
-from bench.budget_metrics import aggregate, mark_same_outputs, score, validator_for
+from bench.budget_metrics import (
+    MISSING,
+    aggregate,
+    hollow_slots,
+    mark_same_outputs,
+    one_slot_fills,
+    parse_strict,
+    score,
+    validator_for,
+)
 from bench.budget_report import ARMS, LEVELS, format_table, machine, write_markdown, write_png
 from gclm.masking.graceful import GracefulPolicy
 
@@ -308,11 +317,14 @@ async def run_job(
 
 POLICY_SETTINGS = (
     "horizon",
+    "generous",
     "reserve",
     "lateral_penalty",
     "close_penalty",
     "close_cap",
     "blank_penalty",
+    "waste_penalty",
+    "empty_penalty",
 )
 
 
@@ -359,6 +371,46 @@ class TimedPolicy:
         )
 
 
+def fewest_fill_tokens(table: Any, schema: Any, tokenizer: Any) -> int | None:
+    """Tokens of the shortest non-degenerate output a one-slot fill of the table's shortest
+    output gives (see budget_metrics.one_slot_fills), counted as the tokenizer spells it and
+    checked against the table (min_tokens where the shortest output is not degenerate); -1
+    if no fill is valid, None if the shortest output is not JSON. A budget below it counts
+    as *forced* (a proxy: an upper bound of the share of cells where every output within
+    the budget is degenerate)."""
+    value = parse_strict(table.shortest_output)
+    if value is MISSING:
+        return None
+    flags = hollow_slots(value, schema)
+    if not flags or not all(flags):
+        return table.min_tokens  # the shortest output is not degenerate: nothing is forced
+    validator = validator_for(schema)
+    best = -1
+    for fill in one_slot_fills(value, schema):
+        try:
+            if not validator.is_valid(fill):
+                continue
+        except Exception:  # noqa: BLE001, S112 - a fill the validator cannot check is skipped
+            continue
+        flags = hollow_slots(fill, schema)
+        if not flags or all(flags):
+            continue
+        for seps in ((",", ":"), (", ", ": ")):
+            ids = tokenizer.encode(json.dumps(fill, separators=seps), add_special_tokens=False)
+            if (best < 0 or len(ids) < best) and _accepts(table, ids):
+                best = len(ids)
+    return best
+
+
+def _accepts(table: Any, ids: list[int]) -> bool:
+    state = table.initial
+    for token in ids:
+        state = table.next_state(state, token)
+        if state < 0:
+            return False
+    return bool(table.accepting[state])
+
+
 async def generate(args: argparse.Namespace) -> dict[str, Any]:
     """Compile, build every job, run them all through one engine; return the raw results."""
     import torch
@@ -382,6 +434,11 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
             except Exception as e:  # noqa: BLE001 - a failed compile is a coverage figure
                 failures[name] = f"{type(e).__name__}: {e}"
         print(f"compiled {len(compiled)}/{len(schemas)} schemas", file=sys.stderr)
+        by_name = dict(schemas)
+        fills = {
+            name: fewest_fill_tokens(table, by_name[name], engine.tokenizer)
+            for name, table in compiled.items()
+        }
         samples = [(0.0, 0)] + [(TEMPERATURE, SAMPLE_SEED + i) for i in range(args.samples)]
         jobs: list[Job] = []
         for name, schema in schemas:
@@ -408,11 +465,15 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
         "seconds": seconds,
         "model": engine.model_id,
         "policy": policy,
+        "fills": fills,
     }
 
 
-def score_jobs(schemas: list[tuple[str, Any]], jobs: list[Job]) -> list[dict[str, Any]]:
-    """One record per (job, level): the job's output measured against its schema."""
+def score_jobs(
+    schemas: list[tuple[str, Any]], jobs: list[Job], fills: dict[str, int | None]
+) -> list[dict[str, Any]]:
+    """One record per (job, level): the job's output measured against its schema, and
+    whether its cell is forced (no one-slot fill of the shortest output fits the budget)."""
     by_name = dict(schemas)
     validators = {name: validator_for(by_name[name]) for name in {j.schema for j in jobs}}
     records = []
@@ -432,6 +493,8 @@ def score_jobs(schemas: list[tuple[str, Any]], jobs: list[Job]) -> list[dict[str
                     "finish_reason": j.finish_reason,
                     "error": j.error,
                     "text": j.text,
+                    "forced": fills.get(j.schema) is not None
+                    and not 0 <= fills[j.schema] <= j.budget,
                     **measured,
                 }
             )
@@ -482,7 +545,7 @@ def main() -> None:
         keep = [f.name for f in fields(Job) if f.name not in ("table", "prompt_ids")]
         dump = [{k: getattr(j, k) for k in keep} for j in raw["jobs"]]
         args.json.write_text(json.dumps({"raw": dump}))
-    records = score_jobs(raw["schemas"], raw["jobs"])
+    records = score_jobs(raw["schemas"], raw["jobs"], raw["fills"])
     mark_same_outputs(records)
     rows = aggregate(records, args.arms, args.levels)
     failures = arm3_failures(records)
@@ -499,6 +562,7 @@ def main() -> None:
         f"({100 * bench_ok / max(bench_total, 1):.0f}%)",
         "compile_failures": raw["failures"],
         "min_tokens": {name: t.min_tokens for name, t in raw["compiled"].items()},
+        "fill_tokens": raw["fills"],
         "generation_seconds": round(raw["seconds"], 1),
         "sequences": len(raw["jobs"]),
         "quick": args.quick,

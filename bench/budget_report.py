@@ -21,10 +21,11 @@ def machine() -> str:
 def format_table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| arm | budget | n | parse % (strict) | parse % (extracted) | valid % | "
-        "valid % (extracted) | degenerate % | useful % | hollow share % | mean tokens | "
+        "valid % (extracted) | degenerate % | forced % (proxy) | degenerate % (not forced) | "
+        "useful % | hollow share % | mean tokens | "
         "same as forward-only % | same as budget-aware % | finish reasons |"
     )
-    lines = [head, "|" + "---|" * 14]
+    lines = [head, "|" + "---|" * 16]
     for r in rows:
         finish = ", ".join(f"{k} {v:g}%" for k, v in r["finish"].items())
         hollow, same_fo, same_ba = (
@@ -35,6 +36,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             f"| {r['arm']} | {r['level']} | {r['n']} | {r['parse_strict_pct']:.1f} | "
             f"{r['parse_extracted_pct']:.1f} | {r['valid_pct']:.1f} | "
             f"{r['valid_extracted_pct']:.1f} | {r['degenerate_pct']:.1f} | "
+            f"{r.get('forced_pct', 0.0):.1f} | {r.get('free_degenerate_pct', 0.0):.1f} | "
             f"{r['useful_pct']:.1f} | {hollow} | {r['mean_tokens']:.1f} | {same_fo} | "
             f"{same_ba} | {finish} |"
         )
@@ -117,8 +119,13 @@ the text; *degenerate* = valid with every slot at its minimum size: strings at m
 mean fraction of slots at their minimum among valid outputs; *same as forward-only* = share
 of greedy outputs identical to the forward-only arm's, among the cells where that arm
 completed (stop, valid); *same as budget-aware* = share of greedy outputs identical to the
-budget-aware arm's. The `min` level allows only shortest outputs, so much of its degeneracy
-is forced.
+budget-aware arm's. *forced (proxy)* = share of cells where no simple one-slot fill of the
+schema's shortest output (a string one character longer, one more array item, one more
+optional property, with simple values; valid, not degenerate, spelled by the tokenizer and
+accepted by the table) fits the budget: an upper bound of the cells where every output
+within the budget is degenerate (a fill it does not try may fit); *degenerate % (not
+forced)* is the degenerate share among the other cells, what a policy can still lower. The
+`min` level allows only shortest outputs, so it is forced wherever the schema has a slot.
 
 {table}
 

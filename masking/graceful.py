@@ -8,40 +8,62 @@ budget-aware row so that the spare tokens go into content, spread over the outpu
 adds finite amounts to logits, so a masked token (-inf) stays masked and an allowed one
 stays allowed: validity and the budget guarantee are the mask's, unchanged.
 
-With budget `B`, `d0` the shortest output's length and `S0 = B - d0` spare tokens, a token
-leading to state `n` with `r` tokens left leaves the slack `r - 1 - dist[n]`. The schedule
-keeps, for what is still ahead, the target slack
+The policy reads two things off the table, once per table (`_Plan`). A *slot* is a state
+with a free choice: its tokens begin with at least two different bytes other than blanks
+(string content or its closing quote, an optional property or `}`, an array item or `]`),
+except a number's states (the digits of a number are not content a reader misses). And
+`ahead[s]` is a lookahead over the table's distances: the slots on the shortest way from
+`s` to the end, counting an empty literal (`""`, `[]`, `{}` in one token) on the way as
+the slot it skips.
 
-    reserve * S0 * min(dist[n] / d0, (r - 1) / B)
+With `r` tokens left, a token leading to state `n` leaves the slack `r - 1 - dist[n]`. In
+a slot with `k = ahead[s]` slots after it and `avail = r - 1 - dist[s]` spare tokens if
+it writes one more token of content, the slots after it keep an even share of them,
 
-(the smaller of an even spread by structure, the share of the shortest output still to
-write, and by time, the share of the budget still to spend). Around it:
+    share = reserve * avail * k / (k + 1)
 
-- a lateral token (one that keeps the distance: string content, digits) that leaves less
-  than the target is lowered by `lateral_penalty` per token of shortfall: it would eat the
-  share of the fields still ahead;
-- where content could be written (a lateral token other than a blank, or a move away from
-  acceptance that still fits: another array item, an optional property), a closing token
-  (one that brings acceptance closer: a closing quote, a comma, a brace) is lowered by
-  `close_penalty` per spare token that staying would leave unspent beyond the target (at
-  most `close_cap` tokens): write content here before moving on. Every closing token of
-  the state pays the same, so one that closes in fewer tokens is not the loser;
+and the rest, `unspent = avail - share` (at most `close_cap`), is this slot's to spend.
+Over the whole output, with `S0 = B - d0` spare tokens (budget `B`, shortest output
+`d0`) and `K` slots (at least `k + 1`), the slots after this one may claim
+
+    target = reserve * S0 * k / K
+Around these:
+
+- in a slot, a lateral token (one that keeps the distance: string content) that leaves
+  less than `target` is lowered by `lateral_penalty` per token of shortfall: it would eat
+  the share of the slots still ahead;
+- in a slot where content could be written (a lateral token other than a blank, or a move
+  away from acceptance that still fits: another array item, an optional property), a
+  closing token (a closing quote, `]`, `}`, a comma) is lowered by `close_penalty` per
+  unspent token: write content here before moving on. Every closing token of the state
+  pays the same, so one that closes in fewer tokens is not the loser;
+- an empty literal (`""`, `[]`, `{}` in one token: a slot written at its minimum) is
+  lowered by `empty_penalty` per unspent token, where another token fits;
+- outside slots (a key's spelling, a number's digits), a token that makes no progress
+  (`product` then `s` where `products` is one token, a number's further digits) is lowered
+  by `waste_penalty` per token it costs while a slot lies ahead: it spends a spare token on
+  nothing a reader sees. A move into a slot is spared (`[` before an array's items) unless
+  the way forward it competes with writes the slot at its minimum anyway;
 - a token made only of whitespace is lowered by `blank_penalty`: a blank is a spare token
   spent on nothing.
 
-Tokens that move away from acceptance (opening an optional property, another array item)
-are the model's choice of content and are left alone. Every rule applies only where the
-budget bites: where the token would leave fewer than `horizon` spare tokens. With a
-generous budget the policy stays silent until the last `horizon` spare tokens, so outputs
-that end well within their budget are exactly those of the plain mask.
+Tokens that move away from acceptance inside a slot (opening an optional property, another
+array item) are the model's choice of content and are left alone. Every rule applies only
+where the budget bites: where the token would leave fewer than `horizon` spare tokens, in
+a request with fewer than `generous` spare tokens in all (`B - d0`). A request with more
+is left to the plain mask entirely (a long answer that runs into its budget is cut short
+by the mask alone), and otherwise outputs that end well within their budget are exactly
+those of the plain mask.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -53,9 +75,27 @@ from gclm.masking.state import ConstraintState
 POLICY_NAMES = ("graceful", "none")
 
 _BLANK = frozenset(b" \t\n\r")
+_NO_BYTE = _BLANK | {-1}
+# An empty string, array or object in one token ("" not closing an escaped quote): a slot
+# written at its minimum.
+_EMPTY_LITERAL = re.compile(rb'(?<!\\)""|\[\s*\]|\{\s*\}')
+_DIGITS = frozenset(b"0123456789")
+# The first bytes a number's states allow: digits, sign, point, exponent, and what may
+# follow a number (a comma, a closing brace or bracket).
+_NUMBER = _DIGITS | frozenset(b"-+.eE,}]")
+_CLOSERS = frozenset(b"}]")
 # Where a row's token ids are used: "numpy" (indexing the numpy view of a CPU row), or the
 # device of a tensor row.
 Where = str | torch.device
+
+
+class Penalties(NamedTuple):
+    """What the policy lowers in one row."""
+
+    sets: list[int]  # indices into the table's token_sets of successor groups to lower
+    pens: list[float]  # their penalties, each > 0
+    blanks: bool  # whether whitespace-only tokens are lowered by blank_penalty
+    empty: float  # what empty-literal tokens are lowered by (0: nothing)
 
 
 @dataclass(frozen=True)
@@ -63,14 +103,25 @@ class GracefulPolicy:
     """The default BudgetPolicy (see the module docstring). Build it with `for_vocab`."""
 
     blank_ids: tuple[int, ...] = ()  # tokens made only of whitespace
+    empty_ids: tuple[int, ...] = ()  # tokens that write an empty literal: "", [], {}
     horizon: float = 8.0
+    generous: float = 32.0  # a request with this many spare tokens or more is left alone
     reserve: float = 0.8
     lateral_penalty: float = 1.5
     close_penalty: float = 2.0
     close_cap: float = 3.0
     blank_penalty: float = 4.0
-    _blank: dict[Where, np.ndarray | torch.Tensor] = field(
+    waste_penalty: float = 4.0
+    empty_penalty: float = 2.0
+    # Each token id's first byte (-1: none, a special token): what tells a slot (a free
+    # choice of bytes) from a fixed spelling. Empty: unknown, every state with content is a
+    # slot.
+    first_bytes: tuple[int, ...] = field(default=(), repr=False, compare=False)
+    _listed: dict[tuple[str, Where], np.ndarray | torch.Tensor] = field(
         default_factory=dict, repr=False, compare=False
+    )
+    _plans: weakref.WeakKeyDictionary[CompiledTable, _Plan] = field(
+        default_factory=weakref.WeakKeyDictionary, repr=False, compare=False
     )
 
     def __post_init__(self) -> None:
@@ -78,10 +129,13 @@ class GracefulPolicy:
             raise ValueError(f"reserve must be between 0 and 1, got {self.reserve}.")
         for name in (
             "horizon",
+            "generous",
             "lateral_penalty",
             "close_penalty",
             "close_cap",
             "blank_penalty",
+            "waste_penalty",
+            "empty_penalty",
         ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0.0):
@@ -91,61 +145,83 @@ class GracefulPolicy:
     def for_vocab(cls, token_bytes: Sequence[bytes | None], **settings: float) -> GracefulPolicy:
         """The policy for a vocabulary given as each token id's bytes (None: special)."""
         blank = tuple(i for i, b in enumerate(token_bytes) if b and set(b) <= _BLANK)
-        return cls(blank_ids=blank, **settings)
+        empty = tuple(i for i, b in enumerate(token_bytes) if b and _EMPTY_LITERAL.search(b))
+        first = tuple(b[0] if b else -1 for b in token_bytes)
+        return cls(blank_ids=blank, empty_ids=empty, first_bytes=first, **settings)
 
     def penalties(
         self, table: CompiledTable, state: int, tokens_left: int, budget: int
-    ) -> tuple[list[int], list[float], bool]:
-        """(set indices, penalties > 0, whether blanks are penalised) for one row.
+    ) -> Penalties:
+        """What to lower in one row (see Penalties).
 
         Args:
             table: the row's compiled table; `state` its DFA state.
             tokens_left: tokens left, counting the one about to be sampled.
             budget: the request's max_tokens (the spare tokens are spread over all of it).
-        Returns:
-            indices into `table.token_sets` of the successor groups to lower, their
-            penalties, and whether whitespace-only tokens are lowered.
         """
-        plan = _plan(table)
+        plan = self._plan(table)
         d0 = plan.min_tokens
         spare = budget - d0
         r1 = tokens_left - 1
         here = plan.dist[state]
         # Every successor leaves at least r1 - maxsucc spare tokens: past the horizon, the
         # budget does not bite and there is nothing to do (most steps of a generous budget).
-        if d0 <= 0 or spare <= 0 or r1 - max(plan.maxsucc[state], here) >= self.horizon:
-            return [], [], False
+        if (
+            d0 <= 0
+            or not 0 < spare < self.generous
+            or r1 - max(plan.maxsucc[state], here) >= self.horizon
+        ):
+            return Penalties([], [], False, 0.0)
         blanks = self.blank_penalty > 0 and r1 - here < self.horizon
-        by_time = r1 / budget
         lo, hi = plan.offsets[state], plan.offsets[state + 1]
-        groups = list(zip(plan.group_next[lo:hi], plan.group_set[lo:hi], strict=True))
-        # Closing is lowered by what staying would leave unspent beyond the schedule, the
-        # same for every closing token (so a token that closes in fewer tokens is not the
-        # one that pays), and only where content could be written instead: a lateral token
-        # other than a blank (string content, digits), or a move away that still fits (an
-        # array item, an optional property).
-        unspent = r1 - here - self.reserve * spare * min(here / d0, by_time)
-        content = any(
-            (d == here and plan.size[index] > len(self.blank_ids)) or here < d <= r1
-            for d, index in ((plan.dist[nxt], index) for nxt, index in groups)
-        )
-        close = self.close_penalty * min(unspent, self.close_cap) if content else 0.0
+        groups = [
+            (plan.dist[n], n, index)
+            for n, index in zip(plan.group_next[lo:hi], plan.group_set[lo:hi], strict=True)
+        ]
+        # The slots after this one, on the shortest way to the end, keep their share of the
+        # spare tokens left (an even split); what is beyond it is this slot's to spend.
+        avail = max(r1 - here, 0)
+        ahead = plan.ahead[state]
+        share = self.reserve * avail * ahead / (ahead + 1)
+        unspent = min(avail - share, self.close_cap)
+        # An empty literal ("", [], {}) writes a slot at its minimum: lowered like closing,
+        # where another token fits.
+        other = any(here <= d <= r1 for d, _, _ in groups)
+        empty = self.empty_penalty * unspent if other and unspent > 0 else 0.0
         sets: list[int] = []
         pens: list[float] = []
-        for nxt, index in groups:
-            d = plan.dist[nxt]
+        if not plan.slot[state]:
+            # A fixed spelling (a key, a number's digits): a token that makes no progress
+            # here spends a spare token on nothing a reader sees, while a slot lies ahead.
+            # A move into a slot is spared only where every way forward writes it empty.
+            into = all(plan.skips[index] for d, _, index in groups if d < here)
+            for d, nxt, index in groups:
+                slack = r1 - d
+                if not (0 <= slack < self.horizon and d >= here) or (into and plan.slot[nxt]):
+                    continue
+                if plan.ahead[nxt] + plan.slot[nxt] > 0 and self.waste_penalty > 0:
+                    sets.append(index)
+                    pens.append(self.waste_penalty * (d - here + 1))
+            return Penalties(sets, pens, blanks, empty)
+        # Closing is lowered by what staying would leave unspent beyond the others' share,
+        # the same for every closing token (so a token that closes in fewer tokens is not
+        # the one that pays), and only where content could be written instead: a lateral
+        # token other than a blank (string content), or a move away that still fits (an
+        # array item, an optional property).
+        content = any((d == here and plan.solid(index)) or here < d <= r1 for d, _, index in groups)
+        close = self.close_penalty * unspent if content else 0.0
+        # Content here may take the spare tokens down to the later slots' share of the
+        # whole budget's spare tokens, no further.
+        target = self.reserve * spare * ahead / max(plan.slots, ahead + 1)
+        for d, _, index in groups:
             slack = r1 - d
             if slack < 0 or slack >= self.horizon or d > here:
                 continue  # masked, not biting, or moving away from acceptance: left alone
-            if d == here:
-                target = self.reserve * spare * min(d / d0, by_time)
-                pen = self.lateral_penalty * (target - slack)
-            else:
-                pen = close
+            pen = self.lateral_penalty * (target - slack) if d == here else close
             if pen > 0:
                 sets.append(index)
                 pens.append(pen)
-        return sets, pens, blanks
+        return Penalties(sets, pens, blanks, empty)
 
     def adjust(
         self, logits: torch.Tensor, state: ConstraintState, tokens_left: int, budget: int
@@ -156,18 +232,20 @@ class GracefulPolicy:
         lists of the state's smaller groups.
         """
         table = state.table
-        sets, pens, blanks = self.penalties(table, state.state, tokens_left, budget)
-        if not sets and not blanks:
+        sets, pens, blanks, empty = self.penalties(table, state.state, tokens_left, budget)
+        if not sets and not blanks and not empty:
             return
         # On the CPU, numpy indexing of the same memory costs a fraction of torch's.
         cpu = logits.device.type == "cpu" and logits.dtype != torch.bfloat16
         row = logits.numpy() if cpu else logits
         where: Where = "numpy" if cpu else logits.device
         if blanks and self.blank_ids:
-            row[self._ids(self.blank_ids, where)] -= self.blank_penalty
+            row[self._ids("blank_ids", where)] -= self.blank_penalty
+        if empty and self.empty_ids:
+            row[self._ids("empty_ids", where)] -= empty
         if not sets:
             return
-        plan = _plan(table)
+        plan = self._plan(table)
         given = dict(zip(sets, pens, strict=True))
         lo, hi = plan.offsets[state.state], plan.offsets[state.state + 1]
         own = plan.group_set[lo:hi]
@@ -185,10 +263,20 @@ class GracefulPolicy:
             if index != base and delta:
                 row[plan.tokens(index, where)] -= delta
 
-    def _ids(self, ids: tuple[int, ...], where: Where) -> np.ndarray | torch.Tensor:
-        out = self._blank.get(where)
+    def _plan(self, table: CompiledTable) -> _Plan:
+        plan = self._plans.get(table)
+        if plan is None:
+            plan = self._plans[table] = _Plan(
+                table, self.first_bytes, len(self.blank_ids), self.empty_ids
+            )
+        return plan
+
+    def _ids(self, name: str, where: Where) -> np.ndarray | torch.Tensor:
+        """The token ids of the field `name` (blank_ids, empty_ids) for a row `where`."""
+        out = self._listed.get((name, where))
         if out is None:
-            out = self._blank[where] = _on(np.asarray(ids, dtype=np.int64), where)
+            ids = np.asarray(getattr(self, name), dtype=np.int64)
+            out = self._listed[name, where] = _on(ids, where)
         return out
 
 
@@ -201,9 +289,24 @@ _LISTED = 4096
 
 
 class _Plan:
-    """A table's arrays as Python lists, for per-step scalar access (built once per table)."""
+    """A table's arrays as Python lists, for per-step scalar access, and where its slots
+    are (built once per table and vocabulary).
 
-    def __init__(self, table: CompiledTable) -> None:
+    A slot is a state with a free choice: its tokens begin with at least two different
+    bytes other than blanks (string content, an optional property or `}`, an array item
+    or `]`), unless they are a number's (digits, a sign, a point, an exponent, a closer):
+    the digits of a number are not content a reader misses. `ahead[s]` counts the slots
+    on the shortest way from `s` to the end, `s` excluded; `slots` those of the whole
+    output (at least 1).
+    """
+
+    def __init__(
+        self,
+        table: CompiledTable,
+        first_bytes: Sequence[int],
+        blanks: int,
+        empty_ids: Sequence[int],
+    ) -> None:
         self.token_sets = table.token_sets
         self.min_tokens = table.min_tokens
         self.dist = table.dist.tolist()
@@ -213,6 +316,74 @@ class _Plan:
         self.group_set = table.group_set.tolist()
         self.size = table.token_sets.counts().tolist()
         self._ids: dict[tuple[int, Where], np.ndarray | torch.Tensor] = {}
+        self.slot = self._slots(first_bytes, blanks)
+        self.skips: dict[int, bool] = {}  # set index -> whether it has an empty literal
+        self.ahead = self._ahead(empty_ids)
+        self.slots = max(1, self.ahead[table.initial] + self.slot[table.initial])
+
+    def solid(self, index: int) -> bool:
+        """Whether set `index` has a token other than a blank."""
+        return bool(self.begins[index]) if self.begins else self.size[index] > self.blanks
+
+    def _slots(self, first_bytes: Sequence[int], blanks: int) -> list[bool]:
+        num_states = len(self.dist)
+        self.blanks = blanks
+        # set index -> the bytes its tokens begin with, blanks excluded (bytes known only)
+        self.begins: dict[int, frozenset[int]] = {}
+        if not first_bytes:  # bytes unknown: a state with content is a slot
+            out = []
+            for s in range(num_states):
+                lo, hi = self.offsets[s], self.offsets[s + 1]
+                here = self.dist[s]
+                out.append(
+                    any(
+                        self.dist[n] > here or (self.dist[n] == here and self.size[i] > blanks)
+                        for n, i in zip(self.group_next[lo:hi], self.group_set[lo:hi], strict=True)
+                    )
+                )
+            return out
+        first = np.asarray(first_bytes, dtype=np.int64)
+        begins = self.begins
+        seen: list[frozenset[int]] = []
+        after_digit = [False] * num_states
+        for s in range(num_states):
+            lo, hi = self.offsets[s], self.offsets[s + 1]
+            here: set[int] = set()
+            for n, index in zip(self.group_next[lo:hi], self.group_set[lo:hi], strict=True):
+                if index not in begins:
+                    ids = self.token_sets.tokens_of(index)
+                    ids = ids[ids < first.size]
+                    begins[index] = frozenset(np.unique(first[ids]).tolist()) - _NO_BYTE
+                here |= begins[index]
+                if begins[index] and begins[index] <= _DIGITS:
+                    after_digit[n] = True
+            seen.append(frozenset(here))
+        # A number's states: where it starts (digits or a sign, nothing closes yet) and
+        # after a digit. The first state of an array of numbers (`[`: digits or `]`) is a
+        # slot.
+        return [
+            len(b) >= 2
+            and not (b & _DIGITS and b <= _NUMBER and (after_digit[s] or not b & _CLOSERS))
+            for s, b in enumerate(seen)
+        ]
+
+    def _ahead(self, empty_ids: Sequence[int]) -> list[int]:
+        """Slots on the shortest way to the end from each state, the state excluded; an
+        empty literal on the way ("" in one token) is a slot it skips, and counts."""
+        dist = self.dist
+        empty = np.asarray(empty_ids, dtype=np.int64)
+        skips = self.skips
+        ahead = [0] * len(dist)
+        for s in sorted(range(len(dist)), key=dist.__getitem__):
+            if dist[s] <= 0:
+                continue
+            lo, hi = self.offsets[s], self.offsets[s + 1]
+            for n, index in zip(self.group_next[lo:hi], self.group_set[lo:hi], strict=True):
+                if dist[n] == dist[s] - 1:
+                    if index not in skips:
+                        skips[index] = bool(np.isin(self.token_sets.tokens_of(index), empty).any())
+                    ahead[s] = max(ahead[s], ahead[n] + self.slot[n] + skips[index])
+        return ahead
 
     def tokens(self, index: int, where: Where) -> np.ndarray | torch.Tensor:
         """int64 token ids of set `index`, for a row `where` (cached for small sets)."""
@@ -222,13 +393,3 @@ class _Plan:
             if self.size[index] <= _LISTED:
                 self._ids[index, where] = ids
         return ids
-
-
-_PLANS: weakref.WeakKeyDictionary[CompiledTable, _Plan] = weakref.WeakKeyDictionary()
-
-
-def _plan(table: CompiledTable) -> _Plan:
-    plan = _PLANS.get(table)
-    if plan is None:
-        plan = _PLANS[table] = _Plan(table)
-    return plan
