@@ -420,8 +420,14 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     from gclm.server.settings import ServerSettings
 
     torch.set_num_threads(args.threads)
+    # float32, as every published budget table was run (the server's own default on a CPU
+    # with bf16 instructions is bfloat16 since issue 12; the report names float32).
     settings = ServerSettings(
-        device="cpu", max_batch=16, queue_size=1 << 20, compile_timeout=args.compile_timeout
+        device="cpu",
+        dtype="float32",
+        max_batch=16,
+        queue_size=1 << 20,
+        compile_timeout=args.compile_timeout,
     )
     engine, pool = build_engine(settings)
     try:
