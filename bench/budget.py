@@ -315,17 +315,7 @@ async def run_job(
         print(f"  {done[0]}/{total} sequences, {elapsed:.0f} s", file=sys.stderr, flush=True)
 
 
-POLICY_SETTINGS = (
-    "horizon",
-    "generous",
-    "reserve",
-    "lateral_penalty",
-    "close_penalty",
-    "close_cap",
-    "blank_penalty",
-    "waste_penalty",
-    "empty_penalty",
-)
+POLICY_SETTINGS = GracefulPolicy.settings()
 
 
 def policy_settings(args: argparse.Namespace) -> dict[str, float]:

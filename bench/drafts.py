@@ -73,14 +73,15 @@ SCHEMAS: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
-async def _generate(engine: BatchEngine, request: GenerationRequest) -> tuple[str, int]:
+async def generate(engine: BatchEngine, request: GenerationRequest) -> tuple[str, FinishEvent]:
+    """One request's text and its finish event (tests/server/test_engine_drafts.py too)."""
     handle = engine.submit(request)
     text = []
     async for event in engine.stream(handle):
         if isinstance(event, TokenEvent):
             text.append(event.text)
         elif isinstance(event, FinishEvent):
-            return "".join(text), event.completion_tokens
+            return "".join(text), event
         else:
             raise event.error
     raise RuntimeError("the stream ended without a finish event")
@@ -89,12 +90,12 @@ async def _generate(engine: BatchEngine, request: GenerationRequest) -> tuple[st
 def one(engine: BatchEngine, request: GenerationRequest) -> dict[str, Any]:
     before = engine.stats()
     started = time.perf_counter()
-    text, tokens = asyncio.run(_generate(engine, request))
+    text, finish = asyncio.run(generate(engine, request))
     wall = time.perf_counter() - started
     after = engine.stats()
     return {
         "text": text,
-        "tokens": tokens,
+        "tokens": finish.completion_tokens,
         "wall_s": wall,
         "passes": after["forward_passes"] - before["forward_passes"],
         "kept": after["draft_tokens_kept"] - before["draft_tokens_kept"],

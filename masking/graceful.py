@@ -62,7 +62,7 @@ import math
 import re
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
 import numpy as np
@@ -127,19 +127,15 @@ class GracefulPolicy:
     def __post_init__(self) -> None:
         if not 0.0 <= self.reserve <= 1.0:
             raise ValueError(f"reserve must be between 0 and 1, got {self.reserve}.")
-        for name in (
-            "horizon",
-            "generous",
-            "lateral_penalty",
-            "close_penalty",
-            "close_cap",
-            "blank_penalty",
-            "waste_penalty",
-            "empty_penalty",
-        ):
+        for name in self.settings():
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0.0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value}.")
+
+    @classmethod
+    def settings(cls) -> tuple[str, ...]:
+        """The policy's numeric knobs (every float field; bench/budget.py tunes them)."""
+        return tuple(f.name for f in fields(cls) if f.type == "float")
 
     @classmethod
     def for_vocab(cls, token_bytes: Sequence[bytes | None], **settings: float) -> GracefulPolicy:

@@ -49,7 +49,7 @@ from gclm.masking.drafts import Drafter
 from gclm.masking.graceful import GracefulPolicy
 from gclm.masking.policy import BudgetPolicy
 from gclm.server.cpu_linear import pack_linears
-from gclm.server.interface import ErrorEvent, FinishEvent, GenerationRequest, StreamEvent
+from gclm.server.interface import GenerationRequest, StreamEvent, until_done
 from gclm.server.kv_store import KVStore, plan_slots
 from gclm.server.logprobs import TokenNames, token_logprobs
 from gclm.server.penalties import apply_penalties
@@ -214,12 +214,8 @@ class BatchEngine:
             self._wake.notify()
         return seq
 
-    async def stream(self, handle: Sequence) -> AsyncIterator[StreamEvent]:  # type: ignore[override]
-        while True:
-            event = await handle.events.get()
-            yield event
-            if isinstance(event, FinishEvent | ErrorEvent):
-                return
+    def stream(self, handle: Sequence) -> AsyncIterator[StreamEvent]:  # type: ignore[override]
+        return until_done(handle.events)
 
     def cancel(self, handle: Sequence) -> None:
         with self._wake:

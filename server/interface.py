@@ -6,6 +6,7 @@ sequences on a model; tests use a scripted fake with the same methods.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -101,6 +102,16 @@ class ErrorEvent:
 
 
 StreamEvent = TokenEvent | FinishEvent | ErrorEvent
+
+
+async def until_done(events: asyncio.Queue[StreamEvent]) -> AsyncIterator[StreamEvent]:
+    """A request's events from its queue, ending with its FinishEvent or ErrorEvent: the
+    `stream` of both engines, whose handles each hold such a queue."""
+    while True:
+        event = await events.get()
+        yield event
+        if isinstance(event, FinishEvent | ErrorEvent):
+            return
 
 
 class Handle(Protocol):

@@ -305,10 +305,6 @@ class KVStore:
         self.in_use[hole], self.in_use[src] = True, False
         return src, hole
 
-    def bytes_per_slot(self) -> int:
-        """Bytes the buffers hold per slot at the current capacity."""
-        return self.capacity * kv_bytes_per_token(self.model.config, self.dtype)
-
     # --- forward passes ---
 
     def extend(self, inputs: dict[int, list[int]], every_position: bool = False) -> torch.Tensor:

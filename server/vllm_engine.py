@@ -37,6 +37,7 @@ from gclm.server.interface import (
     GenerationRequest,
     StreamEvent,
     TokenEvent,
+    until_done,
 )
 
 log = logging.getLogger("gclm.vllm")
@@ -217,12 +218,8 @@ class VllmEngine:
         handle.task = asyncio.get_running_loop().create_task(self._run(handle, sampling))
         return handle
 
-    async def stream(self, handle: VllmRequest) -> AsyncIterator[StreamEvent]:  # type: ignore[override]
-        while True:
-            event = await handle.events.get()
-            yield event
-            if isinstance(event, FinishEvent | ErrorEvent):
-                return
+    def stream(self, handle: VllmRequest) -> AsyncIterator[StreamEvent]:  # type: ignore[override]
+        return until_done(handle.events)
 
     def cancel(self, handle: VllmRequest) -> None:
         if handle.task is not None and not handle.task.done():

@@ -71,20 +71,15 @@ def vocab(embedded_vocab):
 
 
 @pytest.fixture(scope="module")
-def model(tokenizer):
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
+def model(tokenizer, tiny_llama):
+    return tiny_llama(
         vocab_size=len(tokenizer) + 64,  # a padded output layer, like real checkpoints
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
         num_attention_heads=2,
         num_key_value_heads=1,
         max_position_embeddings=512,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    return transformers.LlamaForCausalLM(config).eval()
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,12 @@ import asyncio
 import pytest
 import torch
 
+from bench.drafts import generate
 from gclm.compiler.cache import TableCache
 from gclm.compiler.compile import compile_constraint
 from gclm.compiler.constraint import Constraint
 from gclm.server.engine import BatchEngine
-from gclm.server.interface import FinishEvent, GenerationRequest, SamplingParams, TokenEvent
+from gclm.server.interface import GenerationRequest, SamplingParams
 from gclm.server.model import load_model
 
 SCHEMA = {
@@ -53,16 +54,8 @@ def run(engine: BatchEngine, requests: list[GenerationRequest]) -> list[tuple[st
     """(text, finish reason, completion tokens) of requests submitted together."""
 
     async def one(request: GenerationRequest) -> tuple[str, str, int]:
-        handle = engine.submit(request)
-        text = []
-        async for event in engine.stream(handle):
-            if isinstance(event, TokenEvent):
-                text.append(event.text)
-            elif isinstance(event, FinishEvent):
-                return "".join(text), event.finish_reason, event.completion_tokens
-            else:
-                raise event.error
-        raise AssertionError("no finish event")
+        text, finish = await generate(engine, request)
+        return text, finish.finish_reason, finish.completion_tokens
 
     async def all_of() -> list[tuple[str, str, int]]:
         return list(await asyncio.gather(*(one(r) for r in requests)))

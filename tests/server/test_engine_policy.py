@@ -10,7 +10,6 @@ import asyncio
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from gclm.compiler.cache import TableCache
 from gclm.compiler.compile import compile_constraint
@@ -21,9 +20,8 @@ from gclm.server.interface import FinishEvent, GenerationRequest, SamplingParams
 
 
 @pytest.fixture(scope="module")
-def engine(embedded_tokenizer, embedded_vocab):
-    torch.manual_seed(0)
-    config = LlamaConfig(
+def engine(embedded_tokenizer, embedded_vocab, tiny_llama):
+    model = tiny_llama(
         vocab_size=embedded_vocab.size,
         hidden_size=16,
         intermediate_size=32,
@@ -33,7 +31,6 @@ def engine(embedded_tokenizer, embedded_vocab):
         max_position_embeddings=256,
         eos_token_id=embedded_tokenizer.eos_token_id,
     )
-    model = LlamaForCausalLM(config).eval()
     cache = TableCache(lambda c: compile_constraint(c, embedded_vocab), embedded_vocab.fingerprint)
     engine = BatchEngine(
         model, embedded_tokenizer, model_id="tiny", vocab=embedded_vocab, cache=cache

@@ -5,25 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 import gclm.server.kv_store as kv_store
 from gclm.server.kv_store import KVStore, kv_bytes_per_token, plan_slots
 
 
 @pytest.fixture(scope="module")
-def model() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=40,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-    )
-    return LlamaForCausalLM(config).eval()
+def model(tiny_llama) -> LlamaForCausalLM:
+    return tiny_llama(vocab_size=40, max_position_embeddings=128)
 
 
 def plain(model: LlamaForCausalLM, tokens: list[int]) -> torch.Tensor:
