@@ -155,6 +155,7 @@ def drive(
     concurrencies: tuple[int, ...],
     quick: bool,
     repeats: int,
+    per_worker: int = 2,
 ) -> list[Cell]:
     """Every cell on every server, the servers taking turns cell by cell (so that a change
     in the machine's load hits them alike), `repeats` times; tokens/s is the median."""
@@ -164,7 +165,7 @@ def drive(
     cells = []
     for budget in budgets:
         for concurrency in concurrencies:
-            total = max(concurrency * (1 if quick else 2), 4 if quick else 8)
+            total = max(concurrency * (1 if quick else per_worker), 4 if quick else 8)
             runs: dict[str, list[Cell]] = {system: [] for system, _ in servers}
             for _ in range(repeats):
                 for system, url in servers:
@@ -272,6 +273,12 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--markdown", type=Path, help="write the table here (peers.md)")
     parser.add_argument("--quick", action="store_true", help="fewer requests per cell")
+    parser.add_argument(
+        "--per-worker",
+        type=int,
+        default=2,
+        help="requests each closed-loop worker sends per run (at least 8 per run in all)",
+    )
     parser.add_argument("--cores", default="1", help="VLLM_CPU_OMP_THREADS_BIND (default 1)")
     parser.add_argument("--eager", action="store_true", help="vLLM without torch.compile")
     parser.add_argument("--dtype", default="bfloat16", help="every system's --dtype")
@@ -329,7 +336,9 @@ def main() -> int:
             )
             servers.append(("vllm", stack.enter_context(plain).url))
         if servers:
-            cells += drive(servers, model, budgets, concurrency, args.quick, args.repeats)
+            cells += drive(
+                servers, model, budgets, concurrency, args.quick, args.repeats, args.per_worker
+            )
     results = {
         "command": "python -m bench.peers " + " ".join(sys.argv[1:]),
         "machine": info,

@@ -1,11 +1,12 @@
 """The continuous-batching engine: one thread, one batched forward pass per step.
 
-A step is a short story (`_step`): admit waiting sequences (prefill), run one forward for the
-running ones, then for each position the rows fed: penalise and bias the rows that ask for
-it, mask every row with its constraint and budget, sample, read the logprobs asked for, and
-update each sequence; evict the finished, and draft the tokens each row's constraint forces
-next. Penalties come before the mask, so they can never make an output invalid; logprobs
-come after it, so a masked token never appears in them.
+A step is a short story (`_step`): admit waiting sequences, run one forward for the running
+ones and the admitted prompts (a prompt with more than a few tokens left to prefill gets a
+pass of its own: `_one_pass_pays`), then for each position the rows fed: penalise and bias
+the rows that ask for it, mask every row with its constraint and budget, sample, read the
+logprobs asked for, and update each sequence; evict the finished, and draft the tokens each
+row's constraint forces next. Penalties come before the mask, so they can never make an
+output invalid; logprobs come after it, so a masked token never appears in them.
 
 The KV cache is a `KVStore`: one slot per sequence in preallocated buffers, so admitting
 and evicting touch no other row. Its slot count (the largest batch) comes from the memory
@@ -64,6 +65,10 @@ log = logging.getLogger("gclm.engine")
 # fill positions that are nearly free; past that each position costs compute, and a batch
 # of 8 or more gets no drafts.
 DRAFT_TOKENS = 8
+# A forward pass costs about what this many more positions in one pass cost (on the CPU, in
+# bfloat16: 41 ms for one row, 52 for 8, 129 for 32; bench/prepack.py), so admitted prompts
+# join the decode pass when that pads it by no more (`_one_pass_pays`).
+PASS_POSITIONS = 16
 
 
 class BatchEngine:
@@ -316,37 +321,54 @@ class BatchEngine:
 
     def _forward(self, admitted: list[Sequence]) -> tuple[dict[Sequence, list[int]], torch.Tensor]:
         """Feed every running row its unseen tokens and prefill the admitted prompts (one
-        prefill per distinct prompt: the n choices of a request share theirs). Returns what
-        each running row was fed, and logits [B, q, V]: row i's logits after each of its
-        tokens (admitted rows: after the prompt, at position 0)."""
+        prefill per distinct prompt: the n choices of a request share theirs), in one pass
+        when that pays (`_one_pass_pays`), else a decode pass and a prefill pass. Returns
+        what each running row was fed, and logits [B, q, V]: row i's logits after each of
+        its tokens (admitted rows: after the prompt, at position 0)."""
         fed = {seq: self._feed.pop(seq) for seq in self._running}
-        parts = []
-        if fed:
-            inputs = {self._slot[seq]: tokens for seq, tokens in fed.items()}
-            parts.append(self._kv.extend(inputs, every_position=True))
+        runs = {self._slot[seq]: tokens for seq, tokens in fed.items()}
+        rests, leaders = self._claim(admitted)
+        decoded = prefilled = None
+        if runs and rests and _one_pass_pays(runs, rests):
+            logits = self._kv.extend({**runs, **rests}, every_position=True)
+            decoded = logits[: len(runs)]
+            last = torch.tensor([len(rest) - 1 for rest in rests.values()], device=logits.device)
+            prefilled = logits[len(runs) :][torch.arange(len(rests), device=logits.device), last]
+            self._counts["forward_passes"] += 1
+        else:
+            if runs:
+                decoded = self._kv.extend(runs, every_position=True)
+            if rests:
+                prefilled = self._kv.extend(rests)  # [P, V]
+            self._counts["forward_passes"] += bool(runs) + bool(rests)
+        parts = [] if decoded is None else [decoded]
         if admitted:
-            first: dict[tuple[int, ...], int] = {}  # prompt -> its row among the admitted
-            inputs, copies = {}, []
-            for seq in admitted:
-                prompt = seq.request.prompt_ids
-                leader = first.setdefault(tuple(prompt), len(first))
-                if leader < len(inputs):
-                    copies.append(seq)
-                    continue
-                slot = self._slot[seq] = self._kv.claim(prompt)
-                inputs[slot] = prompt[len(self._kv.tokens[slot]) :]
-            prefilled = self._kv.extend(inputs)  # [P, V]
-            leaders = list(inputs)
-            for seq in copies:
-                leader_slot = leaders[first[tuple(seq.request.prompt_ids)]]
-                self._slot[seq] = self._kv.claim_copy(leader_slot)
-            order = [first[tuple(seq.request.prompt_ids)] for seq in admitted]
-            new = prefilled[order][:, None]  # [A, 1, V]
+            assert prefilled is not None
+            for seq, leader in leaders.items():  # the n choices of a prompt copy its slot
+                self._slot[seq] = self._kv.claim_copy(leader)
+            order = list(rests)
+            new = prefilled[[order.index(leaders.get(seq, self._slot[seq])) for seq in admitted]]
+            new = new[:, None]  # [A, 1, V]
             if parts and parts[0].shape[1] > 1:
                 new = new.expand(-1, parts[0].shape[1], -1)  # only position 0 is read
             parts.append(new)
-        self._counts["forward_passes"] += 1
         return fed, torch.cat(parts)
+
+    def _claim(self, admitted: list[Sequence]) -> tuple[dict[int, list[int]], dict[Sequence, int]]:
+        """Give each distinct admitted prompt a slot (holding as much of it as the store
+        has): returns each such slot's missing tokens, and for the other choices of the same
+        prompt the slot to copy once it is prefilled."""
+        rests: dict[int, list[int]] = {}
+        slot_of: dict[tuple[int, ...], int] = {}
+        leaders: dict[Sequence, int] = {}
+        for seq in admitted:
+            prompt = seq.request.prompt_ids
+            if tuple(prompt) in slot_of:
+                leaders[seq] = slot_of[tuple(prompt)]
+                continue
+            slot = self._slot[seq] = slot_of[tuple(prompt)] = self._kv.claim(prompt)
+            rests[slot] = prompt[len(self._kv.tokens[slot]) :]
+        return rests, leaders
 
     def _next_feed(self, seq: Sequence, token: int, unseen: int) -> None:
         """What `seq` feeds next: `token`, then the drafts of what its constraint forces.
@@ -410,6 +432,16 @@ def _leave_a_core() -> None:
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, torch.get_num_threads() - 1))
         log.info("%d intra-op thread(s); set OMP_NUM_THREADS to choose", torch.get_num_threads())
+
+
+def _one_pass_pays(runs: dict[int, list[int]], rests: dict[int, list[int]]) -> bool:
+    """Whether the prompts' rests should join the decode pass. A pass is a rectangle (rows x
+    the longest run), so a long rest pads every decode row to its length; a pass of its own
+    costs the weights read once more, about PASS_POSITIONS positions' worth. A prompt whose
+    prefix a slot kept (a repeated prompt) usually has one or two tokens left: it joins."""
+    merged = (len(runs) + len(rests)) * max(len(r) for r in (*runs.values(), *rests.values()))
+    apart = len(runs) * max(map(len, runs.values())) + len(rests) * max(map(len, rests.values()))
+    return merged <= apart + PASS_POSITIONS
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
