@@ -17,8 +17,10 @@ The servers are up together and take turns cell by cell (only one is ever under 
 cell run `--repeats` times, so that the machine's changing load (it is shared) hits them
 alike; tokens/s is the median of the repeats. Each gets the same chat
 requests with a 5-property JSON Schema (response_format), T=0.7,
-in a closed loop at concurrency 1, 8, 16 and 32, at a generous budget (96 tokens) and a tight
-one (gclm's minimum for the schema + 4). Per cell: completion tokens/s over wall time,
+in a closed loop at concurrency 1, 8, 16 and 32 (each worker sends `--per-worker` requests
+per run, 6 by default: with 2, the last wave's drain decided a cell, and it costs most the
+system whose output lengths vary), at a generous budget (96 tokens) and a tight one (gclm's
+minimum for the schema + 4). Per cell: completion tokens/s over wall time,
 p50/p99 latency, % schema-valid (json.loads + jsonschema), finish reasons, and where gclm
 refuses a budget the 400 count. The ratio gclm-vllm / vllm of tokens/s is the mask's cost
 next to vLLM's own structured-output cost.
@@ -155,7 +157,7 @@ def drive(
     concurrencies: tuple[int, ...],
     quick: bool,
     repeats: int,
-    per_worker: int = 2,
+    per_worker: int = 6,
 ) -> list[Cell]:
     """Every cell on every server, the servers taking turns cell by cell (so that a change
     in the machine's load hits them alike), `repeats` times; tokens/s is the median."""
@@ -226,7 +228,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"{results['loadavg_after']}.",
         "",
         "Embedded SmolLM2-135M-Instruct, chat requests with a 5-property JSON Schema "
-        "(response_format), T=0.7, closed loop. `valid` = json.loads + jsonschema on the "
+        f"(response_format), T=0.7, closed loop, {results['per_worker']} requests per worker "
+        "and run. `valid` = json.loads + jsonschema on the "
         "answer; `400` = requests gclm refused as below the schema's minimum. tok/s counts "
         "completion tokens, so a system whose outputs end sooner (a closed JSON, `stop`) "
         "scores lower for the same requests; requests/s (pooled over the runs) and the mean "
@@ -276,7 +279,7 @@ def main() -> int:
     parser.add_argument(
         "--per-worker",
         type=int,
-        default=2,
+        default=6,
         help="requests each closed-loop worker sends per run (at least 8 per run in all)",
     )
     parser.add_argument("--cores", default="1", help="VLLM_CPU_OMP_THREADS_BIND (default 1)")
@@ -344,6 +347,7 @@ def main() -> int:
         "machine": info,
         "cores": args.cores,
         "eager": args.eager,
+        "per_worker": args.per_worker,
         "dtype": args.dtype,
         "budgets": budgets,
         "cells": [c.summary() for c in cells],

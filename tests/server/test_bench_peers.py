@@ -36,12 +36,14 @@ def test_ratios_are_each_system_over_plain_vllm_per_cell() -> None:
             "machine": {"cpus": 2, "platform": "x", "loadavg_before": (1, 1, 1)},
             "cores": "1",
             "eager": False,
+            "per_worker": 6,
             "cells": [c.summary() for c in cells],
             "ratios": ratios(cells),
             "loadavg_after": (1, 1, 1),
         }
     )
     assert "| gclm-vllm | 96 | 8 | 95.0 |" in text
+    assert "6 requests per worker and run" in text
     assert "- gclm-vllm / vllm, budget 96, concurrency 8: 0.95" in text
 
 
