@@ -18,6 +18,8 @@ to first token (the first content delta). Medians over repeats. Ratios:
 
     constrained_ratio     = (a) tokens/s / (b) tokens/s at concurrency 8   (target >= 0.9)
     batching_speedup_c8   = (b) tokens/s at concurrency 8 / (c) tokens/s   (target >= 3)
+    constrained / unconstrained at each concurrency: the median over repeats of each
+    repeat's (a) / (b), the two run back to back (target >= 0.95)
 
 (c) runs at the server's intra-op thread count (and at each --baseline-threads N; the
 fastest is the one compared). Schemas are compiled during warm-up, so compile time is not
@@ -102,7 +104,7 @@ class Plan:
 
 
 # max_tokens leaves room past the largest schema minimum (event: 36 tokens).
-FULL = Plan(max_tokens=48, repeats=3, requests={1: 3, 8: 16, 16: 32, 32: 32}, baseline_prompts=4)
+FULL = Plan(max_tokens=48, repeats=5, requests={1: 3, 8: 16, 16: 32, 32: 64}, baseline_prompts=4)
 QUICK = Plan(max_tokens=40, repeats=1, requests={1: 1, 8: 8, 16: 16, 32: 32}, baseline_prompts=1)
 
 
@@ -264,8 +266,8 @@ class Generate:
 def bench(
     plan: Plan, max_batch: int | None, threads: int | None, generate_threads: list[int]
 ) -> tuple[dict[str, Any], list[str], list[str]]:
-    """Every arm, repeats interleaved (a, b at each concurrency, then c) so that a change in
-    the machine's load during the run touches every arm alike.
+    """Every arm, repeats interleaved (a, b at each concurrency, b first every other repeat,
+    then c) so that a change in the machine's load during the run touches every arm alike.
 
     Returns the summaries, the unconstrained texts at concurrency 1 and generate()'s texts.
     """
@@ -283,7 +285,8 @@ def bench(
         for repeat in range(plan.repeats):
             print(f"repeat {repeat + 1}/{plan.repeats}", flush=True)
             for concurrency in CONCURRENCY:
-                for arm, constrained in (("constrained", True), ("unconstrained", False)):
+                arms = (("constrained", True), ("unconstrained", False))
+                for arm, constrained in arms[:: 1 if repeat % 2 == 0 else -1]:
                     count = plan.requests[concurrency]
                     payloads = [body(i, constrained, plan.max_tokens) for i in range(count)]
                     run = asyncio.run(closed_loop(server.url, concurrency, payloads))
@@ -302,6 +305,15 @@ def bench(
     }
     for summary in results["generate"].values():
         summary["p50_ttft_s"] = summary["p99_ttft_s"] = None  # not streamed
+    # Each repeat's constrained / unconstrained pair ran back to back: the median of the
+    # pairs' ratios is what a load change during the run moves least.
+    results["paired_ratios"] = {
+        c: statistics.median(
+            a.tok_s / b.tok_s
+            for a, b in zip(runs["constrained"][c], runs["unconstrained"][c], strict=True)
+        )
+        for c in CONCURRENCY
+    }
     fastest = max(generate_threads, key=lambda n: results["generate"][n]["tok_s"])
     results["generate_threads"] = fastest
     return results, runs["unconstrained"][1][0].texts, runs["generate"][fastest][0].texts
@@ -398,6 +410,7 @@ def main() -> int:
     b8 = results["unconstrained"][8]["tok_s"]
     c = results["generate"][results["generate_threads"]]["tok_s"]
     ratios = {"constrained_ratio": a8 / b8, "batching_speedup_c8": b8 / c}
+    ratios["constrained_ratio_by_concurrency"] = results.pop("paired_ratios")
     shared = min(len(server_texts), len(generate_texts))
     same = sum(server_texts[i] == generate_texts[i] for i in range(shared))
     load_after = os.getloadavg()
@@ -422,6 +435,10 @@ def main() -> int:
     print(f"(generate: {results['generate_threads']} thread(s), one prompt at a time; no TTFT)")
     print(f"constrained_ratio   = {ratios['constrained_ratio']:.2f}  (a / b at c=8; target >= 0.9)")
     print(f"batching_speedup_c8 = {ratios['batching_speedup_c8']:.2f}  (b at c=8 / c; target >= 3)")
+    paired = ", ".join(
+        f"c={c}: {r:.2f}" for c, r in ratios["constrained_ratio_by_concurrency"].items()
+    )
+    print(f"constrained / unconstrained, median of paired repeats: {paired}")
     print(f"greedy server (c=1) and generate() texts identical: {same}/{shared}")
     print(f"total {report['seconds']:.0f} s")
     if args.json:
