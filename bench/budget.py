@@ -391,6 +391,8 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     engine, pool = build_engine(settings)
     try:
         schemas = load_schemas(args.bench_schemas, args.half)
+        if args.only:
+            schemas = [(n, s) for n, s in schemas if any(o in n for o in args.only.split(","))]
         compiled: dict[str, Any] = {}
         failures: dict[str, str] = {}
         for name, schema in schemas:
@@ -523,6 +525,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for budget.md/png")
     parser.add_argument("--arms", default=",".join(ARMS[1:]), help="comma-separated arms")
     parser.add_argument("--levels", default=",".join(LEVELS), help="comma-separated levels")
+    parser.add_argument("--only", help="comma-separated name parts: run only these schemas")
     parser.add_argument(
         "--rescore",
         type=Path,
