@@ -78,6 +78,7 @@ import numpy as np
 import torch
 
 from gclm.compiler.tables import CompiledTable
+from gclm.compiler.token_sets import TokenSets
 from gclm.masking.state import ConstraintState
 
 # Policy names a request may ask for (structured_outputs.budget_policy); the first is the default.
@@ -317,6 +318,20 @@ def _on(ids: np.ndarray, where: Where) -> np.ndarray | torch.Tensor:
     return ids if where == "numpy" else torch.from_numpy(ids).to(where)
 
 
+def _sets_with(token_sets: TokenSets, ids: Sequence[int], chunk: int = 256) -> np.ndarray:
+    """bool [num_sets]: whether each set holds one of `ids`, by bit tests on packed rows
+    (once per table; a chunk of rows at a time keeps the packed copy small)."""
+    out = np.zeros(len(token_sets), dtype=bool)
+    want = np.asarray(ids, dtype=np.int64)
+    if not want.size:
+        return out
+    words, shifts = want >> 5, (want & 31).astype(np.uint32)
+    for lo in range(0, len(token_sets), chunk):
+        rows = token_sets.packed(np.arange(lo, min(lo + chunk, len(token_sets))))
+        out[lo : lo + rows.shape[0]] = ((rows[:, words] >> shifts) & 1).any(axis=1)
+    return out
+
+
 # Sets of at most this many tokens keep their id tensor in the plan (they are most sets).
 _LISTED = 4096
 
@@ -350,24 +365,18 @@ class _Plan:
         self.size = table.token_sets.counts().tolist()
         self._ids: dict[tuple[int, Where], np.ndarray | torch.Tensor] = {}
         self.slot = self._slots(first_bytes, blanks)
-        self.skips: dict[int, bool] = {}  # set index -> whether it has an empty literal
-        self._empty = np.asarray(empty_ids, dtype=np.int64)
-        self._has_empty: dict[int, bool] = {}  # state -> whether it allows an empty literal
+        # set index -> whether it has an empty literal; state -> whether it allows one
+        with_empty = _sets_with(table.token_sets, empty_ids)
+        self.skips: list[bool] = with_empty.tolist()
+        total = np.concatenate([[0], np.cumsum(with_empty[table.group_set], dtype=np.int64)])
+        hits = total[table.group_offsets[1:]] - total[table.group_offsets[:-1]]
+        self._has_empty: list[bool] = (hits > 0).tolist()
         self.ahead = self._ahead()
         self.slots = max(1, self.ahead[table.initial] + self.slot[table.initial])
 
     def has_empty(self, state: int) -> bool:
         """Whether a token allowed in `state` writes an empty literal ("", [], {})."""
-        out = self._has_empty.get(state)
-        if out is None:
-            lo, hi = self.offsets[state], self.offsets[state + 1]
-            out = self._has_empty[state] = any(map(self._set_has_empty, self.group_set[lo:hi]))
-        return out
-
-    def _set_has_empty(self, index: int) -> bool:
-        if index not in self.skips:
-            self.skips[index] = bool(np.isin(self.token_sets.tokens_of(index), self._empty).any())
-        return self.skips[index]
+        return self._has_empty[state]
 
     def solid(self, index: int) -> bool:
         """Whether set `index` has a token other than a blank."""
@@ -430,8 +439,7 @@ class _Plan:
             lo, hi = self.offsets[s], self.offsets[s + 1]
             for n, index in zip(self.group_next[lo:hi], self.group_set[lo:hi], strict=True):
                 if dist[n] == dist[s] - 1:
-                    skip = self._set_has_empty(index)
-                    ahead[s] = max(ahead[s], ahead[n] + self.slot[n] + skip)
+                    ahead[s] = max(ahead[s], ahead[n] + self.slot[n] + self.skips[index])
         return ahead
 
     def tokens(self, index: int, where: Where) -> np.ndarray | torch.Tensor:

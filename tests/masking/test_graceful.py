@@ -173,8 +173,9 @@ def test_past_the_horizon_only_a_slot_left_empty_is_lowered():
     policy = array_policy(horizon=8, empty_penalty=2.0, close_cap=3.0)
     plan = policy._plan(table)
     # 1 is the array just opened (] or an item); 2 (an item's content) and 4 (after an
-    # item: ] only) are not.
+    # item: ] only) are not. 0 allows [] and 1 allows "": the states with an empty literal.
     assert plan.opened == [False, True, False, False, False]
+    assert [plan.has_empty(s) for s in range(5)] == [True, True, False, False, False]
     # Budget 20 (19 spare), 19 left in 1: far past the horizon. Closing the array empty
     # (]) and the empty item ("") leave all 3 unspent tokens (close_cap): 2 * 3 each; a
     # blank, which puts the choice off, is lowered too.
