@@ -49,13 +49,10 @@ from typing import Any
 
 import numpy as np
 
+from bench.budget_forced import Fewest, fewest_non_degenerate
 from bench.budget_metrics import (
-    MISSING,
     aggregate,
-    hollow_slots,
     mark_same_outputs,
-    one_slot_fills,
-    parse_strict,
     score,
     validator_for,
 )
@@ -361,44 +358,16 @@ class TimedPolicy:
         )
 
 
-def fewest_fill_tokens(table: Any, schema: Any, tokenizer: Any) -> int | None:
-    """Tokens of the shortest non-degenerate output a one-slot fill of the table's shortest
-    output gives (see budget_metrics.one_slot_fills), counted as the tokenizer spells it and
-    checked against the table (min_tokens where the shortest output is not degenerate); -1
-    if no fill is valid, None if the shortest output is not JSON. A budget below it counts
-    as *forced* (a proxy: an upper bound of the share of cells where every output within
-    the budget is degenerate)."""
-    value = parse_strict(table.shortest_output)
-    if value is MISSING:
-        return None
-    flags = hollow_slots(value, schema)
-    if not flags or not all(flags):
-        return table.min_tokens  # the shortest output is not degenerate: nothing is forced
+def fewest_tokens(table: Any, schema: Any, vocab: Any) -> Fewest:
+    """Bounds on the fewest tokens of a non-degenerate output of `schema` (compiled to
+    `table` over `vocab`), by bench/budget_forced.py: a budget below them is *forced*."""
     validator = validator_for(schema)
-    best = -1
-    for fill in one_slot_fills(value, schema):
-        try:
-            if not validator.is_valid(fill):
-                continue
-        except Exception:  # noqa: BLE001, S112 - a fill the validator cannot check is skipped
-            continue
-        flags = hollow_slots(fill, schema)
-        if not flags or all(flags):
-            continue
-        for seps in ((",", ":"), (", ", ": ")):
-            ids = tokenizer.encode(json.dumps(fill, separators=seps), add_special_tokens=False)
-            if (best < 0 or len(ids) < best) and _accepts(table, ids):
-                best = len(ids)
-    return best
 
+    def is_degenerate(text: str) -> bool | None:
+        measured = score(text, schema, validator)
+        return measured.degenerate if measured.valid else None
 
-def _accepts(table: Any, ids: list[int]) -> bool:
-    state = table.initial
-    for token in ids:
-        state = table.next_state(state, token)
-        if state < 0:
-            return False
-    return bool(table.accepting[state])
+    return fewest_non_degenerate(schema, table, vocab, is_degenerate)
 
 
 async def generate(args: argparse.Namespace) -> dict[str, Any]:
@@ -422,6 +391,8 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     engine, pool = build_engine(settings)
     try:
         schemas = load_schemas(args.bench_schemas, args.half)
+        if args.only:
+            schemas = [(n, s) for n, s in schemas if any(o in n for o in args.only.split(","))]
         compiled: dict[str, Any] = {}
         failures: dict[str, str] = {}
         for name, schema in schemas:
@@ -432,7 +403,7 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
         print(f"compiled {len(compiled)}/{len(schemas)} schemas", file=sys.stderr)
         by_name = dict(schemas)
         fills = {
-            name: fewest_fill_tokens(table, by_name[name], engine.tokenizer)
+            name: fewest_tokens(table, by_name[name], engine.vocab)
             for name, table in compiled.items()
         }
         samples = [(0.0, 0)] + [(TEMPERATURE, SAMPLE_SEED + i) for i in range(args.samples)]
@@ -466,10 +437,11 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def score_jobs(
-    schemas: list[tuple[str, Any]], jobs: list[Job], fills: dict[str, int | None]
+    schemas: list[tuple[str, Any]], jobs: list[Job], fills: dict[str, Fewest]
 ) -> list[dict[str, Any]]:
     """One record per (job, level): the job's output measured against its schema, and
-    whether its cell is forced (no one-slot fill of the shortest output fits the budget)."""
+    whether its cell is forced (True: proven that no non-degenerate output fits the budget;
+    False: one fits; None: unknown; see bench/budget_forced.py)."""
     by_name = dict(schemas)
     validators = {name: validator_for(by_name[name]) for name in {j.schema for j in jobs}}
     records = []
@@ -489,8 +461,7 @@ def score_jobs(
                     "finish_reason": j.finish_reason,
                     "error": j.error,
                     "text": j.text,
-                    "forced": fills.get(j.schema) is not None
-                    and not 0 <= fills[j.schema] <= j.budget,
+                    "forced": fills[j.schema].forced(j.budget),
                     **measured,
                 }
             )
@@ -513,6 +484,34 @@ def arm3_failures(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def rescore(path: Path, bench_count: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The records and info of an earlier --json file, with the forced cells recomputed
+    (each schema compiled again in this process, for the embedded model's vocabulary)."""
+    from gclm.compiler.compile import compile_constraint
+    from gclm.compiler.constraint import Constraint
+    from gclm.compiler.vocabulary import TokenVocabulary
+    from gclm.server.model import load_tokenizer
+
+    data = json.loads(path.read_text())
+    records, info = data["outputs"], data["info"]
+    vocab = TokenVocabulary.from_tokenizer(load_tokenizer())
+    names = {r["schema"] for r in records}
+    fills = {}
+    for name, schema in load_schemas(bench_count, info["half"]):
+        if name in names:
+            table = compile_constraint(Constraint.json_schema(schema), vocab)
+            fills[name] = fewest_tokens(table, schema, vocab)
+    for r in records:
+        r["forced"] = fills[r["schema"]].forced(r["budget"])
+    info["fewest_non_degenerate"] = {
+        name: {"lower": f.lower, "upper": f.upper, "witness": f.witness}
+        for name, f in fills.items()
+    }
+    info.pop("fill_tokens", None)
+    info["rescored"] = "python -m bench.budget " + " ".join(sys.argv[1:])
+    return records, info
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, help="write every row and output here")
@@ -526,6 +525,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for budget.md/png")
     parser.add_argument("--arms", default=",".join(ARMS[1:]), help="comma-separated arms")
     parser.add_argument("--levels", default=",".join(LEVELS), help="comma-separated levels")
+    parser.add_argument("--only", help="comma-separated name parts: run only these schemas")
+    parser.add_argument(
+        "--rescore",
+        type=Path,
+        help="no generation: re-measure the outputs of an earlier --json file (its half, "
+        "arms and levels; the forced cells recomputed) and rewrite its report",
+    )
     for name in POLICY_SETTINGS:
         flag = "--" + name.replace("_", "-")
         parser.add_argument(flag, type=float, default=getattr(GracefulPolicy, name))
@@ -534,6 +540,10 @@ def main() -> None:
     args.levels = [level for level in LEVELS if level in args.levels.split(",")]
     if args.quick:
         args.bench_schemas, args.samples = 5, 1
+    if args.rescore:
+        records, info = rescore(args.rescore, args.bench_schemas)
+        report(records, info, args)
+        return
 
     raw = asyncio.run(generate(args))
     if args.json:  # the raw outputs first, so that a failure while scoring loses nothing
@@ -543,8 +553,6 @@ def main() -> None:
         args.json.write_text(json.dumps({"raw": dump}))
     records = score_jobs(raw["schemas"], raw["jobs"], raw["fills"])
     mark_same_outputs(records)
-    rows = aggregate(records, args.arms, args.levels)
-    failures = arm3_failures(records)
     bench_total = sum(1 for name, _ in raw["schemas"] if name.startswith("bench/"))
     bench_ok = sum(1 for name in raw["compiled"] if name.startswith("bench/"))
     info = {
@@ -558,7 +566,10 @@ def main() -> None:
         f"({100 * bench_ok / max(bench_total, 1):.0f}%)",
         "compile_failures": raw["failures"],
         "min_tokens": {name: t.min_tokens for name, t in raw["compiled"].items()},
-        "fill_tokens": raw["fills"],
+        "fewest_non_degenerate": {
+            name: {"lower": f.lower, "upper": f.upper, "witness": f.witness}
+            for name, f in raw["fills"].items()
+        },
         "generation_seconds": round(raw["seconds"], 1),
         "sequences": len(raw["jobs"]),
         "quick": args.quick,
@@ -573,6 +584,15 @@ def main() -> None:
             {(r["schema"], r["validator_error"]) for r in records if r["validator_error"]}
         ),
     }
+    report(records, info, args)
+
+
+def report(records: list[dict[str, Any]], info: dict[str, Any], args: argparse.Namespace) -> None:
+    """Aggregate the records; print the table; write the markdown, the figure and the JSON."""
+    arms = [a for a in ARMS if any(r["arm"] == a for r in records)]
+    levels = [lv for lv in LEVELS if any(r["level"] == lv for r in records)]
+    rows = aggregate(records, arms, levels)
+    failures = arm3_failures(records)
     table = format_table(rows)
     print(table)
     print(f"\ncoverage: {info['coverage']}")
@@ -583,8 +603,8 @@ def main() -> None:
             f"{f['error']} {f['text']!r}"
         )
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = "budget" if args.half == "reporting" else "budget_tuning"
-    write_markdown(args.out / f"{stem}.md", table, info, failures)
+    stem = "budget" if info["half"] == "reporting" else "budget_tuning"
+    write_markdown(args.out / f"{stem}.md", table, info, failures, rows)
     write_png(rows, args.out / f"{stem}.png")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

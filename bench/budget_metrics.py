@@ -224,10 +224,11 @@ def aggregate(records: Iterable[dict[str, Any]], arms: list[str], levels: list[s
     """One row per (arm, level) with records, in the given orders.
 
     Each record needs: arm, level, tokens, finish_reason and the fields of a Score, and may
-    have `forced` (the cell leaves no room for a non-degenerate output, by bench/budget.py's
-    proxy). A row has n, schemas, parse/valid/degenerate/useful percentages, forced % and
-    degenerate % among the cells not forced, hollow share %, mean tokens and finish reasons
-    as percentages.
+    have `forced` (True: proven that no non-degenerate output fits the cell's budget; False:
+    one fits; None: unknown, counted as not forced; see bench/budget_forced.py). A row has
+    n, schemas, parse/valid/degenerate/useful percentages, forced % and degenerate % among
+    the cells not forced, the count of cells whose forcedness is unknown, hollow share %,
+    mean tokens and finish reasons as percentages.
     """
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
@@ -247,8 +248,10 @@ def aggregate(records: Iterable[dict[str, Any]], arms: list[str], levels: list[s
                     if r[k]
                 )
                 count["degenerate"] += bool(r["degenerate"])
-                count["forced"] += bool(r.get("forced"))
-                count["free_degenerate"] += bool(r["degenerate"] and not r.get("forced"))
+                forced = r.get("forced") is True
+                count["forced"] += forced
+                count["unknown"] += "forced" in r and r["forced"] is None
+                count["free_degenerate"] += bool(r["degenerate"] and not forced)
                 count["useful"] += bool(r["valid_extracted"] and not r["degenerate"])
             shares = [r["hollow_share"] for r in group if r["hollow_share"] is not None]
             same = {
@@ -268,6 +271,8 @@ def aggregate(records: Iterable[dict[str, Any]], arms: list[str], levels: list[s
                     "valid_extracted_pct": _pct(count["valid_extracted"], n),
                     "degenerate_pct": _pct(count["degenerate"], n),
                     "forced_pct": _pct(count["forced"], n),
+                    "forced": count["forced"],
+                    "forced_unknown": count["unknown"],
                     "free_degenerate_pct": _pct(count["free_degenerate"], n - count["forced"]),
                     "useful_pct": _pct(count["useful"], n),
                     "hollow_share_pct": round(100 * sum(shares) / len(shares), 1)
@@ -300,48 +305,3 @@ def mark_same_outputs(records: list[dict[str, Any]]) -> None:
         ba = greedy.get(("budget-aware", r["schema"], r["budget"]))
         if r["arm"] != "budget-aware" and ba is not None:
             r["same_as_budget_aware"] = r["text"] == ba["text"]
-
-
-# Simple values a one-slot fill tries (for an array item or an optional property).
-_FILLERS: list[Any] = ["a", 1, True, 0, None, "", {}, [], [1], {"a": "a"}]
-
-
-def one_slot_fills(value: Any, schema: Any) -> Iterator[Any]:
-    """Copies of `value` with one slot written beyond its minimum in a simple way: a string
-    one character longer ("a" or "1" repeated), an array with one more item (a filler or a
-    copy of its first item), an object with one more optional property (a filler value),
-    keys kept in the schema's order. The proxy behind the *forced* measure: callers keep
-    the fills that validate, are not degenerate and fit the budget."""
-
-    def walk(v: Any, nodes: list[Any]) -> Iterator[tuple[Any, Any]]:
-        """(original sub-value, replacement) pairs, by identity of the place (a path)."""
-        expanded = [x for n in nodes for x in _expand(n, schema)]
-        if isinstance(v, str):
-            for ch in "a1":
-                yield v, ch * (len(v) + 1)
-        elif isinstance(v, list):
-            for extra in _FILLERS + v[:1]:
-                yield v, [*v, extra]
-            for i, item in enumerate(v):
-                for old, new in walk(item, _children(expanded, i)):
-                    yield v, [new if j == i and old is item else x for j, x in enumerate(v)]
-        elif isinstance(v, dict):
-            order = [k for n in expanded for k in _dict(n.get("properties"))]
-            for k in dict.fromkeys(order):
-                if k not in v or v[k] in _EMPTY:
-                    for extra in _FILLERS:
-                        if extra not in _EMPTY:
-                            yield v, _ordered({**v, k: extra}, order)
-            for k, item in v.items():
-                for old, new in walk(item, _children(expanded, k)):
-                    if old is item:
-                        yield v, {**v, k: new}
-
-    for _, new in walk(value, [schema]):
-        yield new
-
-
-def _ordered(obj: dict[str, Any], order: list[str]) -> dict[str, Any]:
-    """`obj` with the keys of `order` first, in that order (as the constraint writes them)."""
-    first = {k: obj[k] for k in dict.fromkeys(order) if k in obj}
-    return {**first, **{k: v for k, v in obj.items() if k not in first}}

@@ -48,12 +48,21 @@ Around these:
   spent on nothing.
 
 Tokens that move away from acceptance inside a slot (opening an optional property, another
-array item) are the model's choice of content and are left alone. Every rule applies only
-where the budget bites: where the token would leave fewer than `horizon` spare tokens, in
-a request with fewer than `generous` spare tokens in all (`B - d0`). A request with more
-is left to the plain mask entirely (a long answer that runs into its budget is cut short
-by the mask alone), and otherwise outputs that end well within their budget are exactly
-those of the plain mask.
+array item) are the model's choice of content and are left alone. Every rule above applies
+only where the budget bites: where the token would leave fewer than `horizon` spare tokens,
+in a request with fewer than `generous` spare tokens in all (`B - d0`). A request with
+more is left to the plain mask entirely (a long answer that runs into its budget is cut
+short by the mask alone).
+
+Past the horizon, in such a request, one rule still acts: a slot written at its minimum
+while its spare tokens are unspent, an empty literal or a closer right after its opener
+(`[` then `]`, `{` then `}`: the *opened* states, which may close or take a first item or
+key), is lowered by `empty_penalty` per unspent token, as above, and a blank in an opened
+state by `blank_penalty` (it puts the choice off). Without it a model that
+answers `[]` at once (a top-level list with 14 spare tokens) does so at any budget below
+`generous`: the mask-only output at a budget that does not bite is hollow by the model's
+choice, and the request's spare tokens are still there to fill it. Otherwise outputs that
+end well within their budget are exactly those of the plain mask.
 """
 
 from __future__ import annotations
@@ -69,6 +78,7 @@ import numpy as np
 import torch
 
 from gclm.compiler.tables import CompiledTable
+from gclm.compiler.token_sets import TokenSets
 from gclm.masking.state import ConstraintState
 
 # Policy names a request may ask for (structured_outputs.budget_policy); the first is the default.
@@ -84,6 +94,7 @@ _DIGITS = frozenset(b"0123456789")
 # follow a number (a comma, a closing brace or bracket).
 _NUMBER = _DIGITS | frozenset(b"-+.eE,}]")
 _CLOSERS = frozenset(b"}]")
+_COMMA = frozenset(b",")
 # Where a row's token ids are used: "numpy" (indexing the numpy view of a CPU row), or the
 # device of a tensor row.
 Where = str | torch.device
@@ -162,28 +173,23 @@ class GracefulPolicy:
         here = plan.dist[state]
         # Every successor leaves at least r1 - maxsucc spare tokens: past the horizon, the
         # budget does not bite and there is nothing to do (most steps of a generous budget).
-        if (
-            d0 <= 0
-            or not 0 < spare < self.generous
-            or r1 - max(plan.maxsucc[state], here) >= self.horizon
-        ):
+        if d0 <= 0 or not 0 < spare < self.generous:
             return Penalties([], [], False, 0.0)
+        if r1 - max(plan.maxsucc[state], here) >= self.horizon:
+            return self._far(plan, state, r1)
         blanks = self.blank_penalty > 0 and r1 - here < self.horizon
         lo, hi = plan.offsets[state], plan.offsets[state + 1]
         groups = [
             (plan.dist[n], n, index)
             for n, index in zip(plan.group_next[lo:hi], plan.group_set[lo:hi], strict=True)
         ]
-        # The slots after this one, on the shortest way to the end, keep their share of the
-        # spare tokens left (an even split); what is beyond it is this slot's to spend.
         avail = max(r1 - here, 0)
         ahead = plan.ahead[state]
-        share = self.reserve * avail * ahead / (ahead + 1)
-        unspent = min(avail - share, self.close_cap)
+        unspent = self._unspent(avail, ahead)
         # An empty literal ("", [], {}) writes a slot at its minimum: lowered like closing,
         # where another token fits.
         other = any(here <= d <= r1 for d, _, _ in groups)
-        empty = self.empty_penalty * unspent if other and unspent > 0 else 0.0
+        empty = self._empty(plan, state, avail) if other else 0.0
         sets: list[int] = []
         pens: list[float] = []
         if not plan.slot[state]:
@@ -218,6 +224,38 @@ class GracefulPolicy:
                 sets.append(index)
                 pens.append(pen)
         return Penalties(sets, pens, blanks, empty)
+
+    def _far(self, plan: _Plan, state: int, r1: int) -> Penalties:
+        """Past the horizon, only what writes a slot at its minimum while the request still
+        has the spare tokens to fill it: an empty literal ("", [], {} in one token), and a
+        closer right after its opener (`[` then `]`: the array left empty)."""
+        pen = self._empty(plan, state, max(r1 - plan.dist[state], 0))
+        if not pen:
+            return Penalties([], [], False, 0.0)
+        empty = pen if plan.has_empty(state) else 0.0
+        if not plan.opened[state]:
+            return Penalties([], [], False, empty)
+        # A blank here puts off the choice between closing it empty and its first item.
+        lo, hi = plan.offsets[state], plan.offsets[state + 1]
+        here = plan.dist[state]
+        closing = [
+            index
+            for n, index in zip(plan.group_next[lo:hi], plan.group_set[lo:hi], strict=True)
+            if plan.dist[n] < here
+        ]
+        return Penalties(closing, [pen] * len(closing), self.blank_penalty > 0, empty)
+
+    def _unspent(self, avail: int, ahead: int) -> float:
+        """What a slot with `avail` spare tokens and `ahead` slots after it on the shortest
+        way to the end may spend itself: beyond the even share the slots after it keep, at
+        most close_cap."""
+        share = self.reserve * avail * ahead / (ahead + 1)
+        return min(avail - share, self.close_cap)
+
+    def _empty(self, plan: _Plan, state: int, avail: int) -> float:
+        """What empty-literal tokens are lowered by in `state` (0: nothing)."""
+        unspent = self._unspent(avail, plan.ahead[state])
+        return self.empty_penalty * unspent if unspent > 0 else 0.0
 
     def adjust(
         self, logits: torch.Tensor, state: ConstraintState, tokens_left: int, budget: int
@@ -280,6 +318,20 @@ def _on(ids: np.ndarray, where: Where) -> np.ndarray | torch.Tensor:
     return ids if where == "numpy" else torch.from_numpy(ids).to(where)
 
 
+def _sets_with(token_sets: TokenSets, ids: Sequence[int], chunk: int = 256) -> np.ndarray:
+    """bool [num_sets]: whether each set holds one of `ids`, by bit tests on packed rows
+    (once per table; a chunk of rows at a time keeps the packed copy small)."""
+    out = np.zeros(len(token_sets), dtype=bool)
+    want = np.asarray(ids, dtype=np.int64)
+    if not want.size:
+        return out
+    words, shifts = want >> 5, (want & 31).astype(np.uint32)
+    for lo in range(0, len(token_sets), chunk):
+        rows = token_sets.packed(np.arange(lo, min(lo + chunk, len(token_sets))))
+        out[lo : lo + rows.shape[0]] = ((rows[:, words] >> shifts) & 1).any(axis=1)
+    return out
+
+
 # Sets of at most this many tokens keep their id tensor in the plan (they are most sets).
 _LISTED = 4096
 
@@ -313,9 +365,18 @@ class _Plan:
         self.size = table.token_sets.counts().tolist()
         self._ids: dict[tuple[int, Where], np.ndarray | torch.Tensor] = {}
         self.slot = self._slots(first_bytes, blanks)
-        self.skips: dict[int, bool] = {}  # set index -> whether it has an empty literal
-        self.ahead = self._ahead(empty_ids)
+        # set index -> whether it has an empty literal; state -> whether it allows one
+        with_empty = _sets_with(table.token_sets, empty_ids)
+        self.skips: list[bool] = with_empty.tolist()
+        total = np.concatenate([[0], np.cumsum(with_empty[table.group_set], dtype=np.int64)])
+        hits = total[table.group_offsets[1:]] - total[table.group_offsets[:-1]]
+        self._has_empty: list[bool] = (hits > 0).tolist()
+        self.ahead = self._ahead()
         self.slots = max(1, self.ahead[table.initial] + self.slot[table.initial])
+
+    def has_empty(self, state: int) -> bool:
+        """Whether a token allowed in `state` writes an empty literal ("", [], {})."""
+        return self._has_empty[state]
 
     def solid(self, index: int) -> bool:
         """Whether set `index` has a token other than a blank."""
@@ -326,6 +387,7 @@ class _Plan:
         self.blanks = blanks
         # set index -> the bytes its tokens begin with, blanks excluded (bytes known only)
         self.begins: dict[int, frozenset[int]] = {}
+        self.opened = [False] * num_states
         if not first_bytes:  # bytes unknown: a state with content is a slot
             out = []
             for s in range(num_states):
@@ -354,6 +416,9 @@ class _Plan:
                 if begins[index] and begins[index] <= _DIGITS:
                     after_digit[n] = True
             seen.append(frozenset(here))
+        # A container just opened: it may close (`]`, `}`) or take its first item or key
+        # (after an item only a comma or the closer follows).
+        self.opened = [bool(b & _CLOSERS and b - _CLOSERS - _COMMA) for b in seen]
         # A number's states: where it starts (digits or a sign, nothing closes yet) and
         # after a digit. The first state of an array of numbers (`[`: digits or `]`) is a
         # slot.
@@ -363,12 +428,10 @@ class _Plan:
             for s, b in enumerate(seen)
         ]
 
-    def _ahead(self, empty_ids: Sequence[int]) -> list[int]:
+    def _ahead(self) -> list[int]:
         """Slots on the shortest way to the end from each state, the state excluded; an
         empty literal on the way ("" in one token) is a slot it skips, and counts."""
         dist = self.dist
-        empty = np.asarray(empty_ids, dtype=np.int64)
-        skips = self.skips
         ahead = [0] * len(dist)
         for s in sorted(range(len(dist)), key=dist.__getitem__):
             if dist[s] <= 0:
@@ -376,9 +439,7 @@ class _Plan:
             lo, hi = self.offsets[s], self.offsets[s + 1]
             for n, index in zip(self.group_next[lo:hi], self.group_set[lo:hi], strict=True):
                 if dist[n] == dist[s] - 1:
-                    if index not in skips:
-                        skips[index] = bool(np.isin(self.token_sets.tokens_of(index), empty).any())
-                    ahead[s] = max(ahead[s], ahead[n] + self.slot[n] + skips[index])
+                    ahead[s] = max(ahead[s], ahead[n] + self.slot[n] + self.skips[index])
         return ahead
 
     def tokens(self, index: int, where: Where) -> np.ndarray | torch.Tensor:

@@ -168,6 +168,33 @@ def test_silent_where_the_budget_does_not_bite():
     assert GracefulPolicy(generous=64).penalties(table, 1, 6, 33).sets
 
 
+def test_past_the_horizon_only_a_slot_left_empty_is_lowered():
+    table = array_table()  # min_tokens 1 ([])
+    policy = array_policy(horizon=8, empty_penalty=2.0, close_cap=3.0)
+    plan = policy._plan(table)
+    # 1 is the array just opened (] or an item); 2 (an item's content) and 4 (after an
+    # item: ] only) are not. 0 allows [] and 1 allows "": the states with an empty literal.
+    assert plan.opened == [False, True, False, False, False]
+    assert [plan.has_empty(s) for s in range(5)] == [True, True, False, False, False]
+    # Budget 20 (19 spare), 19 left in 1: far past the horizon. Closing the array empty
+    # (]) and the empty item ("") leave all 3 unspent tokens (close_cap): 2 * 3 each; a
+    # blank, which puts the choice off, is lowered too.
+    sets, pens, blanks, empty = policy.penalties(table, 1, 19, 20)
+    assert tokens_of(table, sets, pens) == pytest.approx({1: 6.0})
+    assert empty == pytest.approx(6.0) and blanks
+    # In 0 the empty literal [] skips the one slot ahead: lowered by what is left beyond
+    # that slot's share (capped at 3); [ and the blank are left alone this far out.
+    sets, pens, blanks, empty = policy.penalties(table, 0, 20, 20)
+    assert sets == [] and not blanks and empty == pytest.approx(6.0)
+    # Inside an item, and after one, nothing is left empty by what follows: silent.
+    assert policy.penalties(table, 2, 19, 20) == ([], [], False, 0.0)
+    assert policy.penalties(table, 4, 19, 20) == ([], [], False, 0.0)
+    # A request with 32 spare tokens or more is still left to the mask.
+    assert policy.penalties(table, 1, 40, 40) == ([], [], False, 0.0)
+    # With empty_penalty 0 the rule is off.
+    assert array_policy(empty_penalty=0.0).penalties(table, 1, 19, 20) == ([], [], False, 0.0)
+
+
 def test_blank_tokens_come_from_the_vocabulary():
     token_bytes = [None, b" ", b"\n\n", b" a", b"\t \r", b"", b"x", b'":""', b'\\""', b"[ ]"]
     policy = GracefulPolicy.for_vocab(token_bytes)
@@ -199,6 +226,8 @@ CASES = {
         for r in (0.0, 0.5, 1.0)
     },
     "array": (array_table, lambda: array_policy(close_penalty=2.0)),
+    # A short horizon: the rules past it (a slot left empty) act within these budgets.
+    "array-far": (array_table, lambda: array_policy(horizon=2.0)),
     "key": (key_table, lambda: GracefulPolicy.for_vocab(KEY_BYTES)),
 }
 

@@ -191,50 +191,7 @@ def test_jobs_share_a_budget_between_levels():
     assert len(jobs) == 4 * 5
 
 
-# --- forced cells (the proxy) ---
-
-
-def test_one_slot_fills_write_one_slot_beyond_its_minimum():
-    schema = {
-        "type": "object",
-        "properties": {
-            "name": {"type": "string"},
-            "tags": {"type": "array", "items": {"type": "string"}},
-            "note": {"type": "string"},
-        },
-        "required": ["name", "tags"],
-    }
-    fills = list(metrics.one_slot_fills({"name": "", "tags": []}, schema))
-    assert {"name": "a", "tags": []} in fills
-    assert {"name": "", "tags": ["a"]} in fills
-    # An optional property goes in the schema's order, after the required ones here.
-    assert {"name": "", "tags": [], "note": "a"} in fills
-    assert list({"name": "", "tags": [], "note": "a"}) == ["name", "tags", "note"]
-    assert all(f != {"name": "", "tags": []} for f in fills)
-
-
-def test_fewest_fill_tokens_on_a_compiled_schema(embedded_vocab, embedded_tokenizer):
-    from gclm.compiler.compile import compile_constraint
-    from gclm.compiler.constraint import Constraint
-
-    schema = {
-        "type": "object",
-        "properties": {"tags": {"type": "array", "items": {"type": "string"}}},
-        "required": ["tags"],
-        "additionalProperties": False,
-    }
-    table = compile_constraint(Constraint.json_schema(schema), embedded_vocab)
-    fill = budget.fewest_fill_tokens(table, schema, embedded_tokenizer)
-    # {"tags":["a"]} takes a few tokens more than the shortest {"tags":[]}.
-    assert table.min_tokens < fill <= table.min_tokens + 4
-    # Only `[]` is allowed: every output is degenerate, at any budget.
-    only_empty = {"enum": [[]]}
-    table = compile_constraint(Constraint.json_schema(only_empty), embedded_vocab)
-    assert budget.fewest_fill_tokens(table, only_empty, embedded_tokenizer) == -1
-    # No slot at all: the shortest output is not degenerate, nothing is forced.
-    number = {"type": "integer"}
-    table = compile_constraint(Constraint.json_schema(number), embedded_vocab)
-    assert budget.fewest_fill_tokens(table, number, embedded_tokenizer) == table.min_tokens
+# --- forced cells (bench/budget_forced.py; its own tests are in tests/bench/) ---
 
 
 def test_aggregate_counts_forced_cells_apart():
@@ -243,7 +200,10 @@ def test_aggregate_counts_forced_cells_apart():
         {**_record("b", "min", hollow, 10, "stop"), "forced": True},
         {**_record("b", "min", hollow, 10, "stop", "t"), "forced": False},
         {**_record("b", "min", '{"name": "Al", "tags": ["x"], "age": 0}', 12, "stop")},
+        # Unknown: counted as not forced, and counted apart.
+        {**_record("b", "min", hollow, 10, "stop", "u"), "forced": None},
     ]
     (row,) = metrics.aggregate(records, ["b"], ["min"])
-    assert row["degenerate_pct"] == 66.7 and row["forced_pct"] == 33.3
-    assert row["free_degenerate_pct"] == 50.0  # 1 of the 2 cells that are not forced
+    assert row["degenerate_pct"] == 75.0 and row["forced_pct"] == 25.0
+    assert row["forced"] == 1 and row["forced_unknown"] == 1
+    assert row["free_degenerate_pct"] == 66.7  # 2 of the 3 cells that are not forced
