@@ -33,3 +33,36 @@ def app(engine: FakeEngine, settings: ServerSettings) -> FastAPI:
 # The end-to-end tests' real server (tests/server/e2e_server.py), started on first use, and
 # the openai SDK on it.
 from e2e_server import client, gclm_server  # noqa: E402, F401
+
+
+@pytest.fixture(scope="session")
+def float32_engine(embedded_vocab):
+    """`float32_engine(draft_tokens)`: a BatchEngine on the embedded model in float32 (a
+    row's logits do not depend on the pass it ran in, so outputs compare to the bit), 4
+    slots; one per draft count, sharing the model and a table cache, shut down at the end."""
+    from gclm.compiler.cache import TableCache
+    from gclm.compiler.compile import compile_constraint
+    from gclm.server.engine import BatchEngine
+    from gclm.server.model import load_model
+
+    loaded = load_model(None, device="cpu", dtype="float32")
+    cache = TableCache(lambda c: compile_constraint(c, embedded_vocab), embedded_vocab.fingerprint)
+    built: dict[int, BatchEngine] = {}
+
+    def get(draft_tokens: int) -> BatchEngine:
+        if draft_tokens not in built:
+            built[draft_tokens] = BatchEngine(
+                loaded.model,
+                loaded.tokenizer,
+                model_id="smol",
+                vocab=embedded_vocab,
+                cache=cache,
+                max_batch=4,
+                kv_memory=256 << 20,
+                draft_tokens=draft_tokens,
+            )
+        return built[draft_tokens]
+
+    yield get
+    for engine in built.values():
+        engine.shutdown()

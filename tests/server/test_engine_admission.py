@@ -10,13 +10,10 @@ import pytest
 import torch
 
 from bench.drafts import generate
-from gclm.compiler.cache import TableCache
-from gclm.compiler.compile import compile_constraint
 from gclm.compiler.constraint import Constraint
 from gclm.server.engine import BatchEngine
 from gclm.server.interface import GenerationRequest, SamplingParams, TokenEvent
 from gclm.server.kv_store import KVStore
-from gclm.server.model import load_model
 
 SCHEMA = {
     "type": "object",
@@ -26,22 +23,8 @@ SCHEMA = {
 
 
 @pytest.fixture(scope="module")
-def engine(embedded_vocab):
-    # float32 and no drafts: a row's logits do not depend on the pass it ran in.
-    loaded = load_model(None, device="cpu", dtype="float32")
-    cache = TableCache(lambda c: compile_constraint(c, embedded_vocab), embedded_vocab.fingerprint)
-    built = BatchEngine(
-        loaded.model,
-        loaded.tokenizer,
-        model_id="smol",
-        vocab=embedded_vocab,
-        cache=cache,
-        max_batch=4,
-        kv_memory=256 << 20,
-        draft_tokens=0,
-    )
-    yield built
-    built.shutdown()
+def engine(float32_engine):
+    return float32_engine(0)  # no drafts: every pass feeds one token per running row
 
 
 def request(engine: BatchEngine, content: str) -> GenerationRequest:

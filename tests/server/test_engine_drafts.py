@@ -9,12 +9,9 @@ import pytest
 import torch
 
 from bench.drafts import generate
-from gclm.compiler.cache import TableCache
-from gclm.compiler.compile import compile_constraint
 from gclm.compiler.constraint import Constraint
 from gclm.server.engine import BatchEngine
 from gclm.server.interface import GenerationRequest, SamplingParams
-from gclm.server.model import load_model
 
 SCHEMA = {
     "type": "object",
@@ -28,26 +25,8 @@ SCHEMA = {
 
 
 @pytest.fixture(scope="module")
-def engines(embedded_vocab):
-    # float32: the comparison is exact to the last bit in both engines' arithmetic.
-    loaded = load_model(None, device="cpu", dtype="float32")
-    cache = TableCache(lambda c: compile_constraint(c, embedded_vocab), embedded_vocab.fingerprint)
-    built = {
-        drafts: BatchEngine(
-            loaded.model,
-            loaded.tokenizer,
-            model_id="smol",
-            vocab=embedded_vocab,
-            cache=cache,
-            max_batch=4,
-            kv_memory=256 << 20,
-            draft_tokens=drafts,
-        )
-        for drafts in (0, 8)
-    }
-    yield built, loaded.tokenizer
-    for engine in built.values():
-        engine.shutdown()
+def engines(float32_engine, embedded_tokenizer):
+    return {drafts: float32_engine(drafts) for drafts in (0, 8)}, embedded_tokenizer
 
 
 def run(engine: BatchEngine, requests: list[GenerationRequest]) -> list[tuple[str, str, int]]:
