@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
+from dfa_strategies import table_from_edges
 
-from gclm.compiler.tables import build_table
 from gclm.masking import ConstraintState
 from gclm.masking.drafts import Drafter
 
@@ -24,17 +23,7 @@ def key_table():
     edges = [(0, k, 1), (0, ke, 2), (0, key, 3), (2, y, 3), (3, colon, 4)]
     edges += [(4, a, 5), (4, b, 5), (4, x, 4)]
     edges += [(1, y, 6), (6, a, 5), (6, x, 4)]
-    arr = np.array(edges)
-    return build_table(
-        vocab_size=10,
-        eos_token_id=EOS,
-        initial=0,
-        num_states=7,
-        accepting=np.array([False, False, False, False, False, True, False]),
-        src=arr[:, 0],
-        tokens=arr[:, 1],
-        dst=arr[:, 2],
-    )
+    return table_from_edges(10, EOS, 7, [5], edges)
 
 
 def test_drafts_follow_forced_text_and_stop_where_it_branches():

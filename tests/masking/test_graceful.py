@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from dfa_strategies import table_from_edges
 
-from gclm.compiler.tables import build_table
 from gclm.masking import ConstraintState, allocate_bitmask, apply_bitmask, fill_bitmask
 from gclm.masking.graceful import GracefulPolicy
 
@@ -21,17 +21,7 @@ def chain_table():
     a, b, c, d, e, f, g = 1, 2, 3, 4, 35, 6, 7
     edges = [(0, a, 1), (1, b, 2), (0, c, 0), (0, d, 0), (1, c, 1), (1, d, 1), (0, e, 2)]
     edges += [(0, f, 3), (3, g, 1)]
-    arr = np.array(edges)
-    return build_table(
-        vocab_size=40,
-        eos_token_id=EOS,
-        initial=0,
-        num_states=4,
-        accepting=np.array([False, False, True, False]),
-        src=arr[:, 0],
-        tokens=arr[:, 1],
-        dst=arr[:, 2],
-    )
+    return table_of(edges, 4, [2])
 
 
 def tokens_of(table, sets, pens) -> dict[int, float]:
@@ -43,17 +33,7 @@ def tokens_of(table, sets, pens) -> dict[int, float]:
 
 
 def table_of(edges, num_states, accepting, vocab=40):
-    arr = np.array(edges)
-    return build_table(
-        vocab_size=vocab,
-        eos_token_id=EOS,
-        initial=0,
-        num_states=num_states,
-        accepting=np.array([s in accepting for s in range(num_states)]),
-        src=arr[:, 0],
-        tokens=arr[:, 1],
-        dst=arr[:, 2],
-    )
+    return table_from_edges(vocab, EOS, num_states, list(accepting), edges)
 
 
 # A JSON-like array of strings: 0 -[-> 1 (or 0 -[]-> 3, an empty literal; a blank loops in
