@@ -402,7 +402,7 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
                 failures[name] = f"{type(e).__name__}: {e}"
         print(f"compiled {len(compiled)}/{len(schemas)} schemas", file=sys.stderr)
         by_name = dict(schemas)
-        fills = {
+        fewest = {
             name: fewest_tokens(table, by_name[name], engine.vocab)
             for name, table in compiled.items()
         }
@@ -432,12 +432,12 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
         "seconds": seconds,
         "model": engine.model_id,
         "policy": policy,
-        "fills": fills,
+        "fewest": fewest,
     }
 
 
 def score_jobs(
-    schemas: list[tuple[str, Any]], jobs: list[Job], fills: dict[str, Fewest]
+    schemas: list[tuple[str, Any]], jobs: list[Job], fewest: dict[str, Fewest]
 ) -> list[dict[str, Any]]:
     """One record per (job, level): the job's output measured against its schema, and
     whether its cell is forced (True: proven that no non-degenerate output fits the budget;
@@ -461,7 +461,7 @@ def score_jobs(
                     "finish_reason": j.finish_reason,
                     "error": j.error,
                     "text": j.text,
-                    "forced": fills[j.schema].forced(j.budget),
+                    "forced": fewest[j.schema].forced(j.budget),
                     **measured,
                 }
             )
@@ -496,20 +496,25 @@ def rescore(path: Path, bench_count: int) -> tuple[list[dict[str, Any]], dict[st
     records, info = data["outputs"], data["info"]
     vocab = TokenVocabulary.from_tokenizer(load_tokenizer())
     names = {r["schema"] for r in records}
-    fills = {}
+    fewest = {}
     for name, schema in load_schemas(bench_count, info["half"]):
         if name in names:
             table = compile_constraint(Constraint.json_schema(schema), vocab)
-            fills[name] = fewest_tokens(table, schema, vocab)
+            fewest[name] = fewest_tokens(table, schema, vocab)
     for r in records:
-        r["forced"] = fills[r["schema"]].forced(r["budget"])
-    info["fewest_non_degenerate"] = {
-        name: {"lower": f.lower, "upper": f.upper, "witness": f.witness}
-        for name, f in fills.items()
-    }
+        r["forced"] = fewest[r["schema"]].forced(r["budget"])
+    info["fewest_non_degenerate"] = bounds_info(fewest)
     info.pop("fill_tokens", None)
     info["rescored"] = "python -m bench.budget " + " ".join(sys.argv[1:])
     return records, info
+
+
+def bounds_info(fewest: dict[str, Fewest]) -> dict[str, dict[str, Any]]:
+    """Each schema's bounds on its fewest non-degenerate tokens, for the JSON's info."""
+    return {
+        name: {"lower": f.lower, "upper": f.upper, "witness": f.witness}
+        for name, f in fewest.items()
+    }
 
 
 def main() -> None:
@@ -551,7 +556,7 @@ def main() -> None:
         keep = [f.name for f in fields(Job) if f.name not in ("table", "prompt_ids")]
         dump = [{k: getattr(j, k) for k in keep} for j in raw["jobs"]]
         args.json.write_text(json.dumps({"raw": dump}))
-    records = score_jobs(raw["schemas"], raw["jobs"], raw["fills"])
+    records = score_jobs(raw["schemas"], raw["jobs"], raw["fewest"])
     mark_same_outputs(records)
     bench_total = sum(1 for name, _ in raw["schemas"] if name.startswith("bench/"))
     bench_ok = sum(1 for name in raw["compiled"] if name.startswith("bench/"))
@@ -566,10 +571,7 @@ def main() -> None:
         f"({100 * bench_ok / max(bench_total, 1):.0f}%)",
         "compile_failures": raw["failures"],
         "min_tokens": {name: t.min_tokens for name, t in raw["compiled"].items()},
-        "fewest_non_degenerate": {
-            name: {"lower": f.lower, "upper": f.upper, "witness": f.witness}
-            for name, f in raw["fills"].items()
-        },
+        "fewest_non_degenerate": bounds_info(raw["fewest"]),
         "generation_seconds": round(raw["seconds"], 1),
         "sequences": len(raw["jobs"]),
         "quick": args.quick,

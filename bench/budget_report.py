@@ -98,7 +98,7 @@ def write_markdown(
     table: str,
     info: dict[str, Any],
     failures: list[dict],
-    rows: list[dict[str, Any]] | None = None,
+    rows: list[dict[str, Any]],
 ) -> None:
     failed = "\n".join(
         f"- `{name}`: {why}" for name, why in sorted(info["compile_failures"].items())
@@ -115,8 +115,8 @@ def write_markdown(
         if info.get("rescored")
         else ""
     )
-    arm = "graceful" if any(r["arm"] == "graceful" for r in rows or []) else "budget-aware"
-    floor = floors(rows or [], arm)
+    arm = "graceful" if any(r["arm"] == "graceful" for r in rows) else "budget-aware"
+    floor = floors(rows, arm)
     path.write_text(
         f"""# Budget table ({info["half"]} half): forward-only DFA vs budget-aware vs graceful
 
