@@ -92,7 +92,7 @@ class VllmServer:
         self.process: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
-        from gclm.server.model import embedded_model_dir
+        from gclm.server.engine.model_loader import embedded_model_dir
 
         python = vllm_python()
         if not python.exists():

@@ -278,7 +278,7 @@ def make_jobs(
 async def run_job(
     engine: Any, job: Job, policy: Any, done: list[int], total: int, started: float
 ) -> None:
-    from gclm.server.interface import (
+    from gclm.server.engine.protocol import (
         ErrorEvent,
         FinishEvent,
         GenerationRequest,
@@ -490,7 +490,7 @@ def rescore(path: Path, bench_count: int) -> tuple[list[dict[str, Any]], dict[st
     from gclm.compiler.compile import compile_constraint
     from gclm.compiler.constraint import Constraint
     from gclm.compiler.vocabulary import TokenVocabulary
-    from gclm.server.model import load_tokenizer
+    from gclm.server.engine.model_loader import load_tokenizer
 
     data = json.loads(path.read_text())
     records, info = data["outputs"], data["info"]

@@ -566,7 +566,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.workers < 1:
         raise SystemExit("--workers must be at least 1")
 
-    from gclm.server.model import load_tokenizer
+    from gclm.server.engine.model_loader import load_tokenizer
 
     vocab = TokenVocabulary.from_tokenizer(load_tokenizer(None))
     paths = find_schemas(args.schemas)[: args.limit]

@@ -36,9 +36,9 @@ from gclm.compiler.cache import TableCache
 from gclm.compiler.compile import compile_constraint
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.server.engine import DRAFT_TOKENS, BatchEngine
-from gclm.server.interface import FinishEvent, GenerationRequest, SamplingParams, TokenEvent
-from gclm.server.model import load_model
+from gclm.server.engine.model_loader import load_model
+from gclm.server.engine.protocol import FinishEvent, GenerationRequest, SamplingParams, TokenEvent
+from gclm.server.engine.transformers.engine import DRAFT_TOKENS, BatchEngine
 
 STR = {"type": "string", "maxLength": 40}
 

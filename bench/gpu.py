@@ -30,8 +30,8 @@ from gclm.compiler.compile import compile_constraint
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.masking import allocate_bitmask, apply_bitmask
-from gclm.server.engine import BatchEngine
-from gclm.server.interface import FinishEvent, GenerationRequest, SamplingParams
+from gclm.server.engine.protocol import FinishEvent, GenerationRequest, SamplingParams
+from gclm.server.engine.transformers.engine import BatchEngine
 
 SCHEMAS = [
     {

@@ -74,7 +74,7 @@ def load_vocab(tokenizer: str | None, synthetic: bool) -> tuple[TokenVocabulary,
     """The vocabulary of `tokenizer` (a hub id or directory; None: the embedded model's), or,
     with `synthetic`, a GPT-2-like one of the same size made of random words."""
     if not synthetic:
-        from gclm.server.model import load_tokenizer
+        from gclm.server.engine.model_loader import load_tokenizer
 
         return TokenVocabulary.from_tokenizer(load_tokenizer(tokenizer)), "real"
     rng, words = np.random.default_rng(0), dict[bytes, None]()

@@ -201,7 +201,7 @@ def tight_budget() -> int:
     from gclm.compiler.compile import compile_constraint
     from gclm.compiler.constraint import Constraint
     from gclm.compiler.vocabulary import TokenVocabulary
-    from gclm.server.model import load_tokenizer
+    from gclm.server.engine.model_loader import load_tokenizer
 
     vocab = TokenVocabulary.from_tokenizer(load_tokenizer(None))
     return compile_constraint(Constraint.json_schema(SCHEMA), vocab).min_tokens + 4

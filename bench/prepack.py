@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
-from gclm.server.cpu_linear import pack_linears
-from gclm.server.kv_store import KVStore
-from gclm.server.model import load_model
+from gclm.server.engine.model_loader import load_model
+from gclm.server.engine.transformers.cpu_linear import pack_linears
+from gclm.server.engine.transformers.kv_store import KVStore
 
 BATCHES = (1, 8, 32)
 

@@ -32,12 +32,12 @@ import torch
 from transformers import RepetitionPenaltyLogitsProcessor
 
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.server.interface import GenerationRequest, SamplingParams
-from gclm.server.kv_store import KVStore
-from gclm.server.logprobs import TokenNames, token_logprobs
-from gclm.server.model import load_model
-from gclm.server.penalties import apply_penalties
-from gclm.server.sampling import sample
+from gclm.server.engine.model_loader import load_model
+from gclm.server.engine.protocol import GenerationRequest, SamplingParams
+from gclm.server.engine.transformers.kv_store import KVStore
+from gclm.server.engine.transformers.logprobs import TokenNames, token_logprobs
+from gclm.server.engine.transformers.penalties import apply_penalties
+from gclm.server.engine.transformers.sampling import sample
 
 PROMPT, GENERATED = 256, 128
 

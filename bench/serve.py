@@ -217,7 +217,7 @@ class Generate:
     def __init__(self, plan: Plan) -> None:
         import torch
 
-        from gclm.server.model import load_model
+        from gclm.server.engine.model_loader import load_model
 
         loaded = load_model(None, device="cpu")
         self.model, self.tokenizer = loaded.model, loaded.tokenizer
@@ -320,7 +320,8 @@ def bench(
 
 
 def server_threads(requested: int | None) -> int:
-    """The intra-op threads the server runs with (see server/engine.py `_leave_a_core`)."""
+    """The intra-op threads the server runs with (see `_leave_a_core`
+    in server/engine/transformers/engine.py)."""
     import torch
 
     if requested is not None:

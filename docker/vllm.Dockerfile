@@ -47,7 +47,7 @@ COPY compiler ./compiler
 COPY masking ./masking
 RUN python3 -m pip install --no-deps . \
     && rm -rf build ./*.egg-info \
-    && python3 -c "import gclm.masking.vllm, gclm.server.vllm_engine"
+    && python3 -c "import gclm.masking.vllm, gclm.server.engine.vllm"
 
 USER 10001:10001
 VOLUME /cache

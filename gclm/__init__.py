@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from gclm.compiler.compile import compile_constraint
     from gclm.compiler.constraint import Constraint, parse_constraint
     from gclm.masking.hf import HFConstraint, create_constraint
-    from gclm.server.model import load_model
+    from gclm.server.engine.model_loader import load_model
 
 __all__ = [
     "AuthenticationError",
@@ -69,7 +69,7 @@ __all__ = [
 _LAZY = {
     "Constraint": "gclm.compiler.constraint",
     "parse_constraint": "gclm.compiler.constraint",
-    "load_model": "gclm.server.model",
+    "load_model": "gclm.server.engine.model_loader",
     "compile_constraint": "gclm.compiler.compile",
     "HFConstraint": "gclm.masking.hf",
     "create_constraint": "gclm.masking.hf",

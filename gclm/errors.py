@@ -14,7 +14,7 @@
     ├── ModelLoadError             500  the model or tokenizer could not be loaded
     └── InternalError              500  an invariant broke (an empty mask, a disallowed token)
 
-Each message says what was wrong and how to fix it. `gclm/server/http_errors.py` turns these
+Each message says what was wrong and how to fix it. `server/http/errors.py` turns these
 into OpenAI-shaped HTTP errors; the CLI prints `message` on one line. A ConstraintError's
 `param` is where in the constraint the problem is (None: the whole); the HTTP layer prefixes
 it with the request field the constraint came from.

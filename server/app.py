@@ -2,10 +2,10 @@
 
     app = create_app(engine, ServerSettings.from_env())
 
-One generation request flows: parse and refuse what gclm cannot honour (protocol, or
-responses_api for /v1/responses) -> constraint -> `engine.compile` -> budget check -> one
-`engine.submit` per choice -> events merged per request (streaming) -> JSON body or
-Server-Sent Events (a Renderer: responses.py, responses_render.py). The three generating
+One generation request flows: parse and refuse what gclm cannot honour (openai/protocol.py, or
+openai/responses/protocol.py for /v1/responses) -> constraint -> `engine.compile` -> budget
+check -> one `engine.submit` per choice -> events merged per request (streaming) -> JSON body or
+Server-Sent Events (a Renderer: openai/render.py, openai/responses/render.py). The three generating
 endpoints share that path; they differ only in their request model and their renderer. A client that
 disconnects, streaming or not, has its sequences cancelled at once.
 """
@@ -30,20 +30,26 @@ from gclm.errors import (
     ModelNotFoundError,
 )
 from gclm.masking import check_budget
-from gclm.server.constraints import ConstraintSpec, constraint_spec, with_param
-from gclm.server.http_errors import as_gclm_error, install_error_handlers
-from gclm.server.interface import (
+from gclm.server.engine.protocol import (
     Engine,
     FinishEvent,
     GenerationRequest,
     Handle,
     TokenEvent,
 )
-from gclm.server.limits import BodySizeLimit
-from gclm.server.metrics import Metrics, RequestCounter
-from gclm.server.openapi import document
-from gclm.server.protocol import ChatCompletionRequest, CompletionRequest, GenerationBody
-from gclm.server.responses import (
+from gclm.server.http.body_limit import BodySizeLimit
+from gclm.server.http.errors import as_gclm_error, install_error_handlers
+from gclm.server.http.metrics import Metrics, RequestCounter
+from gclm.server.http.openapi import document
+from gclm.server.http.streaming import (
+    Choices,
+    ClientDisconnected,
+    EventStreamResponse,
+    until_disconnected,
+)
+from gclm.server.openai.constraint_spec import ConstraintSpec, constraint_spec, with_param
+from gclm.server.openai.protocol import ChatCompletionRequest, CompletionRequest, GenerationBody
+from gclm.server.openai.render import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatRenderer,
@@ -55,17 +61,11 @@ from gclm.server.responses import (
     Renderer,
     Usage,
 )
-from gclm.server.responses_api import ResponsesRequest
-from gclm.server.responses_render import ResponseBody, ResponseEvent, ResponsesRenderer
+from gclm.server.openai.responses.protocol import ResponsesRequest
+from gclm.server.openai.responses.render import ResponseBody, ResponseEvent, ResponsesRenderer
+from gclm.server.openai.tools.calls import ToolChatRenderer
+from gclm.server.openai.tools.prompt import prompt_messages
 from gclm.server.settings import ServerSettings
-from gclm.server.streaming import (
-    Choices,
-    ClientDisconnected,
-    EventStreamResponse,
-    until_disconnected,
-)
-from gclm.server.tool_calls import ToolChatRenderer
-from gclm.server.tools import prompt_messages
 
 # Not an HTTP status anyone reads (the client has gone); nginx's "client closed request",
 # so that /metrics tells disconnects apart from answers.

@@ -130,7 +130,7 @@ def _compile(args: argparse.Namespace) -> int:
     from gclm.compiler.pool import CompilerPool
     from gclm.compiler.vocabulary import TokenVocabulary
     from gclm.compiler.worker import CompileLimits
-    from gclm.server.model import load_tokenizer
+    from gclm.server.engine.model_loader import load_tokenizer
 
     logging.getLogger().setLevel(logging.WARNING)
     constraint = _constraint(args)

@@ -14,7 +14,7 @@ from gclm.compiler.pool import START_TIMEOUT_S, CompilerPool
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.compiler.worker import CompileLimits
 from gclm.masking.masks import table_memory
-from gclm.server.engine import DRAFT_TOKENS, BatchEngine
+from gclm.server.engine.transformers.engine import DRAFT_TOKENS, BatchEngine
 from gclm.server.settings import ServerSettings
 
 log = logging.getLogger("gclm.server")
@@ -25,7 +25,7 @@ def build_engine(settings: ServerSettings) -> tuple[Any, CompilerPool]:
     `engine="vllm"`, prepare the vLLM engine; its `start()` runs on the serving loop)."""
     if settings.engine == "vllm":
         return build_vllm_engine(settings)
-    from gclm.server.model import load_model
+    from gclm.server.engine.model_loader import load_model
 
     started = time.perf_counter()
     loaded = load_model(
@@ -84,8 +84,12 @@ def build_vllm_engine(settings: ServerSettings) -> tuple[Any, CompilerPool]:
     """gclm's API over vLLM: the tokenizer, vocabulary and table cache here, the model in
     vLLM's engine processes."""
     from gclm.errors import ModelLoadError
-    from gclm.server.model import EMBEDDED_MODEL_ID, embedded_model_dir, load_tokenizer
-    from gclm.server.vllm_engine import VllmEngine, VllmOptions, configure_cpu_defaults
+    from gclm.server.engine.model_loader import (
+        EMBEDDED_MODEL_ID,
+        embedded_model_dir,
+        load_tokenizer,
+    )
+    from gclm.server.engine.vllm import VllmEngine, VllmOptions, configure_cpu_defaults
 
     if importlib.util.find_spec("vllm") is None:
         raise ModelLoadError(

@@ -17,7 +17,7 @@ from gclm.compiler.vocabulary import TokenVocabulary
 
 @pytest.fixture(scope="session")
 def embedded_tokenizer():
-    from gclm.server.model import load_tokenizer
+    from gclm.server.engine.model_loader import load_tokenizer
 
     return load_tokenizer(None)
 

@@ -1,7 +1,7 @@
 """The narrow seam between HTTP and generation: submit, stream, cancel.
 
-`server/app.py` talks only to an `Engine`. The real one (`server/engine.py`) batches
-sequences on a model; tests use a scripted fake with the same methods.
+`server/app.py` talks only to an `Engine`. The real ones (`engine/transformers/engine.py`,
+`engine/vllm.py`) batch sequences on a model; tests use a scripted fake with the same methods.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import GclmError, InternalError, InvalidRequestError, QueueFullError
 from gclm.masking import ConstraintState, check_budget, mask_table
-from gclm.server.interface import (
+from gclm.server.engine.protocol import (
     ErrorEvent,
     FinishEvent,
     GenerationRequest,
@@ -119,7 +119,7 @@ class VllmRequest:
 
 
 class VllmEngine:
-    """Implements server.interface.Engine on vLLM's AsyncLLM. Call `await start()` on the
+    """Implements gclm.server.engine.protocol.Engine on vLLM's AsyncLLM. Call `await start()` on the
     serving event loop before the first request."""
 
     def __init__(

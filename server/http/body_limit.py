@@ -11,7 +11,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gclm.errors import RequestTooLargeError
-from gclm.server.http_errors import RejectionHook, error_response
+from gclm.server.http.errors import RejectionHook, error_response
 
 
 class BodySizeLimit:

@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gclm.server.interface import Engine
+from gclm.server.engine.protocol import Engine
 
 logger = logging.getLogger("gclm.server")
 

@@ -20,8 +20,8 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gclm.errors import InternalError
-from gclm.server.http_errors import gclm_error_body
-from gclm.server.interface import Engine, ErrorEvent, FinishEvent, Handle, StreamEvent
+from gclm.server.engine.protocol import Engine, ErrorEvent, FinishEvent, Handle, StreamEvent
+from gclm.server.http.errors import gclm_error_body
 
 T = TypeVar("T")
 

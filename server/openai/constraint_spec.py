@@ -4,7 +4,7 @@ A constraint comes from exactly one of: `response_format` (json_object / json_sc
 `structured_outputs` extension ({json | regex | choice, budget_aware}), or vLLM's older
 `guided_json` / `guided_regex` / `guided_choice`; on the Responses API, from `text.format`
 (json_object / json_schema with `name`, `schema`, `strict` at its top level); on chat, from
-`tools` when `tool_choice` allows calls (server/tools.py). Each is read
+`tools` when `tool_choice` allows calls (server/openai/tools/prompt.py). Each is read
 by the one constraint parser, `gclm.compiler.constraint.parse_constraint`. Errors name the
 parameter the constraint came from, e.g. `structured_outputs.regex`, both when the
 constraint is malformed here and when the engine fails to compile it.
@@ -19,8 +19,8 @@ from typing import Any
 
 from gclm.compiler.constraint import STRUCTURED_KEYS, Constraint, parse_constraint
 from gclm.errors import ConstraintError, InvalidRequestError
-from gclm.server.protocol import GenerationBody, ResponseFormat, StructuredOutputs
-from gclm.server.responses_api import TextFormat
+from gclm.server.openai.protocol import GenerationBody, ResponseFormat, StructuredOutputs
+from gclm.server.openai.responses.protocol import TextFormat
 
 
 @dataclass(frozen=True)
@@ -95,8 +95,8 @@ _READERS: dict[str, Callable[[Any], tuple[dict[str, Any], bool]]] = {
     "guided_json": lambda v: ({"json": v}, True),
     "guided_regex": lambda v: ({"regex": v}, True),
     "guided_choice": lambda v: ({"choice": v}, True),
-    # A tool plan's regex (server/tools.py); a function whose parameters cannot compile
-    # raises here, naming tools[i].function.parameters.
+    # A tool plan's regex (server/openai/tools/prompt.py); a function whose parameters cannot
+    # compile raises here, naming tools[i].function.parameters.
     "tools": lambda plan: ({"regex": plan.regex()}, True),
 }
 

@@ -8,10 +8,10 @@ we do not know) is a 400 that names it. It is never dropped silently.
 
 `SamplingFields` holds what every generating endpoint shares (temperature, top_p, seed,
 penalties, logit_bias) and turns it into the engine's `SamplingParams`; the Responses API
-(`server/responses_api.py`) reuses it.
+(`server/openai/responses/protocol.py`) reuses it.
 
 The constraint fields (`response_format`, `structured_outputs`, `guided_*`) are only parsed
-here; `server/constraints.py` decides which constraint they ask for.
+here; `server/openai/constraint_spec.py` decides which constraint they ask for.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from pydantic import (
 from typing_extensions import Self
 
 from gclm.errors import InvalidRequestError, quote
-from gclm.server.interface import SamplingParams
-from gclm.server.tools import (
+from gclm.server.engine.protocol import SamplingParams
+from gclm.server.openai.tools.prompt import (
     NamedToolChoice,
     ToolCallIn,
     ToolChoice,
@@ -47,7 +47,7 @@ JsonSchema = dict[str, Any] | StrictBool  # strict: 0 and "true" are not schemas
 
 SEED_MIN, SEED_MAX = -(1 << 63), (1 << 63) - 1
 
-# What the "before" validators below accept, for the OpenAPI document (server/openapi.py).
+# What the "before" validators below accept, for the OpenAPI document (server/http/openapi.py).
 _TEXT = {"type": "string", "minLength": 1}
 _TOKENS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
 _STOP_SCHEMA = {"anyOf": [_TEXT, {"type": "array", "items": _TEXT}, {"type": "null"}]}
@@ -463,7 +463,7 @@ class ChatCompletionRequest(OpenAIRequest):
 
     @cached_property
     def tool_plan(self) -> ToolPlan | None:
-        """What the tools ask of the output (None: no tools); see server/tools.py."""
+        """What the tools ask of the output (None: no tools); see server/openai/tools/prompt.py."""
         return tool_plan(self.tools, self.tool_choice, self.parallel_tool_calls)
 
     def constraint_sources(self) -> dict[str, Any]:

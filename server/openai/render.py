@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, SerializeAsAny
 
-from gclm.server.interface import TokenLogprob
-from gclm.server.streaming import DONE, sse, sse_error
+from gclm.server.engine.protocol import TokenLogprob
+from gclm.server.http.streaming import DONE, sse, sse_error
 
 
 class Usage(BaseModel):

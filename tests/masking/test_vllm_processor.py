@@ -20,7 +20,7 @@ from vllm import SamplingParams  # noqa: E402
 from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality  # noqa: E402
 
 from gclm.masking import vllm as gv  # noqa: E402
-from gclm.server.model import embedded_model_dir  # noqa: E402
+from gclm.server.engine.model_loader import embedded_model_dir  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 

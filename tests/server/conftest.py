@@ -42,8 +42,8 @@ def float32_engine(embedded_vocab):
     slots; one per draft count, sharing the model and a table cache, shut down at the end."""
     from gclm.compiler.cache import TableCache
     from gclm.compiler.compile import compile_constraint
-    from gclm.server.engine import BatchEngine
-    from gclm.server.model import load_model
+    from gclm.server.engine.model_loader import load_model
+    from gclm.server.engine.transformers.engine import BatchEngine
 
     loaded = load_model(None, device="cpu", dtype="float32")
     cache = TableCache(lambda c: compile_constraint(c, embedded_vocab), embedded_vocab.fingerprint)

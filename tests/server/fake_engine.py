@@ -22,7 +22,7 @@ import numpy as np
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.tables import CompiledTable, build_table
 from gclm.errors import ConstraintError, QueueFullError
-from gclm.server.interface import (
+from gclm.server.engine.protocol import (
     ErrorEvent,
     FinishEvent,
     GenerationRequest,
@@ -91,7 +91,7 @@ class FakeHandle:
 
 
 class FakeEngine:
-    """Implements server.interface.Engine from a script.
+    """Implements gclm.server.engine.protocol.Engine from a script.
 
     Args:
         script: tokens per request (default: multi-byte free text, or JSON when constrained).

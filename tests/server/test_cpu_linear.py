@@ -7,12 +7,19 @@ import pytest
 import torch
 from torch import nn
 
-from gclm.server.cpu_linear import PackedLinear, pack_linears
+from gclm.server.engine.model_loader import cpu_has_bf16
+from gclm.server.engine.transformers.cpu_linear import PackedLinear, pack_linears
 
 pytestmark = pytest.mark.skipif(
     not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN"
 )
+# oneDNN's bf16 reorder needs AVX512 (BW/VL/DQ) or AVX-NE-CONVERT; elsewhere packing is off.
+needs_bf16_cpu = pytest.mark.skipif(
+    not cpu_has_bf16(), reason="this CPU has no bfloat16 instructions: pack_linears packs nothing"
+)
 
+
+@needs_bf16_cpu
 
 @torch.no_grad()
 def test_packed_bfloat16_model_gives_the_same_logits(tiny_llama):

@@ -26,7 +26,7 @@ import httpx
 import pytest
 import yaml  # a dependency of transformers and huggingface_hub
 
-from gclm.server.model import EMBEDDED_MODEL_ID
+from gclm.server.engine.model_loader import EMBEDDED_MODEL_ID
 from gclm.server.settings import default_cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]

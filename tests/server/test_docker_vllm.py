@@ -22,7 +22,7 @@ import httpx
 import pytest
 from test_docker import CACHE_VOLUME, ROOT, Dockerfile, _dockerignored, _free_port
 
-from gclm.server.model import EMBEDDED_MODEL_ID
+from gclm.server.engine.model_loader import EMBEDDED_MODEL_ID
 from gclm.server.settings import default_cache_dir
 
 VLLM_DOCKERFILE = ROOT / "docker" / "vllm.Dockerfile"

@@ -16,7 +16,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from gclm.server.model import load_tokenizer
+from gclm.server.engine.model_loader import load_tokenizer
 
 pytestmark = pytest.mark.e2e
 

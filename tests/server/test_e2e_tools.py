@@ -18,8 +18,8 @@ import pytest
 from e2e_server import GclmServer
 from test_e2e_responses import Person
 
-from gclm.server.model import load_tokenizer
-from gclm.server.tools import OPENER
+from gclm.server.engine.model_loader import load_tokenizer
+from gclm.server.openai.tools.prompt import OPENER
 
 pytestmark = pytest.mark.e2e
 

@@ -11,9 +11,9 @@ import torch
 
 from bench.drafts import generate
 from gclm.compiler.constraint import Constraint
-from gclm.server.engine import BatchEngine
-from gclm.server.interface import GenerationRequest, SamplingParams, TokenEvent
-from gclm.server.kv_store import KVStore
+from gclm.server.engine.protocol import GenerationRequest, SamplingParams, TokenEvent
+from gclm.server.engine.transformers.engine import BatchEngine
+from gclm.server.engine.transformers.kv_store import KVStore
 
 SCHEMA = {
     "type": "object",

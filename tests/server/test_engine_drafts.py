@@ -10,8 +10,8 @@ import torch
 
 from bench.drafts import generate
 from gclm.compiler.constraint import Constraint
-from gclm.server.engine import BatchEngine
-from gclm.server.interface import GenerationRequest, SamplingParams
+from gclm.server.engine.protocol import GenerationRequest, SamplingParams
+from gclm.server.engine.transformers.engine import BatchEngine
 
 SCHEMA = {
     "type": "object",

@@ -15,8 +15,8 @@ from gclm.compiler.cache import TableCache
 from gclm.compiler.compile import compile_constraint
 from gclm.compiler.constraint import Constraint
 from gclm.masking.state import ConstraintState
-from gclm.server.engine import BatchEngine
-from gclm.server.interface import FinishEvent, GenerationRequest, SamplingParams, TokenEvent
+from gclm.server.engine.protocol import FinishEvent, GenerationRequest, SamplingParams, TokenEvent
+from gclm.server.engine.transformers.engine import BatchEngine
 
 
 @pytest.fixture(scope="module")

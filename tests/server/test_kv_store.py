@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import LlamaForCausalLM
 
-import gclm.server.kv_store as kv_store
-from gclm.server.kv_store import KVStore, kv_bytes_per_token, plan_slots
+import gclm.server.engine.transformers.kv_store as kv_store
+from gclm.server.engine.transformers.kv_store import KVStore, kv_bytes_per_token, plan_slots
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from harness import http_client, openai_client
 
 from gclm.errors import QUOTE_LIMIT
 from gclm.server.app import create_app
-from gclm.server.protocol import SEED_MAX, SEED_MIN
+from gclm.server.openai.protocol import SEED_MAX, SEED_MIN
 from gclm.server.settings import ServerSettings
 
 pytestmark = pytest.mark.anyio
@@ -49,7 +49,7 @@ async def test_seed_range_edges_reach_torch_without_overflow(
             assert response.status_code == 200
     seeds = [r.params.seed for r in engine.submits]
     assert min(seeds) == SEED_MIN and max(seeds) == SEED_MAX + 63
-    for seed in (min(seeds), max(seeds)):  # what server/sequence.py does with them
+    for seed in (min(seeds), max(seeds)):  # what the engine's Sequence does with them
         torch.Generator().manual_seed(seed)
 
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
-from gclm.server.interface import GenerationRequest, SamplingParams, TokenLogprob
-from gclm.server.logprobs import TokenNames, token_logprobs, token_text
-from gclm.server.responses import CompletionLogprobs
+from gclm.server.engine.protocol import GenerationRequest, SamplingParams, TokenLogprob
+from gclm.server.engine.transformers.logprobs import TokenNames, token_logprobs, token_text
+from gclm.server.openai.render import CompletionLogprobs
 
 INF = float("inf")
 NAMES = TokenNames([b"a", b"b", "é".encode()[:1], None, "é".encode()], lambda i: f"<special{i}>")

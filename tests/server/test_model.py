@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import gclm.server.model as model_module
+import gclm.server.engine.model_loader as model_module
 from gclm.errors import ModelLoadError
-from gclm.server.model import (
+from gclm.server.engine.model_loader import (
     EMBEDDED_MODEL_ID,
     LoadedModel,
     default_cache_dir,

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, settings
 from schemathesis import checks
 
 from gclm.server.app import create_app
-from gclm.server.protocol import ChatCompletionRequest, CompletionRequest
-from gclm.server.responses_api import ResponsesRequest
+from gclm.server.openai.protocol import ChatCompletionRequest, CompletionRequest
+from gclm.server.openai.responses.protocol import ResponsesRequest
 from gclm.server.settings import ServerSettings
 
 APP = create_app(FakeEngine(), ServerSettings())

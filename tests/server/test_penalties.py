@@ -11,8 +11,8 @@ from fake_engine import tiny_table
 
 from gclm.masking import allocate_bitmask, apply_bitmask, fill_bitmask
 from gclm.masking.state import ConstraintState
-from gclm.server.interface import GenerationRequest, SamplingParams
-from gclm.server.penalties import apply_penalties
+from gclm.server.engine.protocol import GenerationRequest, SamplingParams
+from gclm.server.engine.transformers.penalties import apply_penalties
 
 V = 8
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gclm.server.interface import SamplingParams
-from gclm.server.sampling import sample
+from gclm.server.engine.protocol import SamplingParams
+from gclm.server.engine.transformers.sampling import sample
 
 
 @dataclass

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.server.interface import (
+from gclm.server.engine.protocol import (
     FinishEvent,
     GenerationRequest,
     SamplingParams,
@@ -16,7 +16,7 @@ from gclm.server.interface import (
     TokenEvent,
     TokenLogprob,
 )
-from gclm.server.sequence import Sequence
+from gclm.server.engine.transformers.sequence import Sequence
 
 pytestmark = pytest.mark.anyio
 

@@ -20,10 +20,9 @@ from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import QUOTE_LIMIT, InvalidRequestError
 from gclm.masking import ConstraintState
 from gclm.server.app import create_app
-from gclm.server.model import load_tokenizer
-from gclm.server.settings import ServerSettings
-from gclm.server.tool_calls import CallReader
-from gclm.server.tools import (
+from gclm.server.engine.model_loader import load_tokenizer
+from gclm.server.openai.tools.calls import CallReader
+from gclm.server.openai.tools.prompt import (
     OPENER,
     NamedToolChoice,
     ToolDef,
@@ -31,6 +30,7 @@ from gclm.server.tools import (
     prompt_messages,
     tool_plan,
 )
+from gclm.server.settings import ServerSettings
 
 pytestmark = pytest.mark.anyio
 

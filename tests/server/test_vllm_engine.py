@@ -17,15 +17,15 @@ from gclm.compiler.compile import compile_constraint
 from gclm.compiler.constraint import Constraint
 from gclm.errors import InternalError, InvalidRequestError, QueueFullError
 from gclm.masking import ConstraintState
-from gclm.server.interface import (
+from gclm.server.engine.protocol import (
     ErrorEvent,
     FinishEvent,
     GenerationRequest,
     SamplingParams,
     TokenEvent,
 )
+from gclm.server.engine.vllm import VllmEngine, VllmOptions, VllmRequest
 from gclm.server.settings import ServerSettings
-from gclm.server.vllm_engine import VllmEngine, VllmOptions, VllmRequest
 
 
 def test_options_refuse_bad_values() -> None:

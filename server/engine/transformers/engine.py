@@ -14,7 +14,7 @@ the cache may take (`plan_slots`). A row normally feeds its last sampled token; 
 constraint forces the text ahead also feeds the drafted tokens of it (masking/drafts.py),
 and keeps each one it samples itself from the logits before it: a forced key costs one
 forward pass, not one per token, and the output is the one stepping one token at a time
-gives. On the CPU, bfloat16 weights are prepacked for oneDNN once (server/cpu_linear.py).
+gives. On the CPU, bfloat16 weights are prepacked for oneDNN once (cpu_linear.py).
 """
 
 from __future__ import annotations
@@ -49,13 +49,13 @@ from gclm.masking import (
 from gclm.masking.drafts import Drafter
 from gclm.masking.graceful import GracefulPolicy
 from gclm.masking.policy import BudgetPolicy
-from gclm.server.cpu_linear import pack_linears
-from gclm.server.interface import GenerationRequest, StreamEvent, until_done
-from gclm.server.kv_store import KVStore, plan_slots
-from gclm.server.logprobs import TokenNames, token_logprobs
-from gclm.server.penalties import apply_penalties
-from gclm.server.sampling import sample
-from gclm.server.sequence import Sequence
+from gclm.server.engine.protocol import GenerationRequest, StreamEvent, until_done
+from gclm.server.engine.transformers.cpu_linear import pack_linears
+from gclm.server.engine.transformers.kv_store import KVStore, plan_slots
+from gclm.server.engine.transformers.logprobs import TokenNames, token_logprobs
+from gclm.server.engine.transformers.penalties import apply_penalties
+from gclm.server.engine.transformers.sampling import sample
+from gclm.server.engine.transformers.sequence import Sequence
 
 log = logging.getLogger("gclm.engine")
 
@@ -72,7 +72,7 @@ PASS_POSITIONS = 16
 
 
 class BatchEngine:
-    """Implements server.interface.Engine on a transformers causal LM."""
+    """Implements gclm.server.engine.protocol.Engine on a transformers causal LM."""
 
     def __init__(
         self,

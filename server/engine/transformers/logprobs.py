@@ -15,7 +15,7 @@ from typing import Protocol
 
 import torch
 
-from gclm.server.interface import GenerationRequest, TokenLogprob
+from gclm.server.engine.protocol import GenerationRequest, TokenLogprob
 
 
 class _Row(Protocol):

@@ -20,7 +20,7 @@ from typing import Protocol
 
 import torch
 
-from gclm.server.interface import GenerationRequest
+from gclm.server.engine.protocol import GenerationRequest
 
 
 class _Row(Protocol):

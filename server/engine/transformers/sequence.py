@@ -10,8 +10,7 @@ import torch
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import GclmError
 from gclm.masking import ConstraintState
-from gclm.server.detokenize import TextStream
-from gclm.server.interface import (
+from gclm.server.engine.protocol import (
     ErrorEvent,
     FinishEvent,
     GenerationRequest,
@@ -19,6 +18,7 @@ from gclm.server.interface import (
     TokenEvent,
     TokenLogprob,
 )
+from gclm.server.engine.transformers.detokenize import TextStream
 
 
 @dataclass(eq=False)

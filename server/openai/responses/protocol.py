@@ -29,7 +29,7 @@ from pydantic import (
 )
 from typing_extensions import Self
 
-from gclm.server.protocol import MAX_TOP_LOGPROBS, SamplingFields, _nullable
+from gclm.server.openai.protocol import MAX_TOP_LOGPROBS, SamplingFields, _nullable
 
 # The `include` value that asks for logprobs; other values name data gclm never produces
 # (reasoning, tool results), so they change nothing and are accepted.
@@ -66,7 +66,7 @@ class TextConfig(_Strict):
     verbosity: Literal["medium"] | None = None
 
 
-# What the "before" validators below accept, for the OpenAPI document (server/openapi.py).
+# What the "before" validators below accept, for the OpenAPI document (server/http/openapi.py).
 _PARTS_SCHEMA = {
     "type": "array",
     "items": {

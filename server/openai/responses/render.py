@@ -22,10 +22,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from gclm.server.http_errors import as_gclm_error
-from gclm.server.interface import TokenLogprob
-from gclm.server.responses import ChoiceOutput, Renderer, TopLogprob, Usage
-from gclm.server.responses_api import ResponsesRequest
+from gclm.server.engine.protocol import TokenLogprob
+from gclm.server.http.errors import as_gclm_error
+from gclm.server.openai.render import ChoiceOutput, Renderer, TopLogprob, Usage
+from gclm.server.openai.responses.protocol import ResponsesRequest
 
 
 class OutputTokenLogprob(TopLogprob):

@@ -1,6 +1,7 @@
 """Tool calling, the response side: the model's output read back as OpenAI tool calls.
 
-The output follows gclm's tool-call format (server/tools.py), enforced by the constraint:
+The output follows gclm's tool-call format (server/openai/tools/prompt.py), enforced by the
+constraint:
 
     <tool_call>[{"name": "f", "arguments": {...}}, {"name": "g", "arguments": {...}}]
 
@@ -22,8 +23,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from gclm.errors import InternalError
-from gclm.server.interface import TokenLogprob
-from gclm.server.responses import (
+from gclm.server.engine.protocol import TokenLogprob
+from gclm.server.openai.render import (
     AssistantMessage,
     ChatChoice,
     ChatChunkChoice,
@@ -33,7 +34,7 @@ from gclm.server.responses import (
     ChoiceOutput,
     Usage,
 )
-from gclm.server.tools import OPENER
+from gclm.server.openai.tools.prompt import OPENER
 
 
 class Function(BaseModel):
