@@ -12,7 +12,10 @@ timeout were answered at 10, 21, ... 63 s, since time in the queue did not count
   most `max_slow` compiles are demoted at once; past that a slow compile keeps its slot
   until its timeout.
 - The timeout bounds the whole wait: a compile is answered within `timeout_s` of its
-  submission, queue included. One stopped after less than half that in CPU time (it
+  submission, queue included; but not the pool's own start: a compile submitted before
+  any worker was ready is timed from when the first one is (a cold start, with numba's
+  cache to rebuild, took over 10 s inside vLLM's frontend), and waits at most
+  `start_timeout_s` for it. One stopped after less than half that in CPU time (it
   waited in the queue, or a loaded machine starved it) is a CompilerBusyError (429: it may
   well succeed later), not a CompileLimitError.
 - At most `queue_size` compiles wait for a worker; one more is a CompilerBusyError at once.
@@ -77,7 +80,7 @@ def default_workers() -> int:
 class _Job:
     constraint: Constraint
     future: Future[CompiledTable]
-    submitted: float
+    submitted: float  # when its timeout starts: submission, or the pool's first ready worker
     claimed: bool = False  # the future is RUNNING: no waiter can cancel it any more
 
     def claim(self) -> bool:
@@ -155,6 +158,8 @@ class CompilerPool:
         self._start_failures = 0
         self._broken: str | None = None
         self._ready = threading.Event()
+        self._started = time.monotonic()
+        self._serving = False  # a worker has been ready: compiles are timed from submission
         self._spawning = 0
         self._spawner = ThreadPoolExecutor(4, thread_name_prefix="gclm-compile-spawn")
         self._wake_r, self._wake_w = socket.socketpair()
@@ -302,6 +307,19 @@ class CompilerPool:
 
     def _expire(self, now: float, done: list) -> None:
         timeout = self.limits.timeout_s
+        if self._broken:
+            while self._jobs:
+                job = self._jobs.popleft()
+                if job.claim():
+                    done.append((job.future, CompileLimitError(self._broken)))
+        if not self._serving:  # the pool is starting: its start is not the compiles' time
+            if now - self._started > self.start_timeout_s:
+                while self._jobs:
+                    job = self._jobs.popleft()
+                    if job.claim():
+                        self.stats.busy += 1
+                        done.append((job.future, self._not_started(now - job.submitted)))
+            return
         while self._jobs and now - self._jobs[0].submitted >= timeout:
             job = self._jobs.popleft()
             if job.claim():
@@ -338,6 +356,14 @@ class CompilerPool:
                     now - proc.worker.started,
                 )
                 self._retire(proc)
+
+    def _not_started(self, waited: float) -> CompilerBusyError:
+        return CompilerBusyError(
+            f"The compiler is starting: no compile worker became ready in {waited:.3g} s. "
+            "Retry; if this persists, see the server log (a loaded machine or a low "
+            "--compile-memory).",
+            retry_after=self.slow_after_s,
+        )
 
     def _busy(self, waited: float) -> CompilerBusyError:
         return CompilerBusyError(
@@ -441,6 +467,11 @@ class CompilerPool:
         if kind == "ready":
             proc.worker.ready = True
             self._start_failures = 0
+            if not self._serving:
+                self._serving = True
+                now = time.monotonic()
+                for queued in self._jobs:  # their timeouts start now
+                    queued.submitted = now
             if sum(p.worker.ready for p in self._procs) >= self.workers + _RESERVE:
                 self._ready.set()
             return
@@ -479,7 +510,7 @@ class CompilerPool:
     def _next_event(self, now: float) -> float:
         """Seconds until a deadline or a demotion is due (at most 1 s)."""
         due = [now + 1.0]
-        if self._jobs:
+        if self._jobs and self._serving:
             due.append(self._jobs[0].submitted + self.limits.timeout_s)
         for proc in self._procs:
             if proc.job is not None:

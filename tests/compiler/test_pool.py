@@ -104,3 +104,33 @@ def test_pool_options_are_validated(embedded_vocab) -> None:
         CompilerPool(embedded_vocab, workers=0)
     with pytest.raises(ValueError, match="queue"):
         CompilerPool(embedded_vocab, workers=1, queue_size=-1)
+
+
+def test_a_compile_sent_while_the_pool_starts_is_not_charged_for_the_start(
+    embedded_vocab,
+) -> None:
+    # gclm's vLLM plugin builds its pool on the first request; a cold start (numba's cache
+    # rebuilt) took over 10 s there, and the first compiles were refused "compiler busy".
+    pool = CompilerPool(embedded_vocab, CompileLimits(timeout_s=0.2), workers=1, max_slow=0)
+    try:
+        future = pool.submit(SMALL)
+        assert not pool.wait_ready(0), "the pool was warm before the compile was sent"
+        table = future.result(timeout=120)
+    finally:
+        pool.close()
+    assert table.min_tokens >= 1
+
+
+
+def test_a_compile_queued_while_every_worker_fails_to_start_gets_the_reason(
+    embedded_vocab,
+) -> None:
+    # 256 MiB of address space is too little to load the compiler: each worker dies starting.
+    limits = CompileLimits(timeout_s=0.2, memory_bytes=256 << 20)
+    pool = CompilerPool(embedded_vocab, limits, workers=1, max_slow=0)
+    try:
+        error = pool.submit(SMALL).exception(timeout=120)
+    finally:
+        pool.close()
+    assert isinstance(error, CompileLimitError), error
+    assert "exited 3 times before they were ready" in error.message
