@@ -26,7 +26,11 @@ import numba as nb
 import numpy as np
 import outlines_core
 
+from gclm.compiler.numba_cache import cache_per_version
+
 OUTLINES_CORE_VERSION = "0.2.14"
+
+cache_per_version(__file__)
 
 
 @dataclass(frozen=True)

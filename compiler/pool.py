@@ -158,7 +158,6 @@ class CompilerPool:
         self._start_failures = 0
         self._broken: str | None = None
         self._ready = threading.Event()
-        self._started = time.monotonic()
         self._serving = False  # a worker has been ready: compiles are timed from submission
         self._spawning = 0
         self._spawner = ThreadPoolExecutor(4, thread_name_prefix="gclm-compile-spawn")
@@ -313,12 +312,11 @@ class CompilerPool:
                 if job.claim():
                     done.append((job.future, CompileLimitError(self._broken)))
         if not self._serving:  # the pool is starting: its start is not the compiles' time
-            if now - self._started > self.start_timeout_s:
-                while self._jobs:
-                    job = self._jobs.popleft()
-                    if job.claim():
-                        self.stats.busy += 1
-                        done.append((job.future, self._not_started(now - job.submitted)))
+            while self._jobs and now - self._jobs[0].submitted > self.start_timeout_s:
+                job = self._jobs.popleft()
+                if job.claim():
+                    self.stats.busy += 1
+                    done.append((job.future, self._not_started(now - job.submitted)))
             return
         while self._jobs and now - self._jobs[0].submitted >= timeout:
             job = self._jobs.popleft()
@@ -510,8 +508,9 @@ class CompilerPool:
     def _next_event(self, now: float) -> float:
         """Seconds until a deadline or a demotion is due (at most 1 s)."""
         due = [now + 1.0]
-        if self._jobs and self._serving:
-            due.append(self._jobs[0].submitted + self.limits.timeout_s)
+        if self._jobs:
+            wait = self.limits.timeout_s if self._serving else self.start_timeout_s
+            due.append(self._jobs[0].submitted + wait)
         for proc in self._procs:
             if proc.job is not None:
                 due.append(proc.job.submitted + self.limits.timeout_s)

@@ -16,7 +16,9 @@ output is refused by `validate_params`, which vLLM answers with a 400 naming the
 Where the work happens:
 - frontend (the API server's process): `validate_params` parses the constraint, compiles
   its table (in a worker process with a time limit, `CompilerPool`) and checks the budget;
-  the table lands in gclm's on-disk table cache (`$GCLM_CACHE_DIR/tables`).
+  the table lands in gclm's on-disk table cache (`$GCLM_CACHE_DIR/tables`). The compile
+  workers start when vLLM loads this module there (at start-up with the V2 runner, on the
+  first request with V1), and a compile is not charged for their start.
 - engine core / workers: `GclmLogitsProcessor` loads the same table from that cache (memory,
   then disk, then compiling it in process on a miss, e.g. on a node without the shared
   cache), follows each row's DFA state from its output tokens and masks its logits.
@@ -183,26 +185,57 @@ def table_source(tokenizer: str, *, revision: str | None = None, isolated: bool)
         return source
 
 
+def _served_tokenizer(frame: Any) -> tuple[str, str | None] | None:
+    """The served model's tokenizer (and revision), read from vLLM's InputProcessor (or any
+    caller holding a `model_config`) on the stack from `frame` up."""
+    for _ in range(16):
+        if frame is None:
+            break
+        config = getattr(frame.f_locals.get("self"), "model_config", None)
+        if config is not None and getattr(config, "tokenizer", None):
+            return str(config.tokenizer), config.tokenizer_revision
+        frame = frame.f_back
+    return None
+
+
 def _frontend_source() -> TableSource:
     """The frontend's TableSource: registered by gclm, else the served model's tokenizer,
     read from vLLM's InputProcessor (the caller of validate_params) on the stack."""
     if _FRONTEND:
         return _FRONTEND[0]
-    frame = sys._getframe(1)
-    for _ in range(12):
-        if frame is None:
-            break
-        owner = frame.f_locals.get("self")
-        config = getattr(owner, "model_config", None)
-        if config is not None and getattr(config, "tokenizer", None):
-            return table_source(
-                str(config.tokenizer), revision=config.tokenizer_revision, isolated=True
-            )
-        frame = frame.f_back
+    found = _served_tokenizer(sys._getframe(1))
+    if found is not None:
+        return table_source(found[0], revision=found[1], isolated=True)
     raise ValueError(
         "gclm could not find the served model's tokenizer to check the constraint; call "
         "gclm.masking.vllm.register_frontend() in the process that validates requests."
     )
+
+
+def _start_frontend_on_load() -> None:
+    """Build the frontend's TableSource (tokenizer, vocabulary, compile workers) in the
+    background as soon as vLLM's frontend loads this module, not on the first request.
+
+    The frontend is the process that validates requests: not a daemon (vLLM's engine
+    processes are, and cannot start compile workers) and called from an object that holds
+    the model config. vLLM's V2 runner loads processors at start-up, V1 on the first request;
+    either way the pool does not charge its start to a request (compiler/pool.py).
+    """
+    import multiprocessing
+
+    if multiprocessing.current_process().daemon:
+        return
+    found = _served_tokenizer(sys._getframe(1))
+    if found is None:
+        return
+
+    def build() -> None:
+        try:
+            table_source(found[0], revision=found[1], isolated=True)
+        except Exception:  # the first request rebuilds it and reports the error
+            log.exception("gclm could not prepare its compiler at load; retrying on first use")
+
+    threading.Thread(target=build, name="gclm-frontend-start", daemon=True).start()
 
 
 # --- the processor ---
@@ -328,3 +361,6 @@ def _as_dict(constraint: Constraint) -> dict[str, Any]:
     if constraint.kind == "regex":
         return {"regex": constraint.spec}
     return {"choice": json.loads(constraint.spec)}
+
+
+_start_frontend_on_load()

@@ -121,7 +121,6 @@ def test_a_compile_sent_while_the_pool_starts_is_not_charged_for_the_start(
     assert table.min_tokens >= 1
 
 
-
 def test_a_compile_queued_while_every_worker_fails_to_start_gets_the_reason(
     embedded_vocab,
 ) -> None:
@@ -134,3 +133,25 @@ def test_a_compile_queued_while_every_worker_fails_to_start_gets_the_reason(
         pool.close()
     assert isinstance(error, CompileLimitError), error
     assert "exited 3 times before they were ready" in error.message
+
+
+def test_while_no_worker_starts_each_compile_waits_the_start_timeout(
+    embedded_vocab, monkeypatch
+) -> None:
+    def no_worker(pool: CompilerPool) -> None:  # a machine too loaded to start one
+        with pool._lock:
+            pool._spawning -= 1
+
+    monkeypatch.setattr(CompilerPool, "_spawn", no_worker)
+    pool = CompilerPool(embedded_vocab, CompileLimits(timeout_s=0.1), workers=1, start_timeout_s=1)
+    try:
+        waits = []
+        for _ in range(2):
+            sent = time.monotonic()
+            error = pool.submit(SMALL).exception(timeout=30)
+            waits.append(time.monotonic() - sent)
+            assert isinstance(error, CompilerBusyError), error
+            assert "no compile worker became ready" in error.message
+    finally:
+        pool.close()
+    assert all(1.0 <= wait < 5.0 for wait in waits), waits

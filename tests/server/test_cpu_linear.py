@@ -20,7 +20,6 @@ needs_bf16_cpu = pytest.mark.skipif(
 
 
 @needs_bf16_cpu
-
 @torch.no_grad()
 def test_packed_bfloat16_model_gives_the_same_logits(tiny_llama):
     plain = tiny_llama(vocab_size=64).to(torch.bfloat16)
