@@ -139,10 +139,7 @@ def serve(settings: ServerSettings) -> None:
         # uvicorn re-raises SIGTERM after its own shutdown, so a `finally` around run()
         # never runs then; the lifespan's exit does.
         try:
-            start = getattr(engine, "start", None)
-            if start is not None:  # the vLLM engine starts on the serving loop
-                await start()
-                log.info("vLLM engine started")
+            await engine.start()  # on the serving loop (vLLM's AsyncLLM needs it)
             yield
         finally:
             engine.shutdown()

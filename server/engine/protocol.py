@@ -1,7 +1,9 @@
-"""The narrow seam between HTTP and generation: submit, stream, cancel.
+"""The narrow seam between HTTP and generation: start, submit, stream, cancel, health, shutdown.
 
 `server/app.py` talks only to an `Engine`. The real ones (`engine/transformers/engine.py`,
 `engine/vllm.py`) batch sequences on a model; tests use a scripted fake with the same methods.
+The engine owns its lifecycle: `server/launch.py` awaits `start()` on the serving loop and
+calls `shutdown()` at exit, and `check_health()` is how the app learns that it died.
 """
 
 from __future__ import annotations
@@ -120,6 +122,20 @@ class Handle(Protocol):
 
 class Engine(Protocol):
     model_id: str
+
+    async def start(self) -> None:
+        """Make the engine ready to serve; awaited once on the serving event loop, before
+        the first request."""
+        ...
+
+    def shutdown(self) -> None:
+        """Stop serving and free the engine's threads and processes. Idempotent."""
+        ...
+
+    def check_health(self) -> None:
+        """Return when the engine serves; raise EngineDeadError (503), saying why, once it
+        has died (its thread or its engine core gone). Cheap: GET /health calls it."""
+        ...
 
     async def compile(self, constraint: Constraint) -> CompiledTable:
         """Compile (or fetch from cache) a constraint for this engine's tokenizer.

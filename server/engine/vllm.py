@@ -29,7 +29,13 @@ from gclm.compiler.cache import TableCache
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.errors import GclmError, InternalError, InvalidRequestError, QueueFullError
+from gclm.errors import (
+    EngineDeadError,
+    GclmError,
+    InternalError,
+    InvalidRequestError,
+    QueueFullError,
+)
 from gclm.masking import ConstraintState, check_budget, mask_table
 from gclm.server.engine.protocol import (
     ErrorEvent,
@@ -148,6 +154,7 @@ class VllmEngine:
         )
         self._active: set[VllmRequest] = set()
         self._llm: Any = None
+        self._shut = False
         # validate_params in this process reads the tables this engine compiles.
         register_frontend(TableSource(vocab, cache))
 
@@ -157,6 +164,16 @@ class VllmEngine:
 
         self._llm = AsyncLLM.from_engine_args(self.options.engine_args())
         self.context_length = int(self._llm.model_config.max_model_len)
+
+    def check_health(self) -> None:
+        """Dead once vLLM's engine core has died (its `errored`: the core process gone or
+        its output loop ended), or once shut down; vLLM itself never recovers from either."""
+        if self._shut:
+            raise EngineDeadError("the engine was shut down")
+        if self._llm is None:
+            raise EngineDeadError("vLLM was never started: await engine.start() first")
+        if self._llm.errored:
+            raise EngineDeadError(f"vLLM's engine core died: {self._llm.dead_error!r}")
 
     # --- the Engine interface ---
 
@@ -190,8 +207,7 @@ class VllmEngine:
         return None
 
     def submit(self, request: GenerationRequest) -> VllmRequest:
-        if self._llm is None:
-            raise InternalError("The vLLM engine is not started yet.")
+        self.check_health()
         if not request.prompt_ids:
             raise InvalidRequestError("The prompt is empty.", param="prompt")
         if len(request.prompt_ids) + request.params.max_tokens > self.context_length:
@@ -239,6 +255,7 @@ class VllmEngine:
         from gclm.masking.vllm import register_frontend
 
         register_frontend(None)
+        self._shut = True
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None
@@ -321,11 +338,16 @@ class VllmEngine:
 
 
 def _as_gclm_error(e: Exception) -> GclmError:
-    """vLLM's request validation errors are the client's; anything else is ours."""
+    """vLLM's request validation errors are the client's; a dead engine core is a 503 (the
+    server must be restarted); anything else is ours."""
     try:
         from vllm.exceptions import VLLMValidationError
-    except ImportError:  # pragma: no cover - vLLM always has it where this engine runs
+        from vllm.v1.engine.exceptions import EngineDeadError as VllmEngineDead
+    except ImportError:  # pragma: no cover - vLLM always has them where this engine runs
         VLLMValidationError = ValueError  # noqa: N806
+        VllmEngineDead = RuntimeError  # noqa: N806
+    if isinstance(e, VllmEngineDead):
+        return EngineDeadError(f"vLLM's engine core died: {e!r}")
     if isinstance(e, VLLMValidationError | ValueError):
         return InvalidRequestError(str(e))
     return InternalError(f"Generation failed in vLLM: {e!r}")

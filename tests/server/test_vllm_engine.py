@@ -15,7 +15,7 @@ import pytest
 from gclm.compiler.cache import TableCache
 from gclm.compiler.compile import compile_constraint
 from gclm.compiler.constraint import Constraint
-from gclm.errors import InternalError, InvalidRequestError, QueueFullError
+from gclm.errors import EngineDeadError, InternalError, InvalidRequestError, QueueFullError
 from gclm.masking import ConstraintState
 from gclm.server.engine.protocol import (
     ErrorEvent,
@@ -110,6 +110,8 @@ class ScriptedLLM:
         self.steps = steps
         self.gate: asyncio.Event | None = None
         self.params: list[object] = []
+        self.errored = False  # AsyncLLM's: its engine core died
+        self.dead_error: BaseException = RuntimeError("EngineCore died")
 
     async def generate(self, prompt: dict, sampling: object, request_id: str):
         self.params.append(sampling)
@@ -223,3 +225,31 @@ def test_penalties_and_bias_pass_through_and_logprobs_are_refused(engine) -> Non
     with pytest.raises(InvalidRequestError, match="logprobs are not supported"):
         engine._sampling_params(GenerationRequest([1], params))  # type: ignore[arg-type]
     assert engine.budget_policy("graceful") is None
+
+
+@pytest.mark.vllm
+def test_a_dead_engine_core_fails_health_submits_and_running_requests(engine) -> None:
+    from vllm.v1.engine.exceptions import EngineDeadError as VllmEngineDead
+
+    class DyingLLM(ScriptedLLM):
+        async def generate(self, prompt: dict, sampling: object, request_id: str):
+            self.errored = True
+            raise VllmEngineDead()
+            yield  # an async generator, as AsyncLLM.generate is
+
+    engine._llm = DyingLLM([])
+    engine.check_health()  # alive until the core dies
+
+    async def run() -> list:
+        return await events(engine, engine.submit(GenerationRequest([1], SamplingParams(2))))
+
+    got = asyncio.run(run())
+    assert isinstance(got[-1], ErrorEvent) and isinstance(got[-1].error, EngineDeadError)
+    assert got[-1].error.status_code == 503
+    with pytest.raises(EngineDeadError, match="vLLM's engine core died"):
+        engine.check_health()
+    with pytest.raises(EngineDeadError):
+        engine.submit(GenerationRequest([1], SamplingParams(2)))
+    engine.shutdown()
+    with pytest.raises(EngineDeadError, match="shut down"):
+        engine.check_health()

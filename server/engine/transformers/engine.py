@@ -37,7 +37,13 @@ from gclm.compiler.constraint import Constraint
 from gclm.compiler.pool import CompilerPool
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.errors import GclmError, InternalError, InvalidRequestError, QueueFullError
+from gclm.errors import (
+    EngineDeadError,
+    GclmError,
+    InternalError,
+    InvalidRequestError,
+    QueueFullError,
+)
 from gclm.masking import (
     allocate_bitmask,
     apply_bitmask,
@@ -131,10 +137,20 @@ class BatchEngine:
         self._counts = {"forward_passes": 0, "tokens_sampled": 0, "draft_tokens_kept": 0}
         self._wake = threading.Condition()
         self._stopping = False
-        self._thread = threading.Thread(target=self._loop, name="gclm-engine", daemon=True)
+        self._dead: str | None = None  # why the engine thread died (check_health)
+        self._thread = threading.Thread(target=self._run, name="gclm-engine", daemon=True)
         self._thread.start()
 
     # --- the Engine interface (called from the event loop) ---
+
+    async def start(self) -> None:
+        """Nothing to do: the engine thread runs from construction."""
+
+    def check_health(self) -> None:
+        if self._dead is not None:
+            raise EngineDeadError(self._dead)
+        if self._stopping:
+            raise EngineDeadError("the engine was shut down")
 
     async def compile(self, constraint: Constraint) -> CompiledTable:
         loop = asyncio.get_running_loop()
@@ -212,7 +228,8 @@ class BatchEngine:
             loop=asyncio.get_running_loop(),
             vocab=self.vocab,
         )
-        with self._wake:
+        with self._wake:  # under the lock: the thread marks itself dead under it
+            self.check_health()
             if len(self._waiting) >= self.queue_size:
                 raise QueueFullError(self.queue_size, retry_after=1.0)
             self._waiting.append(seq)
@@ -252,6 +269,23 @@ class BatchEngine:
         self._lookups.shutdown(wait=False, cancel_futures=True)
 
     # --- the engine thread ---
+
+    def _run(self) -> None:
+        """The engine thread. `_loop` survives a failed step; what escapes it (the recovery
+        itself failing, a BaseException) ends the engine for good: every sequence, and every
+        later submit and health check, gets EngineDeadError, so that /health fails and a
+        supervisor restarts the server instead of it hanging or answering 500s forever."""
+        try:
+            self._loop()
+        except BaseException as e:
+            log.exception("the engine thread died")
+            with self._wake:
+                self._dead = f"engine thread failed: {e!r}"
+                orphans = [*self._waiting, *self._running]
+                self._waiting.clear()
+                self._running = []
+            for seq in orphans:
+                seq.fail(EngineDeadError(self._dead))
 
     def _loop(self) -> None:
         torch.set_grad_enabled(False)
