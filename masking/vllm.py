@@ -142,7 +142,7 @@ _LOCK = threading.Lock()
 
 def tables_dir() -> Path:
     """gclm's on-disk table cache, shared with `gclm serve`."""
-    from gclm.server.settings import default_cache_dir
+    from gclm.paths import default_cache_dir
 
     return default_cache_dir() / "tables"
 

@@ -20,13 +20,13 @@ import logging
 import os
 import uuid
 import weakref
-from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from gclm.compiler.cache import TableCache
 from gclm.compiler.constraint import Constraint
+from gclm.compiler.pool import CompilerPool
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import (
@@ -36,15 +36,17 @@ from gclm.errors import (
     InvalidRequestError,
     QueueFullError,
 )
-from gclm.masking import ConstraintState, check_budget, mask_table
+from gclm.masking import ConstraintState, mask_table
 from gclm.server.engine.protocol import (
+    EngineStats,
     ErrorEvent,
     FinishEvent,
     GenerationRequest,
     StreamEvent,
     TokenEvent,
-    until_done,
 )
+from gclm.server.engine.shared import TokenizerEngine
+from gclm.server.settings import check_vllm_options
 
 log = logging.getLogger("gclm.vllm")
 
@@ -69,21 +71,9 @@ class VllmOptions:
     enforce_eager: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("max_num_seqs", "tensor_parallel_size", "pipeline_parallel_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
-        if self.max_model_len is not None and self.max_model_len < 1:
-            raise ValueError(f"max_model_len must be at least 1, got {self.max_model_len}.")
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(
-                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}."
-            )
-        backends = ("mp", "ray", "uni", "external_launcher")
-        if self.distributed_executor_backend not in (None, *backends):
-            raise ValueError(
-                f"distributed_executor_backend must be one of {', '.join(backends)}, got "
-                f"{self.distributed_executor_backend!r}."
-            )
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be at least 1, got {self.max_num_seqs}.")
+        check_vllm_options(self)
 
     def engine_args(self) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -124,7 +114,7 @@ class VllmRequest:
             self.events.put_nowait(event)
 
 
-class VllmEngine:
+class VllmEngine(TokenizerEngine):
     """Implements gclm.server.engine.protocol.Engine on vLLM's AsyncLLM. Call `await start()` on the
     serving event loop before the first request."""
 
@@ -136,6 +126,7 @@ class VllmEngine:
         model_id: str,
         vocab: TokenVocabulary,
         cache: TableCache,
+        compiler: CompilerPool | None = None,
         queue_size: int = 64,
         compile_threads: int = 4,
     ):
@@ -146,6 +137,7 @@ class VllmEngine:
         self.model_id = model_id
         self.vocab = vocab
         self.cache = cache
+        self.compiler = compiler  # only read for /metrics: the cache submits to it
         self.queue_size = queue_size
         self.context_length = 0  # vLLM's max_model_len, known once started
         self._compile_pool = ThreadPoolExecutor(compile_threads, thread_name_prefix="gclm-compile")
@@ -188,19 +180,6 @@ class VllmEngine:
         mask_table(table)
         return table
 
-    def encode_prompt(self, prompt: str) -> list[int]:
-        return list(self.tokenizer.encode(prompt, add_special_tokens=True))
-
-    def render_chat(self, messages: list[dict[str, Any]]) -> str:
-        try:
-            return self.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
-            )
-        except Exception as e:  # the template's own checks (roles, order)
-            raise InvalidRequestError(
-                f"The model's chat template rejected the messages: {e}", param="messages"
-            ) from e
-
     def budget_policy(self, name: str) -> None:
         """No BudgetPolicy runs inside vLLM yet: every budget-aware row gets the plain
         budget-aware mask (valid and within budget; spare tokens are not paced)."""
@@ -208,22 +187,8 @@ class VllmEngine:
 
     def submit(self, request: GenerationRequest) -> VllmRequest:
         self.check_health()
-        if not request.prompt_ids:
-            raise InvalidRequestError("The prompt is empty.", param="prompt")
-        if len(request.prompt_ids) + request.params.max_tokens > self.context_length:
-            raise InvalidRequestError(
-                f"The prompt ({len(request.prompt_ids)} tokens) plus max_tokens "
-                f"({request.params.max_tokens}) exceeds the model's context of "
-                f"{self.context_length} tokens. Shorten the prompt or lower max_tokens.",
-                param="max_tokens",
-            )
-        if max(request.prompt_ids) >= self.vocab.size or min(request.prompt_ids) < 0:
-            raise InvalidRequestError(
-                f"Prompt token ids must be in [0, {self.vocab.size}).", param="prompt"
-            )
+        self.check_admissible(request)
         table = request.table
-        if table is not None and request.budget_aware:
-            check_budget(table, request.params.max_tokens)
         if len(self._active) >= self.options.max_num_seqs + self.queue_size:
             raise QueueFullError(self.queue_size, retry_after=1.0)
         handle = VllmRequest(request, request.request_id or uuid.uuid4().hex)
@@ -234,22 +199,15 @@ class VllmEngine:
         handle.task = asyncio.get_running_loop().create_task(self._run(handle, sampling))
         return handle
 
-    def stream(self, handle: VllmRequest) -> AsyncIterator[StreamEvent]:  # type: ignore[override]
-        return until_done(handle.events)
-
     def cancel(self, handle: VllmRequest) -> None:
         if handle.task is not None and not handle.task.done():
             handle.task.cancel()  # AsyncLLM.generate aborts the request in vLLM
 
-    def stats(self) -> dict[str, float]:
-        s = self.cache.stats
-        active = len(self._active)
-        return {
-            "queue_depth": max(0, active - self.options.max_num_seqs),
-            "batch_size": min(active, self.options.max_num_seqs),
-            "cache_hits": s.hits + s.negative_hits,
-            "cache_misses": s.misses,
-        }
+    def stats(self) -> EngineStats:
+        active, slots = len(self._active), self.options.max_num_seqs
+        return self.engine_stats(
+            queue_depth=max(0, active - slots), batch_size=min(active, slots), batch_slots=slots
+        )
 
     def shutdown(self) -> None:
         from gclm.masking.vllm import register_frontend

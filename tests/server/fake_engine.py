@@ -23,6 +23,7 @@ from gclm.compiler.constraint import Constraint
 from gclm.compiler.tables import CompiledTable, build_table
 from gclm.errors import ConstraintError, EngineDeadError, QueueFullError
 from gclm.server.engine.protocol import (
+    EngineStats,
     ErrorEvent,
     FinishEvent,
     GenerationRequest,
@@ -206,13 +207,14 @@ class FakeEngine:
             handle.cancelled = True
             self.cancels.append(handle.request_id)
 
-    def stats(self) -> dict[str, float]:
-        return {
-            "queue_depth": float(len(self.running)),
-            "batch_size": float(min(len(self.running), 4)),
-            "cache_hits": float(self.cache_hits),
-            "cache_misses": float(self.cache_misses),
-        }
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            queue_depth=len(self.running),
+            batch_size=min(len(self.running), 4),
+            batch_slots=4,
+            cache_hits=self.cache_hits,
+            cache_misses=self.cache_misses,
+        )
 
     async def wait_for_cancels(self, count: int, timeout: float = 2.0) -> list[str]:
         """The cancels, once at least `count` have arrived (a test helper)."""

@@ -189,7 +189,8 @@ def test_queue_full_is_429_and_cancel_finishes_cancelled(engine) -> None:
         second = engine.submit(GenerationRequest([1], SamplingParams(4)))
         with pytest.raises(QueueFullError):  # max_num_seqs 1 + queue_size 1
             engine.submit(GenerationRequest([1], SamplingParams(4)))
-        assert engine.stats()["batch_size"] == 1 and engine.stats()["queue_depth"] == 1
+        stats = engine.stats()
+        assert (stats.batch_size, stats.queue_depth, stats.batch_slots) == (1, 1, 1)
         await asyncio.sleep(0)
         engine.cancel(first)
         engine.cancel(first)  # idempotent
@@ -200,7 +201,7 @@ def test_queue_full_is_429_and_cancel_finishes_cancelled(engine) -> None:
     cancelled, finished = asyncio.run(run())
     assert cancelled == [FinishEvent("cancelled", 1, 0)]
     assert finished[-1] == FinishEvent("length", 1, 2)
-    assert engine.stats()["batch_size"] == 0
+    assert engine.stats().batch_size == 0
 
 
 @pytest.mark.vllm
@@ -253,3 +254,13 @@ def test_a_dead_engine_core_fails_health_submits_and_running_requests(engine) ->
     engine.shutdown()
     with pytest.raises(EngineDeadError, match="shut down"):
         engine.check_health()
+
+
+@pytest.mark.vllm
+def test_stats_read_the_table_cache_as_the_transformers_engine_does(engine) -> None:
+    asyncio.run(engine.compile(Constraint.regex("[0-9]{2}")))
+    asyncio.run(engine.compile(Constraint.regex("[0-9]{2}")))
+    stats = engine.stats()
+    assert (stats.cache_misses, stats.cache_hits) == (1, 1)
+    assert stats.gauges["table_cache_entries"] == 1
+    assert stats.gauges["table_cache_bytes"] > 0 and stats.gauges["table_disk_files"] == 1

@@ -25,7 +25,6 @@ import os
 import threading
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from typing import Any
@@ -47,7 +46,6 @@ from gclm.errors import (
 from gclm.masking import (
     allocate_bitmask,
     apply_bitmask,
-    check_budget,
     fill_bitmask,
     fill_unconstrained,
     mask_table,
@@ -55,7 +53,8 @@ from gclm.masking import (
 from gclm.masking.drafts import Drafter
 from gclm.masking.graceful import GracefulPolicy
 from gclm.masking.policy import BudgetPolicy
-from gclm.server.engine.protocol import GenerationRequest, StreamEvent, until_done
+from gclm.server.engine.protocol import EngineStats, GenerationRequest
+from gclm.server.engine.shared import TokenizerEngine
 from gclm.server.engine.transformers.cpu_linear import pack_linears
 from gclm.server.engine.transformers.kv_store import KVStore, plan_slots
 from gclm.server.engine.transformers.logprobs import TokenNames, token_logprobs
@@ -77,7 +76,7 @@ DRAFT_TOKENS = 8
 PASS_POSITIONS = 16
 
 
-class BatchEngine:
+class BatchEngine(TokenizerEngine):
     """Implements gclm.server.engine.protocol.Engine on a transformers causal LM."""
 
     def __init__(
@@ -119,10 +118,6 @@ class BatchEngine:
         self.draft_tokens = draft_tokens
         # Logprobs name a special token (no bytes) as the tokenizer does, e.g. <|im_end|>.
         self._names = TokenNames(vocab.token_bytes, tokenizer.convert_ids_to_tokens)
-        # No token spells more than `longest` bytes (nor characters), so a text longer than
-        # this has more tokens than the context holds: refused before it is tokenized.
-        longest = max((len(b) for b in vocab.token_bytes if b), default=1)
-        self.max_prompt_chars = self.context_length * longest
         self._bitmask = allocate_bitmask(self.max_batch, vocab.size)  # [max_batch, W]
         self._graceful = GracefulPolicy.for_vocab(vocab.token_bytes)
         self._drafter = Drafter(vocab.token_bytes)
@@ -162,45 +157,12 @@ class BatchEngine:
         await loop.run_in_executor(self._lookups, mask_table, table)
         return table
 
-    def encode_prompt(self, prompt: str) -> list[int]:
-        self._check_chars(len(prompt), "prompt")
-        return list(self.tokenizer.encode(prompt, add_special_tokens=True))
-
-    def render_chat(self, messages: list[dict[str, Any]]) -> str:
-        self._check_chars(sum(len(str(m.get("content", ""))) for m in messages), "messages")
-        try:
-            return self.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
-            )
-        except Exception as e:  # the template's own checks (roles, order)
-            raise InvalidRequestError(
-                f"The model's chat template rejected the messages: {e}", param="messages"
-            ) from e
-
     def budget_policy(self, name: str) -> BudgetPolicy | None:
         return self._graceful if name == "graceful" else None
 
-    def _check_chars(self, chars: int, param: str) -> None:
-        if chars > self.max_prompt_chars:
-            raise InvalidRequestError(
-                f"The {param} has {chars:,} characters, more than fit in the model's context "
-                f"of {self.context_length} tokens. Shorten it.",
-                param=param,
-                code="context_length_exceeded",
-            )
-
     def submit(self, request: GenerationRequest) -> Sequence:
-        total = len(request.prompt_ids) + request.params.max_tokens
-        if not request.prompt_ids:
-            raise InvalidRequestError("The prompt is empty.", param="prompt")
-        if total > self.context_length:
-            raise InvalidRequestError(
-                f"The prompt ({len(request.prompt_ids)} tokens) plus max_tokens "
-                f"({request.params.max_tokens}) exceeds the model's context of "
-                f"{self.context_length} tokens. Shorten the prompt or lower max_tokens.",
-                param="max_tokens",
-            )
-        if total > self.max_positions:
+        self.check_admissible(request)
+        if len(request.prompt_ids) + request.params.max_tokens > self.max_positions:
             raise InvalidRequestError(
                 f"The prompt ({len(request.prompt_ids)} tokens) plus max_tokens "
                 f"({request.params.max_tokens}) exceeds the {self.max_positions} positions "
@@ -209,19 +171,6 @@ class BatchEngine:
                 "--kv-memory.",
                 param="max_tokens",
             )
-        table = request.table
-        if table is not None and request.budget_aware:
-            check_budget(table, request.params.max_tokens)
-        if max(request.prompt_ids) >= self.vocab.size or min(request.prompt_ids) < 0:
-            raise InvalidRequestError(
-                f"Prompt token ids must be in [0, {self.vocab.size}).", param="prompt"
-            )
-        for token, _ in request.params.logit_bias:
-            if not 0 <= token < self.vocab.size:
-                raise InvalidRequestError(
-                    f"logit_bias names token {token}; token ids are in [0, {self.vocab.size}).",
-                    param="logit_bias",
-                )
         seq = Sequence(
             request=request,
             request_id=request.request_id or uuid.uuid4().hex,
@@ -236,9 +185,6 @@ class BatchEngine:
             self._wake.notify()
         return seq
 
-    def stream(self, handle: Sequence) -> AsyncIterator[StreamEvent]:  # type: ignore[override]
-        return until_done(handle.events)
-
     def cancel(self, handle: Sequence) -> None:
         with self._wake:
             handle.cancelled = True
@@ -246,20 +192,13 @@ class BatchEngine:
                 self._waiting.remove(handle)
             self._wake.notify()
 
-    def stats(self) -> dict[str, float]:
-        s = self.cache.stats
-        out: dict[str, float] = {
-            "queue_depth": len(self._waiting),
-            "batch_size": len(self._running),
-            "batch_slots": self.max_batch,
-            **self._counts,
-            "cache_hits": s.hits + s.negative_hits + s.disk_hits,
-            "cache_misses": s.misses - s.disk_hits,
-        }
-        out.update(self.cache.gauges())
-        if self.compiler is not None:
-            out.update(self.compiler.gauges())
-        return out
+    def stats(self) -> EngineStats:
+        return self.engine_stats(
+            queue_depth=len(self._waiting),
+            batch_size=len(self._running),
+            batch_slots=self.max_batch,
+            counters=self._counts,
+        )
 
     def shutdown(self) -> None:
         with self._wake:
