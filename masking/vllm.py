@@ -41,9 +41,10 @@ import json
 import logging
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -168,6 +169,7 @@ def table_source(tokenizer: str, *, revision: str | None = None, isolated: bool)
 
             hf = AutoTokenizer.from_pretrained(tokenizer, revision=revision)
             vocab = TokenVocabulary.from_tokenizer(hf)
+            compile_fn: Callable[[Constraint], CompiledTable]
             if isolated:
                 from gclm.compiler.pool import CompilerPool
 
@@ -188,7 +190,7 @@ def _frontend_source() -> TableSource:
     read from vLLM's InputProcessor (the caller of validate_params) on the stack."""
     if _FRONTEND:
         return _FRONTEND[0]
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(12):
         if frame is None:
             break

@@ -355,9 +355,9 @@ class _Service:
                     # goes with the text that completes it).
                     if event.text or (with_logprobs and event.logprobs):
                         logprobs = event.logprobs if with_logprobs else None
-                        chunk = renderer.delta(index, event.text, logprobs)
-                        if chunk is not None:
-                            yield frame(chunk)
+                        delta = renderer.delta(index, event.text, logprobs)
+                        if delta is not None:
+                            yield frame(delta)
                 elif isinstance(event, FinishEvent):
                     completion_tokens += event.completion_tokens
                     self.metrics.completion_tokens.inc(event.completion_tokens)

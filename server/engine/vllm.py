@@ -236,8 +236,10 @@ class VllmEngine(TokenizerEngine):
             )
         extra: dict[str, Any] | None = None
         if request.table is not None:
-            extra = sampling_extra_args(self._constraints[request.table])
-            extra[BUDGET_AWARE_KEY] = int(request.budget_aware)
+            extra = {
+                **sampling_extra_args(self._constraints[request.table]),
+                BUDGET_AWARE_KEY: int(request.budget_aware),
+            }
         # Penalties and bias change finite logits only: a token the mask sets to -inf stays
         # there, so vLLM's own implementations keep the guarantee.
         return SamplingParams(
@@ -307,7 +309,7 @@ def _as_gclm_error(e: Exception) -> GclmError:
     if isinstance(e, VllmEngineDead):
         return EngineDeadError(f"vLLM's engine core died: {e!r}")
     if isinstance(e, VLLMValidationError | ValueError):
-        return InvalidRequestError(str(e))
+        return InvalidRequestError(str(e), param=None)
     return InternalError(f"Generation failed in vLLM: {e!r}")
 
 

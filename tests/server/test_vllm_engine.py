@@ -264,3 +264,23 @@ def test_stats_read_the_table_cache_as_the_transformers_engine_does(engine) -> N
     assert (stats.cache_misses, stats.cache_hits) == (1, 1)
     assert stats.gauges["table_cache_entries"] == 1
     assert stats.gauges["table_cache_bytes"] > 0 and stats.gauges["table_disk_files"] == 1
+
+
+@pytest.mark.vllm
+def test_a_request_vllm_refuses_is_the_clients_error(engine) -> None:
+    """vLLM's validation errors become a 400 (this raised TypeError before: the
+    InvalidRequestError was built without its `param`)."""
+
+    class Refusing(ScriptedLLM):
+        async def generate(self, prompt: dict, sampling: object, request_id: str):
+            raise ValueError("This model's maximum context length is 2048 tokens.")
+            yield  # an async generator, as AsyncLLM.generate is
+
+    engine._llm = Refusing([])
+
+    async def run() -> list:
+        return await events(engine, engine.submit(GenerationRequest([1], SamplingParams(2))))
+
+    got = asyncio.run(run())
+    assert isinstance(got[-1], ErrorEvent) and isinstance(got[-1].error, InvalidRequestError)
+    assert "maximum context length" in got[-1].error.message
