@@ -510,7 +510,9 @@ def bounds_info(fewest: dict[str, Fewest]) -> dict[str, dict[str, Any]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.budget", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--json", type=Path, help="write every row and output here")
     parser.add_argument("--quick", action="store_true", help="5 bench schemas, N=1")
     parser.add_argument("--samples", type=int, default=2, help="seeded samples at T=0.7")
