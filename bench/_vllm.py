@@ -12,14 +12,9 @@ version of a package named `vllm`. It serves the embedded model from gclm's cach
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import subprocess
-import tempfile
 from pathlib import Path
-from types import TracebackType
 
-from bench._server import ROOT, ServerStartError, free_port, wait_healthy
+from bench._server import ROOT, ServerProcess, ServerStartError
 
 VLLM_PYTHON_ENV = "GCLM_VLLM_PYTHON"
 PROCESSOR = "gclm.masking.vllm:GclmLogitsProcessor"
@@ -55,7 +50,7 @@ def vllm_env(threads_bind: str = "1", kv_cache_gib: int = 1) -> dict[str, str]:
     return env
 
 
-class VllmServer:
+class VllmServer(ServerProcess):
     """vLLM's OpenAI server on 127.0.0.1 serving the embedded model.
 
     Args:
@@ -66,6 +61,11 @@ class VllmServer:
         extra_args: more api_server options.
         dtype: vLLM's --dtype.
     """
+
+    name = "vLLM"
+    poll_s = 0.5
+    stop_timeout_s = 20.0
+    terminate_group = True
 
     def __init__(
         self,
@@ -78,18 +78,16 @@ class VllmServer:
         startup_timeout: float = STARTUP_TIMEOUT_S,
         dtype: str = "float32",
     ) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        super().__init__(startup_timeout=startup_timeout, prefix="gclm-vllm-")
         self.dtype = dtype
         self.logits_processor = logits_processor
         self.max_num_seqs = max_num_seqs
         self.eager = eager
         self.threads_bind = threads_bind
         self.extra_args = extra_args
-        self.startup_timeout = startup_timeout
-        self.workdir = Path(tempfile.mkdtemp(prefix="gclm-vllm-"))
-        self.log_path = self.workdir / "vllm.log"
-        self.process: subprocess.Popen[bytes] | None = None
+
+    def environment(self) -> dict[str, str]:
+        return vllm_env(self.threads_bind)
 
     def command(self) -> list[str]:
         from gclm.server.engine.model_loader import embedded_model_dir
@@ -111,58 +109,3 @@ class VllmServer:
         if self.logits_processor:
             command += ["--logits-processors", PROCESSOR]
         return command + list(self.extra_args)
-
-    def start(self) -> VllmServer:
-        with self.log_path.open("wb") as log:
-            self.process = subprocess.Popen(
-                self.command(),
-                cwd=self.workdir,
-                env=vllm_env(self.threads_bind),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # stop() signals vLLM's engine processes too
-            )
-        try:
-            self._wait_healthy()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def _wait_healthy(self) -> None:
-        assert self.process is not None
-        wait_healthy(self.process, self.url, self.startup_timeout, "vLLM", self.log_tail, 0.5)
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def stop(self) -> None:
-        """SIGTERM to the server's process group, then SIGKILL after 20 s."""
-        proc, self.process = self.process, None
-        if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
-        if proc is not None:
-            try:  # an engine process left behind by a server that died
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> VllmServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

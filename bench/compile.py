@@ -38,13 +38,14 @@ from typing import Any
 
 import numpy as np
 
+from bench.jsonschemabench import DEFAULT_DIR, subset_of
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.compiler.worker import CompileLimits
 from gclm.errors import ConstraintError, GclmError
 
-DEFAULT_SCHEMAS = Path(__file__).resolve().parents[1].parent / "shared" / "jsonschemabench"
+DEFAULT_SCHEMAS = DEFAULT_DIR
 CACHE_HITS = 5
 START_TIMEOUT_S = 300.0  # spawning a worker: imports, the vocabulary, the warm-up compile
 WARM_UP = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}}
@@ -348,11 +349,6 @@ def finalise(row: dict[str, Any]) -> dict[str, Any]:
     if row.get("a_s") and row.get("b_s"):
         row["ratio"] = row["b_s"] / row["a_s"]
     return row
-
-
-def subset_of(name: str) -> str:
-    """The file name's prefix before `---` or `_<n>`: Github_easy, BFCL_simple, ..."""
-    return re.split(r"---|_(?=\d)", Path(name).stem, maxsplit=1)[0]
 
 
 def failure_reason(error: dict[str, Any]) -> str:

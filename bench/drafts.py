@@ -97,8 +97,8 @@ def one(engine: BatchEngine, request: GenerationRequest) -> dict[str, Any]:
         "text": text,
         "tokens": finish.completion_tokens,
         "wall_s": wall,
-        "passes": after["forward_passes"] - before["forward_passes"],
-        "kept": after["draft_tokens_kept"] - before["draft_tokens_kept"],
+        "passes": after.gauges["forward_passes"] - before.gauges["forward_passes"],
+        "kept": after.gauges["draft_tokens_kept"] - before.gauges["draft_tokens_kept"],
     }
 
 

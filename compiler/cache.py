@@ -153,6 +153,7 @@ class TableCache:
         if entry is not None:
             self._remeasure(key, entry)
             return _done(entry.table)  # type: ignore[arg-type]
+        assert future is not None  # set above whenever there is no entry
         table = self._load(key)
         if table is not None:
             self._finish(key, future, table)

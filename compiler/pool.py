@@ -282,7 +282,7 @@ class CompilerPool:
                 self._drain_wake()
                 continue
             with self._lock:
-                proc = conns[conn]  # type: ignore[index]
+                proc = conns[conn]
                 if proc in self._procs:
                     self._on_message(proc, done)
         self._resolve(done)

@@ -302,6 +302,7 @@ def shortest_path(table: CompiledTable) -> list[int]:
             token = table.token_sets.first_token(int(rows[g]))
             if best_token is None or token < best_token:
                 best_token, best_next = token, int(nexts[g])
+        assert best_token is not None  # every state on a shortest path has a next token
         out.append(int(best_token))
         state = best_next
     return out

@@ -10,12 +10,12 @@ served.
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
 import os
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.vocabulary import TokenVocabulary
@@ -116,7 +116,12 @@ class WorkerProcess:
     it receives with ("ok", table bytes) or ("error", parts). Scheduling is compiler/pool.py's.
     """
 
-    def __init__(self, ctx: mp.context.BaseContext, vocab: TokenVocabulary, limits: CompileLimits):
+    def __init__(
+        self,
+        ctx: Any,  # a spawn or forkserver context: BaseContext declares no Process
+        vocab: TokenVocabulary,
+        limits: CompileLimits,
+    ):
         self.conn, child = ctx.Pipe()
         self.process = ctx.Process(target=_serve, args=(child, vocab, limits), daemon=True)
         self.process.start()

@@ -12,7 +12,8 @@
     │   └── CompilerBusyError      429  the compile queue is full, or a compile waited too long
     ├── RequestTooLargeError       413  the request body is over the server's size limit
     ├── ModelLoadError             500  the model or tokenizer could not be loaded
-    └── InternalError              500  an invariant broke (an empty mask, a disallowed token)
+    ├── InternalError              500  an invariant broke (an empty mask, a disallowed token)
+    └── EngineDeadError            503  the engine stopped for good; GET /health says so too
 
 Each message says what was wrong and how to fix it. `server/http/errors.py` turns these
 into OpenAI-shaped HTTP errors; the CLI prints `message` on one line. A ConstraintError's
@@ -176,3 +177,20 @@ class InternalError(GclmError):
 
     status_code = 500
     error_type = "server_error"
+
+
+class EngineDeadError(GclmError):
+    """The engine (its thread, or vLLM's engine core) has stopped and serves no more: every
+    request gets a 503 and GET /health fails with this message, so that a supervisor
+    restarts the server."""
+
+    status_code = 503
+    error_type = "server_error"
+
+    def __init__(self, reason: str):
+        super().__init__(
+            f"The inference engine died and serves no more requests ({reason}). The server "
+            "must be restarted; its log has the cause.",
+            code="engine_dead",
+        )
+        self.reason = reason

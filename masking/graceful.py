@@ -72,7 +72,7 @@ import re
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -134,11 +134,11 @@ class GracefulPolicy:
 
     @classmethod
     def settings(cls) -> tuple[str, ...]:
-        """The policy's numeric knobs (every float field; bench/budget.py tunes them)."""
+        """The policy's numeric knobs (every float field; bench/budget/ tunes them)."""
         return tuple(f.name for f in fields(cls) if f.type == "float")
 
     @classmethod
-    def for_vocab(cls, token_bytes: Sequence[bytes | None], **settings: float) -> GracefulPolicy:
+    def for_vocab(cls, token_bytes: Sequence[bytes | None], **settings: Any) -> GracefulPolicy:
         """The policy for a vocabulary given as each token id's bytes (None: special)."""
         blank = tuple(i for i, b in enumerate(token_bytes) if b and set(b) <= BLANK)
         empty = tuple(i for i, b in enumerate(token_bytes) if b and _EMPTY_LITERAL.search(b))

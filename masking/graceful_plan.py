@@ -10,6 +10,7 @@ so that a step reads scalars without NumPy's per-call cost.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeAlias
 
 import numpy as np
 import torch
@@ -27,7 +28,7 @@ _CLOSERS = frozenset(b"}]")
 _COMMA = frozenset(b",")
 # Where a row's token ids are used: "numpy" (indexing the numpy view of a CPU row), or the
 # device of a tensor row.
-Where = str | torch.device
+Where: TypeAlias = "str | torch.device"
 
 
 def on(ids: np.ndarray, where: Where) -> np.ndarray | torch.Tensor:
@@ -122,7 +123,7 @@ class TablePlan:
         after_digit = [False] * num_states
         for s in range(num_states):
             lo, hi = self.offsets[s], self.offsets[s + 1]
-            here: set[int] = set()
+            here = set[int]()
             for n, index in zip(self.group_next[lo:hi], self.group_set[lo:hi], strict=True):
                 if index not in begins:
                     ids = self.token_sets.tokens_of(index)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import sys
 import weakref
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import torch
@@ -136,7 +137,7 @@ def _caller_generation_config() -> Any | None:
     are materialised, so this costs a few microseconds.
     """
     try:
-        frame = sys._getframe(2)
+        frame: FrameType | None = sys._getframe(2)
     except ValueError:  # called from the top of the stack
         return None
     for _ in range(6):

@@ -26,6 +26,7 @@ import itertools
 import sys
 import weakref
 from bisect import bisect_right
+from typing import Any
 
 import numpy as np
 
@@ -149,7 +150,7 @@ class MaskTable:
         tests, self._test_bytes = _membership(table.token_sets, {gmask[i] for i in smaller})
         triples = [(*tests[gmask[i]], gnext[i]) for i in smaller]
         offsets = np.cumsum([0] + [max(e - b - 1, 0) for b, e in itertools.pairwise(bounds)])
-        self._smaller_groups = [
+        self._smaller_groups: list[list[tuple[Any, ...]]] = [
             triples[offsets[s] : offsets[s + 1]] for s in range(table.num_states)
         ]
 

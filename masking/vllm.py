@@ -43,9 +43,10 @@ import json
 import logging
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -144,7 +145,7 @@ _LOCK = threading.Lock()
 
 def tables_dir() -> Path:
     """gclm's on-disk table cache, shared with `gclm serve`."""
-    from gclm.server.settings import default_cache_dir
+    from gclm.paths import default_cache_dir
 
     return default_cache_dir() / "tables"
 
@@ -170,6 +171,7 @@ def table_source(tokenizer: str, *, revision: str | None = None, isolated: bool)
 
             hf = AutoTokenizer.from_pretrained(tokenizer, revision=revision)
             vocab = TokenVocabulary.from_tokenizer(hf)
+            compile_fn: Callable[[Constraint], CompiledTable]
             if isolated:
                 from gclm.compiler.pool import CompilerPool
 
@@ -185,7 +187,7 @@ def table_source(tokenizer: str, *, revision: str | None = None, isolated: bool)
         return source
 
 
-def _served_tokenizer(frame: Any) -> tuple[str, str | None] | None:
+def _served_tokenizer(frame: FrameType | None) -> tuple[str, str | None] | None:
     """The served model's tokenizer (and revision), read from vLLM's InputProcessor (or any
     caller holding a `model_config`) on the stack from `frame` up."""
     for _ in range(16):

@@ -148,6 +148,8 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
 
     @app.get("/health")
     async def health() -> dict[str, str]:
+        """200 while the engine serves; 503 (EngineDeadError, OpenAI-shaped) once it died."""
+        engine.check_health()
         return {"status": "ok", "model": engine.model_id}
 
     # HEAD for load balancers' checks; one documented operation is enough.
@@ -208,6 +210,7 @@ class _Service:
 
         Choices are numbered prompt-major: choice `p * n + i` is sample `i` of prompt `p`.
         """
+        self.engine.check_health()  # a dead engine: 503 now, not after compiling
         self.check_admissible(body, len(prompts))
         spec = constraint_spec(body)
         table = await self.compile(spec) if spec is not None else None
@@ -352,9 +355,9 @@ class _Service:
                     # goes with the text that completes it).
                     if event.text or (with_logprobs and event.logprobs):
                         logprobs = event.logprobs if with_logprobs else None
-                        chunk = renderer.delta(index, event.text, logprobs)
-                        if chunk is not None:
-                            yield frame(chunk)
+                        delta = renderer.delta(index, event.text, logprobs)
+                        if delta is not None:
+                            yield frame(delta)
                 elif isinstance(event, FinishEvent):
                     completion_tokens += event.completion_tokens
                     self.metrics.completion_tokens.inc(event.completion_tokens)

@@ -144,7 +144,7 @@ def _compile(args: argparse.Namespace) -> int:
     finally:
         pool.close()
     dense = table.num_states * vocab.size * 8
-    report = {
+    report: dict[str, Any] = {
         "states": table.num_states,
         "transitions": table.num_transitions,
         "min_tokens": table.min_tokens,

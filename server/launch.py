@@ -7,7 +7,7 @@ import importlib.util
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, NamedTuple
 
 from gclm.compiler.cache import TableCache
 from gclm.compiler.pool import START_TIMEOUT_S, CompilerPool
@@ -17,10 +17,26 @@ from gclm.masking.masks import table_memory
 from gclm.server.engine.transformers.engine import DRAFT_TOKENS, BatchEngine
 from gclm.server.settings import ServerSettings
 
+if TYPE_CHECKING:
+    from gclm.server.engine.vllm import VllmEngine
+
 log = logging.getLogger("gclm.server")
 
 
-def build_engine(settings: ServerSettings) -> tuple[Any, CompilerPool]:
+class BuiltEngine(NamedTuple):
+    """What `build_engine` starts: the engine, and the compile pool its table cache
+    compiles in (unpacks as `engine, pool`)."""
+
+    engine: BatchEngine | VllmEngine
+    pool: CompilerPool
+
+    def close(self) -> None:
+        """Stop the engine, then the compile workers."""
+        self.engine.shutdown()
+        self.pool.close()
+
+
+def build_engine(settings: ServerSettings) -> BuiltEngine:
     """Load the model and start the compile workers and the engine thread (or, with
     `engine="vllm"`, prepare the vLLM engine; its `start()` runs on the serving loop)."""
     if settings.engine == "vllm":
@@ -56,7 +72,7 @@ def build_engine(settings: ServerSettings) -> tuple[Any, CompilerPool]:
         queue_size=settings.queue_size,
         draft_tokens=DRAFT_TOKENS if settings.fast_forward == "on" else 0,
     )
-    return engine, pool
+    return BuiltEngine(engine, pool)
 
 
 def build_compiler(
@@ -80,7 +96,7 @@ def build_compiler(
     return pool, cache
 
 
-def build_vllm_engine(settings: ServerSettings) -> tuple[Any, CompilerPool]:
+def build_vllm_engine(settings: ServerSettings) -> BuiltEngine:
     """gclm's API over vLLM: the tokenizer, vocabulary and table cache here, the model in
     vLLM's engine processes."""
     from gclm.errors import ModelLoadError
@@ -121,9 +137,10 @@ def build_vllm_engine(settings: ServerSettings) -> tuple[Any, CompilerPool]:
         model_id=options.served_name,
         vocab=vocab,
         cache=cache,
+        compiler=pool,
         queue_size=settings.queue_size,
     )
-    return engine, pool
+    return BuiltEngine(engine, pool)
 
 
 def serve(settings: ServerSettings) -> None:
@@ -132,21 +149,18 @@ def serve(settings: ServerSettings) -> None:
 
     from gclm.server.app import create_app
 
-    engine, pool = build_engine(settings)
+    built = build_engine(settings)
+    engine = built.engine
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: object) -> AsyncIterator[None]:
         # uvicorn re-raises SIGTERM after its own shutdown, so a `finally` around run()
         # never runs then; the lifespan's exit does.
         try:
-            start = getattr(engine, "start", None)
-            if start is not None:  # the vLLM engine starts on the serving loop
-                await start()
-                log.info("vLLM engine started")
+            await engine.start()  # on the serving loop (vLLM's AsyncLLM needs it)
             yield
         finally:
-            engine.shutdown()
-            pool.close()
+            built.close()
 
     try:
         app = create_app(engine, settings)
@@ -154,5 +168,4 @@ def serve(settings: ServerSettings) -> None:
         log.info("serving %s on http://%s:%d/v1", engine.model_id, settings.host, settings.port)
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
     finally:
-        engine.shutdown()
-        pool.close()
+        built.close()

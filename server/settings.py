@@ -15,22 +15,38 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from gclm.paths import default_cache_dir
+
 ENV_PREFIX = "GCLM_"
 
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 ENGINES = ("transformers", "vllm")
 SWITCHES = ("auto", "on", "off")
+EXECUTOR_BACKENDS = ("mp", "ray", "uni", "external_launcher")
 
 
-def default_cache_dir() -> Path:
-    """$GCLM_CACHE_DIR, else `$XDG_CACHE_HOME/gclm`, else `~/.cache/gclm`: converted models
-    and compiled tables live here."""
-    configured = os.environ.get("GCLM_CACHE_DIR")
-    if configured:
-        return Path(configured).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "gclm"
+def check_vllm_options(options: Any) -> None:
+    """Check vLLM's own options, read from `options` by name: the one check for both
+    ServerSettings and the vLLM engine's VllmOptions, whose fields share these names.
+
+    Raises ValueError naming the bad option.
+    """
+    for name in ("tensor_parallel_size", "pipeline_parallel_size"):
+        if getattr(options, name) < 1:
+            raise ValueError(f"{name} must be at least 1, got {getattr(options, name)}.")
+    if options.max_model_len is not None and options.max_model_len < 1:
+        raise ValueError(f"max_model_len must be at least 1, got {options.max_model_len}.")
+    if not 0 < options.gpu_memory_utilization <= 1:
+        raise ValueError(
+            f"gpu_memory_utilization must be in (0, 1], got {options.gpu_memory_utilization}."
+        )
+    backend = options.distributed_executor_backend
+    if backend not in (None, *EXECUTOR_BACKENDS):
+        raise ValueError(
+            f"distributed_executor_backend must be one of {', '.join(EXECUTOR_BACKENDS)}, "
+            f"got {backend!r}."
+        )
 
 
 @dataclass(frozen=True)
@@ -127,15 +143,7 @@ class ServerSettings:
         for name in ("prefix_caching", "enforce_eager"):
             if getattr(self, name) not in SWITCHES:
                 raise ValueError(f"{name} must be auto, on or off, got {getattr(self, name)!r}.")
-        for name in ("tensor_parallel_size", "pipeline_parallel_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
-        if self.max_model_len is not None and self.max_model_len < 1:
-            raise ValueError(f"max_model_len must be at least 1, got {self.max_model_len}.")
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(
-                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}."
-            )
+        check_vllm_options(self)
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("api_key must not be blank; leave it unset to disable authentication.")
         # A str path from the environment or the CLI is normalised here so callers get a Path.

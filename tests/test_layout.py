@@ -147,3 +147,65 @@ def test_every_error_class_is_exported_from_gclm() -> None:
         if issubclass(value, gclm.errors.GclmError)
     }
     assert classes <= set(gclm.__all__)
+
+
+# The layers, lowest first: a module may import its own layer and the ones below, never
+# one above. `gclm` itself (its __init__) is the facade over all of them.
+LAYERS = (
+    ("gclm.errors", "gclm.paths"),
+    ("gclm.compiler",),
+    ("gclm.masking",),
+    ("gclm.server",),
+)
+
+
+def _layer(module: str) -> int:
+    for level, prefixes in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return level
+    return len(LAYERS)  # the facade, above everything
+
+
+def _all_imports(path: Path) -> set[str]:
+    """Every gclm module named by an import anywhere in the file (inside functions too:
+    a lazy import still ties the layers together)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return {m for m in found if m == "gclm" or m.startswith("gclm.")}
+
+
+def layering_violations(modules: dict[str, Path]) -> list[str]:
+    """'importer -> imported' for each import of a higher layer than the importer's."""
+    return sorted(
+        f"{name} -> {target}"
+        for name, path in modules.items()
+        for target in _all_imports(path)
+        if _layer(target) > _layer(name)
+    )
+
+
+def test_no_layer_imports_a_layer_above_it() -> None:
+    """compiler <- masking <- server: compiler imports neither masking nor server, and
+    masking does not import server."""
+    modules = _modules()
+    assert {_layer(m) for m in modules} == set(range(len(LAYERS) + 1))  # every layer seen
+    assert layering_violations(modules) == []
+
+
+def test_the_layering_check_catches_a_wrong_import(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "from gclm.compiler.tables import CompiledTable\n"
+        "def tables():\n"
+        "    from gclm.server.settings import ServerSettings\n"
+        "    import gclm.masking.state\n"
+    )
+    assert layering_violations({"gclm.compiler.bad": bad}) == [
+        "gclm.compiler.bad -> gclm.masking.state",
+        "gclm.compiler.bad -> gclm.server.settings",
+    ]
+    assert layering_violations({"gclm.server.bad": bad}) == []

@@ -287,6 +287,7 @@ class Normalizer:
         if "contains" in s:
             raise UnsupportedSchemaError("contains", ptr)
         items = s.get("items", True)
+        prefix: list[Any] | None
         if isinstance(items, list):  # Draft 4-2019 tuple form
             prefix, rest, rest_key = items, s.get("additionalItems", True), "additionalItems"
             prefix_key = "items"

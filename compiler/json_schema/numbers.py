@@ -10,6 +10,7 @@ every value in range still has a plain decimal spelling, so nothing valid is los
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -88,8 +89,8 @@ def _bound(
     return best, any(c == (best, True) for c in candidates)
 
 
-def _alt(parts: list[str]) -> str:
-    parts = [p for p in parts if p is not None]
+def _alt(alternatives: Sequence[str | None]) -> str:
+    parts = [p for p in alternatives if p is not None]
     if not parts:
         return r"[^\x00-\U0010FFFF]"  # empty range: matches nothing
     return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"

@@ -128,7 +128,7 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
                     f"{needs} made required (they depend on {trigger!r})",
                 )
             required += [n for n in needs if n not in required]
-    out: Node | None = {
+    out: Any = {  # a Node, until meet() below may make it None
         "type": "object",
         "properties": props,
         "required": [r for r in required if r in props],

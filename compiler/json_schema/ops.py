@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -89,7 +89,8 @@ def json_type(value: Any) -> str:
         return "integer"
     if isinstance(value, float):
         return "number"
-    return {str: "string", list: "array", dict: "object"}[type(value)]
+    names: dict[type, str] = {str: "string", list: "array", dict: "object"}
+    return names[type(value)]
 
 
 def branches(node: Node | None) -> list[Node]:
@@ -98,7 +99,7 @@ def branches(node: Node | None) -> list[Node]:
     return node["anyOf"] if "anyOf" in node else [node]
 
 
-def union(nodes: list[Node | None]) -> Node | None:
+def union(nodes: Sequence[Node | None]) -> Node | None:
     """anyOf of `nodes`, flattened, without empty or repeated branches."""
     seen: dict[str, Node] = {}
     values: dict[str, Any] = {}  # every enum branch folds into one

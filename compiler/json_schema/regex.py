@@ -117,7 +117,7 @@ def _prepare(node: Any, ptr: str, prefix: str, leaves: dict[str, str], top: list
         placeholder = f"{prefix}{len(leaves)}"
         leaves[placeholder] = leaf
         return {"const": placeholder}
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in node.items():
         if key == "properties":
             # outlines-core regex-escapes a name but does not JSON-escape it.

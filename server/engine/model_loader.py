@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from gclm.errors import ModelLoadError
-from gclm.server.settings import default_cache_dir
+from gclm.paths import default_cache_dir
 
 logger = logging.getLogger("gclm.model")
 

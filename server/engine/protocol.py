@@ -1,15 +1,16 @@
-"""The narrow seam between HTTP and generation: submit, stream, cancel.
+"""The narrow seam between HTTP and generation: start, submit, stream, cancel, health, shutdown.
 
 `server/app.py` talks only to an `Engine`. The real ones (`engine/transformers/engine.py`,
 `engine/vllm.py`) batch sequences on a model; tests use a scripted fake with the same methods.
+The engine owns its lifecycle: `server/launch.py` awaits `start()` on the serving loop and
+calls `shutdown()` at exit, and `check_health()` is how the app learns that it died.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
 
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.tables import CompiledTable
@@ -104,22 +105,55 @@ class ErrorEvent:
 StreamEvent = TokenEvent | FinishEvent | ErrorEvent
 
 
-async def until_done(events: asyncio.Queue[StreamEvent]) -> AsyncIterator[StreamEvent]:
-    """A request's events from its queue, ending with its FinishEvent or ErrorEvent: the
-    `stream` of both engines, whose handles each hold such a queue."""
-    while True:
-        event = await events.get()
-        yield event
-        if isinstance(event, FinishEvent | ErrorEvent):
-            return
+@dataclass(frozen=True)
+class EngineStats:
+    """What /metrics reads from an engine at each scrape (server/http/metrics.py)."""
+
+    queue_depth: int  # choices waiting for a batch slot
+    batch_size: int  # choices in the running batch
+    batch_slots: int = 0  # the most choices a batch holds
+    cache_hits: int = 0  # constraints served without compiling (memory, disk, failures)
+    cache_misses: int = 0  # constraints compiled
+    # The table cache's and compile pool's gauges (TableCache.gauges, CompilerPool.gauges)
+    # and the engine's own counters, exported as gclm_engine_<name> when not known.
+    gauges: Mapping[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, float]:
+        """Every number by its name: the fields, then the gauges."""
+        named = {
+            "queue_depth": self.queue_depth,
+            "batch_size": self.batch_size,
+            "batch_slots": self.batch_slots,
+            "cache_hits": self.cache_hits,
+            "cache_misses": self.cache_misses,
+        }
+        return {name: float(value) for name, value in {**named, **self.gauges}.items()}
 
 
 class Handle(Protocol):
     request_id: str
 
 
-class Engine(Protocol):
+# An engine's own handle type: what its submit returns is what its stream and cancel take.
+HandleT = TypeVar("HandleT", bound=Handle)
+
+
+class Engine(Protocol[HandleT]):
     model_id: str
+
+    async def start(self) -> None:
+        """Make the engine ready to serve; awaited once on the serving event loop, before
+        the first request."""
+        ...
+
+    def shutdown(self) -> None:
+        """Stop serving and free the engine's threads and processes. Idempotent."""
+        ...
+
+    def check_health(self) -> None:
+        """Return when the engine serves; raise EngineDeadError (503), saying why, once it
+        has died (its thread or its engine core gone). Cheap: GET /health calls it."""
+        ...
 
     async def compile(self, constraint: Constraint) -> CompiledTable:
         """Compile (or fetch from cache) a constraint for this engine's tokenizer.
@@ -137,18 +171,18 @@ class Engine(Protocol):
         vocabulary; None for "none"."""
         ...
 
-    def submit(self, request: GenerationRequest) -> Handle:
+    def submit(self, request: GenerationRequest) -> HandleT:
         """Queue a request. Raises QueueFullError when the queue is full."""
         ...
 
-    def stream(self, handle: Handle) -> AsyncIterator[StreamEvent]:
+    def stream(self, handle: HandleT) -> AsyncIterator[StreamEvent]:
         """Events for one request, ending with a FinishEvent or an ErrorEvent."""
         ...
 
-    def cancel(self, handle: Handle) -> None:
+    def cancel(self, handle: HandleT) -> None:
         """Free the request's slot now (client gone). Idempotent."""
         ...
 
-    def stats(self) -> dict[str, float]:
-        """Gauges for /metrics: queue_depth, batch_size."""
+    def stats(self) -> EngineStats:
+        """What /metrics exports: queue and batch, table cache and compile pool."""
         ...

@@ -20,25 +20,33 @@ import logging
 import os
 import uuid
 import weakref
-from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from gclm.compiler.cache import TableCache
 from gclm.compiler.constraint import Constraint
+from gclm.compiler.pool import CompilerPool
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.errors import GclmError, InternalError, InvalidRequestError, QueueFullError
-from gclm.masking import ConstraintState, check_budget, mask_table
+from gclm.errors import (
+    EngineDeadError,
+    GclmError,
+    InternalError,
+    InvalidRequestError,
+    QueueFullError,
+)
+from gclm.masking import ConstraintState, mask_table
 from gclm.server.engine.protocol import (
+    EngineStats,
     ErrorEvent,
     FinishEvent,
     GenerationRequest,
     StreamEvent,
     TokenEvent,
-    until_done,
 )
+from gclm.server.engine.shared import TokenizerEngine
+from gclm.server.settings import check_vllm_options
 
 log = logging.getLogger("gclm.vllm")
 
@@ -63,21 +71,9 @@ class VllmOptions:
     enforce_eager: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("max_num_seqs", "tensor_parallel_size", "pipeline_parallel_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
-        if self.max_model_len is not None and self.max_model_len < 1:
-            raise ValueError(f"max_model_len must be at least 1, got {self.max_model_len}.")
-        if not 0 < self.gpu_memory_utilization <= 1:
-            raise ValueError(
-                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}."
-            )
-        backends = ("mp", "ray", "uni", "external_launcher")
-        if self.distributed_executor_backend not in (None, *backends):
-            raise ValueError(
-                f"distributed_executor_backend must be one of {', '.join(backends)}, got "
-                f"{self.distributed_executor_backend!r}."
-            )
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be at least 1, got {self.max_num_seqs}.")
+        check_vllm_options(self)
 
     def engine_args(self) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -118,7 +114,7 @@ class VllmRequest:
             self.events.put_nowait(event)
 
 
-class VllmEngine:
+class VllmEngine(TokenizerEngine):
     """Implements gclm.server.engine.protocol.Engine on vLLM's AsyncLLM. Call `await start()` on the
     serving event loop before the first request."""
 
@@ -130,6 +126,7 @@ class VllmEngine:
         model_id: str,
         vocab: TokenVocabulary,
         cache: TableCache,
+        compiler: CompilerPool | None = None,
         queue_size: int = 64,
         compile_threads: int = 4,
     ):
@@ -140,6 +137,7 @@ class VllmEngine:
         self.model_id = model_id
         self.vocab = vocab
         self.cache = cache
+        self.compiler = compiler  # only read for /metrics: the cache submits to it
         self.queue_size = queue_size
         self.context_length = 0  # vLLM's max_model_len, known once started
         self._compile_pool = ThreadPoolExecutor(compile_threads, thread_name_prefix="gclm-compile")
@@ -148,6 +146,7 @@ class VllmEngine:
         )
         self._active: set[VllmRequest] = set()
         self._llm: Any = None
+        self._shut = False
         # validate_params in this process reads the tables this engine compiles.
         register_frontend(TableSource(vocab, cache))
 
@@ -157,6 +156,16 @@ class VllmEngine:
 
         self._llm = AsyncLLM.from_engine_args(self.options.engine_args())
         self.context_length = int(self._llm.model_config.max_model_len)
+
+    def check_health(self) -> None:
+        """Dead once vLLM's engine core has died (its `errored`: the core process gone or
+        its output loop ended), or once shut down; vLLM itself never recovers from either."""
+        if self._shut:
+            raise EngineDeadError("the engine was shut down")
+        if self._llm is None:
+            raise EngineDeadError("vLLM was never started: await engine.start() first")
+        if self._llm.errored:
+            raise EngineDeadError(f"vLLM's engine core died: {self._llm.dead_error!r}")
 
     # --- the Engine interface ---
 
@@ -171,43 +180,15 @@ class VllmEngine:
         mask_table(table)
         return table
 
-    def encode_prompt(self, prompt: str) -> list[int]:
-        return list(self.tokenizer.encode(prompt, add_special_tokens=True))
-
-    def render_chat(self, messages: list[dict[str, Any]]) -> str:
-        try:
-            return self.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
-            )
-        except Exception as e:  # the template's own checks (roles, order)
-            raise InvalidRequestError(
-                f"The model's chat template rejected the messages: {e}", param="messages"
-            ) from e
-
     def budget_policy(self, name: str) -> None:
         """No BudgetPolicy runs inside vLLM yet: every budget-aware row gets the plain
         budget-aware mask (valid and within budget; spare tokens are not paced)."""
         return None
 
     def submit(self, request: GenerationRequest) -> VllmRequest:
-        if self._llm is None:
-            raise InternalError("The vLLM engine is not started yet.")
-        if not request.prompt_ids:
-            raise InvalidRequestError("The prompt is empty.", param="prompt")
-        if len(request.prompt_ids) + request.params.max_tokens > self.context_length:
-            raise InvalidRequestError(
-                f"The prompt ({len(request.prompt_ids)} tokens) plus max_tokens "
-                f"({request.params.max_tokens}) exceeds the model's context of "
-                f"{self.context_length} tokens. Shorten the prompt or lower max_tokens.",
-                param="max_tokens",
-            )
-        if max(request.prompt_ids) >= self.vocab.size or min(request.prompt_ids) < 0:
-            raise InvalidRequestError(
-                f"Prompt token ids must be in [0, {self.vocab.size}).", param="prompt"
-            )
+        self.check_health()
+        self.check_admissible(request)
         table = request.table
-        if table is not None and request.budget_aware:
-            check_budget(table, request.params.max_tokens)
         if len(self._active) >= self.options.max_num_seqs + self.queue_size:
             raise QueueFullError(self.queue_size, retry_after=1.0)
         handle = VllmRequest(request, request.request_id or uuid.uuid4().hex)
@@ -218,27 +199,21 @@ class VllmEngine:
         handle.task = asyncio.get_running_loop().create_task(self._run(handle, sampling))
         return handle
 
-    def stream(self, handle: VllmRequest) -> AsyncIterator[StreamEvent]:  # type: ignore[override]
-        return until_done(handle.events)
-
     def cancel(self, handle: VllmRequest) -> None:
         if handle.task is not None and not handle.task.done():
             handle.task.cancel()  # AsyncLLM.generate aborts the request in vLLM
 
-    def stats(self) -> dict[str, float]:
-        s = self.cache.stats
-        active = len(self._active)
-        return {
-            "queue_depth": max(0, active - self.options.max_num_seqs),
-            "batch_size": min(active, self.options.max_num_seqs),
-            "cache_hits": s.hits + s.negative_hits,
-            "cache_misses": s.misses,
-        }
+    def stats(self) -> EngineStats:
+        active, slots = len(self._active), self.options.max_num_seqs
+        return self.engine_stats(
+            queue_depth=max(0, active - slots), batch_size=min(active, slots), batch_slots=slots
+        )
 
     def shutdown(self) -> None:
         from gclm.masking.vllm import register_frontend
 
         register_frontend(None)
+        self._shut = True
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None
@@ -261,8 +236,10 @@ class VllmEngine:
             )
         extra: dict[str, Any] | None = None
         if request.table is not None:
-            extra = sampling_extra_args(self._constraints[request.table])
-            extra[BUDGET_AWARE_KEY] = int(request.budget_aware)
+            extra = {
+                **sampling_extra_args(self._constraints[request.table]),
+                BUDGET_AWARE_KEY: int(request.budget_aware),
+            }
         # Penalties and bias change finite logits only: a token the mask sets to -inf stays
         # there, so vLLM's own implementations keep the guarantee.
         return SamplingParams(
@@ -321,13 +298,18 @@ class VllmEngine:
 
 
 def _as_gclm_error(e: Exception) -> GclmError:
-    """vLLM's request validation errors are the client's; anything else is ours."""
+    """vLLM's request validation errors are the client's; a dead engine core is a 503 (the
+    server must be restarted); anything else is ours."""
     try:
         from vllm.exceptions import VLLMValidationError
-    except ImportError:  # pragma: no cover - vLLM always has it where this engine runs
+        from vllm.v1.engine.exceptions import EngineDeadError as VllmEngineDead
+    except ImportError:  # pragma: no cover - vLLM always has them where this engine runs
         VLLMValidationError = ValueError  # noqa: N806
+        VllmEngineDead = RuntimeError  # noqa: N806
+    if isinstance(e, VllmEngineDead):
+        return EngineDeadError(f"vLLM's engine core died: {e!r}")
     if isinstance(e, VLLMValidationError | ValueError):
-        return InvalidRequestError(str(e))
+        return InvalidRequestError(str(e), param=None)
     return InternalError(f"Generation failed in vLLM: {e!r}")
 
 

@@ -94,7 +94,7 @@ class EngineCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         try:
-            stats: dict[str, Any] = dict(self.engine.stats())
+            stats: dict[str, Any] = self.engine.stats().as_dict()
         except Exception:  # a scrape must not fail because the engine is busy or broken
             logger.exception("engine.stats() failed")
             return

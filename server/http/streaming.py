@@ -143,7 +143,7 @@ class EventStreamResponse(Response):
     spec 2.4, and does not close its iterator; generation would run on for nothing.
     """
 
-    media_type = "text/event-stream"
+    media_type = "text/event-stream"  # type: ignore[assignment]  # Starlette's is typed None
 
     def __init__(
         self,

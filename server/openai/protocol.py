@@ -127,8 +127,12 @@ class GenerationBody(Protocol):
     endpoint: chat and text completions (OpenAIRequest) and the Responses API."""
 
     model: str | None
-    n: int
     stream: bool
+
+    @property
+    def n(self) -> int:
+        """Choices per prompt (a field, or a class constant of 1 for the Responses API)."""
+        ...
 
     @property
     def include_usage(self) -> bool: ...

@@ -237,7 +237,9 @@ class ChatRenderer(Renderer):
             for i in range(n)
         ]
 
-    def delta(self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None) -> BaseModel:
+    def delta(
+        self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None
+    ) -> BaseModel | None:
         choice = ChatChunkChoice(
             index=index, delta={"content": text}, logprobs=ChatLogprobs.of(logprobs)
         )

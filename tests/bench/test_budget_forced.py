@@ -1,11 +1,11 @@
-"""bench/budget_forced.py: the fewest tokens of a non-degenerate output, proven both ways."""
+"""bench/budget/forced.py: the fewest tokens of a non-degenerate output, proven both ways."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench import budget
-from bench.budget_forced import Fewest, Place, fewest_non_degenerate, slot_variants
+from bench.budget import run as budget
+from bench.budget.forced import Fewest, Place, fewest_non_degenerate, slot_variants
 from gclm.compiler.compile import compile_constraint
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.json_schema import normalize_schema

@@ -21,8 +21,9 @@ import numpy as np
 
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.tables import CompiledTable, build_table
-from gclm.errors import ConstraintError, QueueFullError
+from gclm.errors import ConstraintError, EngineDeadError, QueueFullError
 from gclm.server.engine.protocol import (
+    EngineStats,
     ErrorEvent,
     FinishEvent,
     GenerationRequest,
@@ -124,6 +125,22 @@ class FakeEngine:
         self._tables: dict[str, CompiledTable] = {}
         self._handles: list[FakeHandle] = []
         self._ids = itertools.count()
+        self.started = False
+        self.dead: str | None = None  # set by kill(): why the engine died
+
+    async def start(self) -> None:
+        self.started = True
+
+    def shutdown(self) -> None:
+        self.kill("the engine was shut down")
+
+    def kill(self, reason: str) -> None:
+        """Die as a real engine does: every later health check and submit fails."""
+        self.dead = reason
+
+    def check_health(self) -> None:
+        if self.dead is not None:
+            raise EngineDeadError(self.dead)
 
     @property
     def running(self) -> list[FakeHandle]:
@@ -153,6 +170,7 @@ class FakeEngine:
         return turns + "<|assistant|>"
 
     def submit(self, request: GenerationRequest) -> FakeHandle:
+        self.check_health()
         if self.queue_size is not None and len(self.running) >= self.queue_size:
             raise QueueFullError(self.queue_size, retry_after=self.retry_after)
         self.submits.append(request)
@@ -189,13 +207,14 @@ class FakeEngine:
             handle.cancelled = True
             self.cancels.append(handle.request_id)
 
-    def stats(self) -> dict[str, float]:
-        return {
-            "queue_depth": float(len(self.running)),
-            "batch_size": float(min(len(self.running), 4)),
-            "cache_hits": float(self.cache_hits),
-            "cache_misses": float(self.cache_misses),
-        }
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            queue_depth=len(self.running),
+            batch_size=min(len(self.running), 4),
+            batch_slots=4,
+            cache_hits=self.cache_hits,
+            cache_misses=self.cache_misses,
+        )
 
     async def wait_for_cancels(self, count: int, timeout: float = 2.0) -> list[str]:
         """The cancels, once at least `count` have arrived (a test helper)."""

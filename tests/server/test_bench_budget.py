@@ -1,11 +1,11 @@
-"""bench/budget.py's pure parts on hand-made outputs (no model)."""
+"""bench/budget/run.py's pure parts on hand-made outputs (no model)."""
 
 from __future__ import annotations
 
 import math
 
-from bench import budget
-from bench import budget_metrics as metrics
+from bench.budget import metrics
+from bench.budget import run as budget
 
 PERSON = {
     "type": "object",
@@ -191,7 +191,7 @@ def test_jobs_share_a_budget_between_levels():
     assert len(jobs) == 4 * 5
 
 
-# --- forced cells (bench/budget_forced.py; its own tests are in tests/bench/) ---
+# --- forced cells (bench/budget/forced.py; its own tests are in tests/bench/) ---
 
 
 def test_aggregate_counts_forced_cells_apart():

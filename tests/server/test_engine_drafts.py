@@ -75,8 +75,8 @@ def test_drafts_change_nothing_but_the_number_of_forward_passes(engines):
         tight = run(engine, requests(tokenizer, table, [None], max_tokens=table.min_tokens + 2))
         after = engine.stats()
         results[drafts] = alone + batched + tight
-        passes[drafts] = after["forward_passes"] - before["forward_passes"]
-        kept[drafts] = after["draft_tokens_kept"] - before["draft_tokens_kept"]
+        passes[drafts] = after.gauges["forward_passes"] - before.gauges["forward_passes"]
+        kept[drafts] = after.gauges["draft_tokens_kept"] - before.gauges["draft_tokens_kept"]
     assert results[8] == results[0]
     assert all(reason == "stop" for _, reason, _ in results[8])
     assert '"customer_full_name"' in results[8][0][0]

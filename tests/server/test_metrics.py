@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from harness import http_client, openai_client
 
 from gclm.server.app import create_app
+from gclm.server.engine.protocol import EngineStats
 from gclm.server.settings import ServerSettings
 
 pytestmark = pytest.mark.anyio
@@ -63,8 +64,8 @@ async def test_counters_after_traffic(app: FastAPI, engine: FakeEngine) -> None:
 
 async def test_engine_stats_are_read_at_scrape_time(tmp_path) -> None:
     class Busy(FakeEngine):
-        def stats(self) -> dict[str, float]:
-            return {"queue_depth": 5, "batch_size": 3, "kv_blocks_free": 12, "bad-name": 1}
+        def stats(self) -> EngineStats:
+            return EngineStats(5, 3, gauges={"kv_blocks_free": 12, "bad-name": 1})
 
     app = create_app(Busy(), ServerSettings(cache_dir=tmp_path))
     m = await scrape(app)
@@ -76,7 +77,7 @@ async def test_engine_stats_are_read_at_scrape_time(tmp_path) -> None:
 
 async def test_a_failing_stats_call_does_not_break_the_scrape(tmp_path) -> None:
     class Broken(FakeEngine):
-        def stats(self) -> dict[str, float]:
+        def stats(self) -> EngineStats:
             raise RuntimeError("busy")
 
     m = await scrape(create_app(Broken(), ServerSettings(cache_dir=tmp_path)))

@@ -15,7 +15,7 @@ import pytest
 from gclm.compiler.cache import TableCache
 from gclm.compiler.compile import compile_constraint
 from gclm.compiler.constraint import Constraint
-from gclm.errors import InternalError, InvalidRequestError, QueueFullError
+from gclm.errors import EngineDeadError, InternalError, InvalidRequestError, QueueFullError
 from gclm.masking import ConstraintState
 from gclm.server.engine.protocol import (
     ErrorEvent,
@@ -110,6 +110,8 @@ class ScriptedLLM:
         self.steps = steps
         self.gate: asyncio.Event | None = None
         self.params: list[object] = []
+        self.errored = False  # AsyncLLM's: its engine core died
+        self.dead_error: BaseException = RuntimeError("EngineCore died")
 
     async def generate(self, prompt: dict, sampling: object, request_id: str):
         self.params.append(sampling)
@@ -187,7 +189,8 @@ def test_queue_full_is_429_and_cancel_finishes_cancelled(engine) -> None:
         second = engine.submit(GenerationRequest([1], SamplingParams(4)))
         with pytest.raises(QueueFullError):  # max_num_seqs 1 + queue_size 1
             engine.submit(GenerationRequest([1], SamplingParams(4)))
-        assert engine.stats()["batch_size"] == 1 and engine.stats()["queue_depth"] == 1
+        stats = engine.stats()
+        assert (stats.batch_size, stats.queue_depth, stats.batch_slots) == (1, 1, 1)
         await asyncio.sleep(0)
         engine.cancel(first)
         engine.cancel(first)  # idempotent
@@ -198,7 +201,7 @@ def test_queue_full_is_429_and_cancel_finishes_cancelled(engine) -> None:
     cancelled, finished = asyncio.run(run())
     assert cancelled == [FinishEvent("cancelled", 1, 0)]
     assert finished[-1] == FinishEvent("length", 1, 2)
-    assert engine.stats()["batch_size"] == 0
+    assert engine.stats().batch_size == 0
 
 
 @pytest.mark.vllm
@@ -223,3 +226,61 @@ def test_penalties_and_bias_pass_through_and_logprobs_are_refused(engine) -> Non
     with pytest.raises(InvalidRequestError, match="logprobs are not supported"):
         engine._sampling_params(GenerationRequest([1], params))  # type: ignore[arg-type]
     assert engine.budget_policy("graceful") is None
+
+
+@pytest.mark.vllm
+def test_a_dead_engine_core_fails_health_submits_and_running_requests(engine) -> None:
+    from vllm.v1.engine.exceptions import EngineDeadError as VllmEngineDead
+
+    class DyingLLM(ScriptedLLM):
+        async def generate(self, prompt: dict, sampling: object, request_id: str):
+            self.errored = True
+            raise VllmEngineDead()
+            yield  # an async generator, as AsyncLLM.generate is
+
+    engine._llm = DyingLLM([])
+    engine.check_health()  # alive until the core dies
+
+    async def run() -> list:
+        return await events(engine, engine.submit(GenerationRequest([1], SamplingParams(2))))
+
+    got = asyncio.run(run())
+    assert isinstance(got[-1], ErrorEvent) and isinstance(got[-1].error, EngineDeadError)
+    assert got[-1].error.status_code == 503
+    with pytest.raises(EngineDeadError, match="vLLM's engine core died"):
+        engine.check_health()
+    with pytest.raises(EngineDeadError):
+        engine.submit(GenerationRequest([1], SamplingParams(2)))
+    engine.shutdown()
+    with pytest.raises(EngineDeadError, match="shut down"):
+        engine.check_health()
+
+
+@pytest.mark.vllm
+def test_stats_read_the_table_cache_as_the_transformers_engine_does(engine) -> None:
+    asyncio.run(engine.compile(Constraint.regex("[0-9]{2}")))
+    asyncio.run(engine.compile(Constraint.regex("[0-9]{2}")))
+    stats = engine.stats()
+    assert (stats.cache_misses, stats.cache_hits) == (1, 1)
+    assert stats.gauges["table_cache_entries"] == 1
+    assert stats.gauges["table_cache_bytes"] > 0 and stats.gauges["table_disk_files"] == 1
+
+
+@pytest.mark.vllm
+def test_a_request_vllm_refuses_is_the_clients_error(engine) -> None:
+    """vLLM's validation errors become a 400 (this raised TypeError before: the
+    InvalidRequestError was built without its `param`)."""
+
+    class Refusing(ScriptedLLM):
+        async def generate(self, prompt: dict, sampling: object, request_id: str):
+            raise ValueError("This model's maximum context length is 2048 tokens.")
+            yield  # an async generator, as AsyncLLM.generate is
+
+    engine._llm = Refusing([])
+
+    async def run() -> list:
+        return await events(engine, engine.submit(GenerationRequest([1], SamplingParams(2))))
+
+    got = asyncio.run(run())
+    assert isinstance(got[-1], ErrorEvent) and isinstance(got[-1].error, InvalidRequestError)
+    assert "maximum context length" in got[-1].error.message

@@ -25,7 +25,6 @@ import os
 import threading
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from typing import Any
@@ -37,11 +36,16 @@ from gclm.compiler.constraint import Constraint
 from gclm.compiler.pool import CompilerPool
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.errors import GclmError, InternalError, InvalidRequestError, QueueFullError
+from gclm.errors import (
+    EngineDeadError,
+    GclmError,
+    InternalError,
+    InvalidRequestError,
+    QueueFullError,
+)
 from gclm.masking import (
     allocate_bitmask,
     apply_bitmask,
-    check_budget,
     fill_bitmask,
     fill_unconstrained,
     mask_table,
@@ -49,7 +53,8 @@ from gclm.masking import (
 from gclm.masking.drafts import Drafter
 from gclm.masking.graceful import GracefulPolicy
 from gclm.masking.policy import BudgetPolicy
-from gclm.server.engine.protocol import GenerationRequest, StreamEvent, until_done
+from gclm.server.engine.protocol import EngineStats, GenerationRequest
+from gclm.server.engine.shared import TokenizerEngine
 from gclm.server.engine.transformers.cpu_linear import pack_linears
 from gclm.server.engine.transformers.kv_store import KVStore, plan_slots
 from gclm.server.engine.transformers.logprobs import TokenNames, token_logprobs
@@ -71,7 +76,7 @@ DRAFT_TOKENS = 8
 PASS_POSITIONS = 16
 
 
-class BatchEngine:
+class BatchEngine(TokenizerEngine):
     """Implements gclm.server.engine.protocol.Engine on a transformers causal LM."""
 
     def __init__(
@@ -113,10 +118,6 @@ class BatchEngine:
         self.draft_tokens = draft_tokens
         # Logprobs name a special token (no bytes) as the tokenizer does, e.g. <|im_end|>.
         self._names = TokenNames(vocab.token_bytes, tokenizer.convert_ids_to_tokens)
-        # No token spells more than `longest` bytes (nor characters), so a text longer than
-        # this has more tokens than the context holds: refused before it is tokenized.
-        longest = max((len(b) for b in vocab.token_bytes if b), default=1)
-        self.max_prompt_chars = self.context_length * longest
         self._bitmask = allocate_bitmask(self.max_batch, vocab.size)  # [max_batch, W]
         self._graceful = GracefulPolicy.for_vocab(vocab.token_bytes)
         self._drafter = Drafter(vocab.token_bytes)
@@ -131,10 +132,20 @@ class BatchEngine:
         self._counts = {"forward_passes": 0, "tokens_sampled": 0, "draft_tokens_kept": 0}
         self._wake = threading.Condition()
         self._stopping = False
-        self._thread = threading.Thread(target=self._loop, name="gclm-engine", daemon=True)
+        self._dead: str | None = None  # why the engine thread died (check_health)
+        self._thread = threading.Thread(target=self._run, name="gclm-engine", daemon=True)
         self._thread.start()
 
     # --- the Engine interface (called from the event loop) ---
+
+    async def start(self) -> None:
+        """Nothing to do: the engine thread runs from construction."""
+
+    def check_health(self) -> None:
+        if self._dead is not None:
+            raise EngineDeadError(self._dead)
+        if self._stopping:
+            raise EngineDeadError("the engine was shut down")
 
     async def compile(self, constraint: Constraint) -> CompiledTable:
         loop = asyncio.get_running_loop()
@@ -146,45 +157,12 @@ class BatchEngine:
         await loop.run_in_executor(self._lookups, mask_table, table)
         return table
 
-    def encode_prompt(self, prompt: str) -> list[int]:
-        self._check_chars(len(prompt), "prompt")
-        return list(self.tokenizer.encode(prompt, add_special_tokens=True))
-
-    def render_chat(self, messages: list[dict[str, Any]]) -> str:
-        self._check_chars(sum(len(str(m.get("content", ""))) for m in messages), "messages")
-        try:
-            return self.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
-            )
-        except Exception as e:  # the template's own checks (roles, order)
-            raise InvalidRequestError(
-                f"The model's chat template rejected the messages: {e}", param="messages"
-            ) from e
-
     def budget_policy(self, name: str) -> BudgetPolicy | None:
         return self._graceful if name == "graceful" else None
 
-    def _check_chars(self, chars: int, param: str) -> None:
-        if chars > self.max_prompt_chars:
-            raise InvalidRequestError(
-                f"The {param} has {chars:,} characters, more than fit in the model's context "
-                f"of {self.context_length} tokens. Shorten it.",
-                param=param,
-                code="context_length_exceeded",
-            )
-
     def submit(self, request: GenerationRequest) -> Sequence:
-        total = len(request.prompt_ids) + request.params.max_tokens
-        if not request.prompt_ids:
-            raise InvalidRequestError("The prompt is empty.", param="prompt")
-        if total > self.context_length:
-            raise InvalidRequestError(
-                f"The prompt ({len(request.prompt_ids)} tokens) plus max_tokens "
-                f"({request.params.max_tokens}) exceeds the model's context of "
-                f"{self.context_length} tokens. Shorten the prompt or lower max_tokens.",
-                param="max_tokens",
-            )
-        if total > self.max_positions:
+        self.check_admissible(request)
+        if len(request.prompt_ids) + request.params.max_tokens > self.max_positions:
             raise InvalidRequestError(
                 f"The prompt ({len(request.prompt_ids)} tokens) plus max_tokens "
                 f"({request.params.max_tokens}) exceeds the {self.max_positions} positions "
@@ -193,34 +171,19 @@ class BatchEngine:
                 "--kv-memory.",
                 param="max_tokens",
             )
-        table = request.table
-        if table is not None and request.budget_aware:
-            check_budget(table, request.params.max_tokens)
-        if max(request.prompt_ids) >= self.vocab.size or min(request.prompt_ids) < 0:
-            raise InvalidRequestError(
-                f"Prompt token ids must be in [0, {self.vocab.size}).", param="prompt"
-            )
-        for token, _ in request.params.logit_bias:
-            if not 0 <= token < self.vocab.size:
-                raise InvalidRequestError(
-                    f"logit_bias names token {token}; token ids are in [0, {self.vocab.size}).",
-                    param="logit_bias",
-                )
         seq = Sequence(
             request=request,
             request_id=request.request_id or uuid.uuid4().hex,
             loop=asyncio.get_running_loop(),
             vocab=self.vocab,
         )
-        with self._wake:
+        with self._wake:  # under the lock: the thread marks itself dead under it
+            self.check_health()
             if len(self._waiting) >= self.queue_size:
                 raise QueueFullError(self.queue_size, retry_after=1.0)
             self._waiting.append(seq)
             self._wake.notify()
         return seq
-
-    def stream(self, handle: Sequence) -> AsyncIterator[StreamEvent]:  # type: ignore[override]
-        return until_done(handle.events)
 
     def cancel(self, handle: Sequence) -> None:
         with self._wake:
@@ -229,20 +192,13 @@ class BatchEngine:
                 self._waiting.remove(handle)
             self._wake.notify()
 
-    def stats(self) -> dict[str, float]:
-        s = self.cache.stats
-        out: dict[str, float] = {
-            "queue_depth": len(self._waiting),
-            "batch_size": len(self._running),
-            "batch_slots": self.max_batch,
-            **self._counts,
-            "cache_hits": s.hits + s.negative_hits + s.disk_hits,
-            "cache_misses": s.misses - s.disk_hits,
-        }
-        out.update(self.cache.gauges())
-        if self.compiler is not None:
-            out.update(self.compiler.gauges())
-        return out
+    def stats(self) -> EngineStats:
+        return self.engine_stats(
+            queue_depth=len(self._waiting),
+            batch_size=len(self._running),
+            batch_slots=self.max_batch,
+            counters=self._counts,
+        )
 
     def shutdown(self) -> None:
         with self._wake:
@@ -252,6 +208,23 @@ class BatchEngine:
         self._lookups.shutdown(wait=False, cancel_futures=True)
 
     # --- the engine thread ---
+
+    def _run(self) -> None:
+        """The engine thread. `_loop` survives a failed step; what escapes it (the recovery
+        itself failing, a BaseException) ends the engine for good: every sequence, and every
+        later submit and health check, gets EngineDeadError, so that /health fails and a
+        supervisor restarts the server instead of it hanging or answering 500s forever."""
+        try:
+            self._loop()
+        except BaseException as e:
+            log.exception("the engine thread died")
+            with self._wake:
+                self._dead = f"engine thread failed: {e!r}"
+                orphans = [*self._waiting, *self._running]
+                self._waiting.clear()
+                self._running = []
+            for seq in orphans:
+                seq.fail(EngineDeadError(self._dead))
 
     def _loop(self) -> None:
         torch.set_grad_enabled(False)

@@ -44,7 +44,7 @@ MIN_COPIED_PREFIX = 16
 
 
 @lru_cache(maxsize=16)
-def _cache_kwarg(model_type: type) -> str:
+def _cache_kwarg(model_type: Any) -> str:
     """The name forward() takes the KV cache under: transformers 5.24 renamed
     `past_key_values` to `cache` (the old name warns, and is due to go in 5.40)."""
     try:
@@ -160,6 +160,9 @@ class _Plan:
 class _SlotLayer(CacheLayerMixin):
     """One layer's buffers, read and written as the store's plan says."""
 
+    keys: torch.Tensor | None  # declared by transformers' CacheLayerMixin, set here
+    values: torch.Tensor | None
+
     def __init__(self, store: KVStore) -> None:
         super().__init__()
         self.store = store
@@ -230,7 +233,7 @@ class KVStore:
         self.in_use = [False] * slots
         empty = torch.zeros(0, dtype=torch.long)
         self.plan = _Plan(empty, empty[:, None], None, None, 0, 0)
-        self._cache_kwarg = _cache_kwarg(type(model))
+        self._cache_kwarg = _cache_kwarg(model.__class__)
         self._min = torch.finfo(self.dtype).min
 
     # --- slots ---

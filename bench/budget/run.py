@@ -25,8 +25,8 @@ temperature 0.7 with N fixed seeds (default N=2):
     graceful       budget-aware plus masking/graceful.py (gclm's default; its settings can
                    be changed with --horizon, --reserve, --lateral-penalty, ...)
 
-bench/budget_metrics.py defines each measure (parse, valid, degenerate, hollow share);
-bench/budget_report.py writes the table and the figure.
+bench/budget/metrics.py defines each measure (parse, valid, degenerate, hollow share);
+bench/budget/report.py writes the table and the figure.
 Writes bench/results/budget.md and budget.png for the reporting half, budget_tuning.md and
 budget_tuning.png for the tuning half (and --json PATH: every row and output).
 """
@@ -39,7 +39,6 @@ import datetime
 import hashlib
 import json
 import random
-import re
 import sys
 import time
 from collections import defaultdict
@@ -49,19 +48,20 @@ from typing import Any
 
 import numpy as np
 
-from bench.budget_forced import Fewest, fewest_non_degenerate
-from bench.budget_metrics import (
+from bench.budget.forced import Fewest, fewest_non_degenerate
+from bench.budget.metrics import (
     aggregate,
     mark_same_outputs,
     score,
     validator_for,
 )
-from bench.budget_report import ARMS, LEVELS, format_table, machine, write_markdown, write_png
+from bench.budget.report import ARMS, LEVELS, format_table, machine, write_markdown, write_png
+from bench.jsonschemabench import DEFAULT_DIR, subset_of
 from gclm.masking.graceful import GracefulPolicy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
-BENCH_DIR = ROOT.parent / "shared" / "jsonschemabench"
+BENCH_DIR = DEFAULT_DIR
 RESULTS = ROOT / "bench" / "results"
 TEMPERATURE = 0.7
 SAMPLE_SEED = 1000
@@ -171,14 +171,6 @@ HALVES = {"tuning": TUNING_SCHEMAS, "reporting": REPORTING_SCHEMAS}
 def half_of(filename: str) -> str:
     """The half a jsonschemabench file belongs to, fixed by its name alone."""
     return ("tuning", "reporting")[hashlib.sha256(filename.encode()).digest()[0] % 2]
-
-
-def subset_of(filename: str) -> str:
-    """A jsonschemabench file's subset: the name's prefix before `---` or `_<n>.json`."""
-    stem = filename.removesuffix(".json")
-    if "---" in stem:
-        return stem.split("---", 1)[0]
-    return re.sub(r"_\d+$", "", stem)
 
 
 def pick_bench_files(names: list[str], count: int, seed: int = PICK_SEED) -> list[str]:
@@ -360,7 +352,7 @@ class TimedPolicy:
 
 def fewest_tokens(table: Any, schema: Any, vocab: Any) -> Fewest:
     """Bounds on the fewest tokens of a non-degenerate output of `schema` (compiled to
-    `table` over `vocab`), by bench/budget_forced.py: a budget below them is *forced*."""
+    `table` over `vocab`), by bench/budget/forced.py: a budget below them is *forced*."""
     validator = validator_for(schema)
 
     def is_degenerate(text: str) -> bool | None:
@@ -388,7 +380,8 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
         queue_size=1 << 20,
         compile_timeout=args.compile_timeout,
     )
-    engine, pool = build_engine(settings)
+    built = build_engine(settings)
+    engine = built.engine
     try:
         schemas = load_schemas(args.bench_schemas, args.half)
         if args.only:
@@ -422,8 +415,7 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.gather(*(run_job(engine, j, policy, done, len(jobs), started) for j in jobs))
         seconds = time.perf_counter() - started
     finally:
-        engine.shutdown()
-        pool.close()
+        built.close()
     return {
         "schemas": schemas,
         "compiled": compiled,
@@ -441,7 +433,7 @@ def score_jobs(
 ) -> list[dict[str, Any]]:
     """One record per (job, level): the job's output measured against its schema, and
     whether its cell is forced (True: proven that no non-degenerate output fits the budget;
-    False: one fits; None: unknown; see bench/budget_forced.py)."""
+    False: one fits; None: unknown; see bench/budget/forced.py)."""
     by_name = dict(schemas)
     validators = {name: validator_for(by_name[name]) for name in {j.schema for j in jobs}}
     records = []
@@ -518,7 +510,9 @@ def bounds_info(fewest: dict[str, Fewest]) -> dict[str, dict[str, Any]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.budget", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--json", type=Path, help="write every row and output here")
     parser.add_argument("--quick", action="store_true", help="5 bench schemas, N=1")
     parser.add_argument("--samples", type=int, default=2, help="seeded samples at T=0.7")

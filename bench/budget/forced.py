@@ -1,7 +1,7 @@
-"""Which budgets leave room for a non-degenerate output: the *forced* measure of bench/budget.py.
+"""Which budgets leave room for a non-degenerate output: the *forced* measure of the budget table.
 
 A cell (schema, budget B) is *forced* when every output the table accepts within B tokens is
-degenerate (bench/budget_metrics.py: valid, at least one slot, every slot at its minimum):
+degenerate (bench/budget/metrics.py: valid, at least one slot, every slot at its minimum):
 then no policy can do better than the mask there. This module bounds the fewest tokens of a
 non-degenerate output from both sides, with the compiler itself:
 
@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from bench.budget_metrics import _children, _dict, _expand, _int, _list
+from bench.budget.metrics import _children, _dict, _expand, _int, _list
 
 Node = dict[str, Any]
 _EMPTY: list[Any] = ["", [], {}, None]
@@ -66,7 +66,7 @@ class Fewest:
 
 
 class Place:
-    """The metric's view of one place of the output (bench/budget_metrics.hollow_slots):
+    """The metric's view of one place of the output (bench/budget/metrics.hollow_slots):
     the original schema's nodes that apply there, found by the same walk."""
 
     def __init__(self, root: Any, nodes: list[Any]) -> None:

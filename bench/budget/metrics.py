@@ -1,4 +1,4 @@
-"""What bench/budget.py measures on each output, and how it aggregates them. Pure functions.
+"""What bench/budget/run.py measures on each output, and how it aggregates them. Pure functions.
 
 Per output (the text a sequence generated, with its schema):
 
@@ -225,7 +225,7 @@ def aggregate(records: Iterable[dict[str, Any]], arms: list[str], levels: list[s
 
     Each record needs: arm, level, tokens, finish_reason and the fields of a Score, and may
     have `forced` (True: proven that no non-degenerate output fits the cell's budget; False:
-    one fits; None: unknown, counted as not forced; see bench/budget_forced.py). A row has
+    one fits; None: unknown, counted as not forced; see bench/budget/forced.py). A row has
     n, schemas, parse/valid/degenerate/useful percentages, forced % and degenerate % among
     the cells not forced, the count of cells whose forcedness is unknown, hollow share %,
     mean tokens and finish reasons as percentages.

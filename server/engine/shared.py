@@ -1,0 +1,146 @@
+"""What both real engines share: prompts, admission checks, event streams and stats.
+
+`BatchEngine` (transformers) and `VllmEngine` differ in how they generate; everything a
+request meets before that (the chat template, the prompt's length in characters, the
+checks that refuse a request no engine could serve) and after it (a handle's queue of
+events, the table cache's and compile pool's gauges) is written once, here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from functools import cached_property
+from typing import Any, Protocol
+
+from gclm.compiler.cache import TableCache
+from gclm.compiler.pool import CompilerPool
+from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.errors import InvalidRequestError
+from gclm.masking import check_budget
+from gclm.server.engine.protocol import (
+    EngineStats,
+    ErrorEvent,
+    FinishEvent,
+    GenerationRequest,
+    StreamEvent,
+)
+
+
+class QueuedHandle(Protocol):
+    """A handle whose events the engine puts on a queue (both real engines' handles)."""
+
+    request_id: str
+    events: asyncio.Queue[StreamEvent]
+
+
+async def until_done(events: asyncio.Queue[StreamEvent]) -> AsyncIterator[StreamEvent]:
+    """A request's events from its queue, ending with its FinishEvent or ErrorEvent."""
+    while True:
+        event = await events.get()
+        yield event
+        if isinstance(event, FinishEvent | ErrorEvent):
+            return
+
+
+class TokenizerEngine:
+    """The Engine methods both real engines share; each sets these attributes itself.
+
+    `context_length` is the model's context in tokens (vLLM's is known once started).
+    """
+
+    tokenizer: Any
+    vocab: TokenVocabulary
+    cache: TableCache
+    compiler: CompilerPool | None  # only read for /metrics: the cache submits to it
+    context_length: int
+
+    def stream(self, handle: QueuedHandle) -> AsyncIterator[StreamEvent]:
+        return until_done(handle.events)
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        self._check_chars(len(prompt), "prompt")
+        return list(self.tokenizer.encode(prompt, add_special_tokens=True))
+
+    def render_chat(self, messages: list[dict[str, Any]]) -> str:
+        self._check_chars(sum(len(str(m.get("content", ""))) for m in messages), "messages")
+        try:
+            return str(
+                self.tokenizer.apply_chat_template(
+                    messages, tokenize=False, add_generation_prompt=True
+                )
+            )
+        except Exception as e:  # the template's own checks (roles, order)
+            raise InvalidRequestError(
+                f"The model's chat template rejected the messages: {e}", param="messages"
+            ) from e
+
+    @cached_property
+    def _longest_token(self) -> int:
+        return max((len(b) for b in self.vocab.token_bytes if b), default=1)
+
+    @property
+    def max_prompt_chars(self) -> int:
+        """No token spells more than `_longest_token` bytes (nor characters), so a text
+        longer than this has more tokens than the context holds: refused before it is
+        tokenized."""
+        return self.context_length * self._longest_token
+
+    def _check_chars(self, chars: int, param: str) -> None:
+        if chars > self.max_prompt_chars:
+            raise InvalidRequestError(
+                f"The {param} has {chars:,} characters, more than fit in the model's context "
+                f"of {self.context_length} tokens. Shorten it.",
+                param=param,
+                code="context_length_exceeded",
+            )
+
+    def check_admissible(self, request: GenerationRequest) -> None:
+        """Refuse (400) a request no engine could serve: an empty prompt, a token id outside
+        the vocabulary, a prompt plus max_tokens past the context, a budget below the
+        constraint's minimum."""
+        ids, size, max_tokens = request.prompt_ids, self.vocab.size, request.params.max_tokens
+        if not ids:
+            raise InvalidRequestError("The prompt is empty.", param="prompt")
+        if len(ids) + max_tokens > self.context_length:
+            raise InvalidRequestError(
+                f"The prompt ({len(ids)} tokens) plus max_tokens ({max_tokens}) exceeds the "
+                f"model's context of {self.context_length} tokens. Shorten the prompt or "
+                "lower max_tokens.",
+                param="max_tokens",
+            )
+        if request.table is not None and request.budget_aware:
+            check_budget(request.table, max_tokens)
+        if max(ids) >= size or min(ids) < 0:
+            raise InvalidRequestError(f"Prompt token ids must be in [0, {size}).", param="prompt")
+        for token, _ in request.params.logit_bias:
+            if not 0 <= token < size:
+                raise InvalidRequestError(
+                    f"logit_bias names token {token}; token ids are in [0, {size}).",
+                    param="logit_bias",
+                )
+
+    def engine_stats(
+        self,
+        *,
+        queue_depth: int,
+        batch_size: int,
+        batch_slots: int,
+        counters: dict[str, int] | None = None,
+    ) -> EngineStats:
+        """This engine's stats, with the table cache and compile pool read the same way for
+        every engine: a hit is a constraint served without compiling (from memory, from
+        disk, or a remembered failure), a miss one that was compiled."""
+        s = self.cache.stats
+        gauges: dict[str, float] = dict(counters or {})
+        gauges.update(self.cache.gauges())
+        if self.compiler is not None:
+            gauges.update(self.compiler.gauges())
+        return EngineStats(
+            queue_depth=queue_depth,
+            batch_size=batch_size,
+            batch_slots=batch_slots,
+            cache_hits=s.hits + s.negative_hits + s.disk_hits,
+            cache_misses=s.misses - s.disk_hits,
+            gauges=gauges,
+        )
