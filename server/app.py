@@ -184,11 +184,10 @@ class _Service:
     # not stop the event loop, which answers every other request and /health.
     def chat_prompt(self, body: ChatCompletionRequest) -> list[int]:
         messages = [m.for_template() for m in body.messages]
-        text = self.engine.render_chat(prompt_messages(messages, body.tools, body.tool_plan))
-        return self.engine.encode_prompt(text)
+        return self.engine.encode_chat(prompt_messages(messages, body.tools, body.tool_plan))
 
     def responses_prompt(self, body: ResponsesRequest) -> list[int]:
-        return self.engine.encode_prompt(self.engine.render_chat(body.messages()))
+        return self.engine.encode_chat(body.messages())
 
     def completion_prompts(self, body: CompletionRequest) -> list[list[int]]:
         return [p if isinstance(p, list) else self.engine.encode_prompt(p) for p in body.prompt]

@@ -31,6 +31,7 @@ from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import GclmError, InternalError, InvalidRequestError, QueueFullError
 from gclm.masking import ConstraintState, check_budget, mask_table
+from gclm.server.engine.chat_template import encode_chat, render_chat
 from gclm.server.engine.protocol import (
     ErrorEvent,
     FinishEvent,
@@ -175,14 +176,10 @@ class VllmEngine:
         return list(self.tokenizer.encode(prompt, add_special_tokens=True))
 
     def render_chat(self, messages: list[dict[str, Any]]) -> str:
-        try:
-            return self.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
-            )
-        except Exception as e:  # the template's own checks (roles, order)
-            raise InvalidRequestError(
-                f"The model's chat template rejected the messages: {e}", param="messages"
-            ) from e
+        return render_chat(self.tokenizer, messages)
+
+    def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
+        return encode_chat(self.tokenizer, messages)
 
     def budget_policy(self, name: str) -> None:
         """No BudgetPolicy runs inside vLLM yet: every budget-aware row gets the plain

@@ -49,6 +49,7 @@ from gclm.masking import (
 from gclm.masking.drafts import Drafter
 from gclm.masking.graceful import GracefulPolicy
 from gclm.masking.policy import BudgetPolicy
+from gclm.server.engine.chat_template import encode_chat, render_chat
 from gclm.server.engine.protocol import GenerationRequest, StreamEvent, until_done
 from gclm.server.engine.transformers.cpu_linear import pack_linears
 from gclm.server.engine.transformers.kv_store import KVStore, plan_slots
@@ -152,14 +153,11 @@ class BatchEngine:
 
     def render_chat(self, messages: list[dict[str, Any]]) -> str:
         self._check_chars(sum(len(str(m.get("content", ""))) for m in messages), "messages")
-        try:
-            return self.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
-            )
-        except Exception as e:  # the template's own checks (roles, order)
-            raise InvalidRequestError(
-                f"The model's chat template rejected the messages: {e}", param="messages"
-            ) from e
+        return render_chat(self.tokenizer, messages)
+
+    def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
+        self._check_chars(sum(len(str(m.get("content", ""))) for m in messages), "messages")
+        return encode_chat(self.tokenizer, messages)
 
     def budget_policy(self, name: str) -> BudgetPolicy | None:
         return self._graceful if name == "graceful" else None
