@@ -27,12 +27,26 @@ from typing import Any
 # Values quoted in messages are cut to this many characters: a refusal must not echo a 1 MB
 # `tools` array back to the client.
 QUOTE_LIMIT = 80
+# No message is longer than this (a net under every quote: what a message echoes is cut in
+# the middle, so its start and its advice on the fix at the end both stay).
+MESSAGE_LIMIT = 2048
+
+
+def cut(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """`text` cut to `limit` characters with an ellipsis, for an error message."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:
     """`repr(value)`, cut to `limit` characters with an ellipsis, for an error message."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return cut(repr(value), limit)
+
+
+def _bounded(message: str) -> str:
+    if len(message) <= MESSAGE_LIMIT:
+        return message
+    head = MESSAGE_LIMIT * 2 // 3
+    return message[:head] + " [...] " + message[len(message) - (MESSAGE_LIMIT - head - 7) :]
 
 
 class GclmError(Exception):
@@ -42,6 +56,7 @@ class GclmError(Exception):
     error_type = "invalid_request_error"
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        message = _bounded(message)
         super().__init__(message)
         self.message = message
         self.param = param
@@ -65,8 +80,8 @@ class UnsupportedSchemaError(ConstraintError):
     """A JSON Schema keyword that gclm cannot honour, at a JSON pointer."""
 
     def __init__(self, keyword: str, pointer: str, detail: str = ""):
-        where = pointer or "/"
-        text = f"JSON Schema keyword {keyword!r} at {where} is not supported"
+        where = cut(pointer or "/")
+        text = f"JSON Schema keyword {quote(keyword)} at {where} is not supported"
         text += f": {detail}" if detail else ""
         text += ". Remove it or rewrite the schema without it."
         super().__init__(text, code="unsupported_schema")

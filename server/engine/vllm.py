@@ -29,7 +29,7 @@ from gclm.compiler.cache import TableCache
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.errors import GclmError, InternalError, InvalidRequestError, QueueFullError
+from gclm.errors import GclmError, InternalError, InvalidRequestError, QueueFullError, cut
 from gclm.masking import ConstraintState, check_budget, mask_table
 from gclm.server.engine.chat_template import encode_chat, render_chat
 from gclm.server.engine.protocol import (
@@ -324,8 +324,9 @@ def _as_gclm_error(e: Exception) -> GclmError:
     except ImportError:  # pragma: no cover - vLLM always has it where this engine runs
         VLLMValidationError = ValueError  # noqa: N806
     if isinstance(e, VLLMValidationError | ValueError):
-        return InvalidRequestError(str(e))
-    return InternalError(f"Generation failed in vLLM: {e!r}")
+        return InvalidRequestError(cut(str(e), 400), param=None)
+    log.error("vLLM failed a request", exc_info=e)
+    return InternalError("Generation failed in vLLM; the server's log has the details.")
 
 
 def configure_cpu_defaults(cache_dir: os.PathLike[str] | str) -> None:
