@@ -38,7 +38,7 @@ from gclm.server.engine.protocol import (
     TokenEvent,
 )
 from gclm.server.http.body_limit import BodySizeLimit
-from gclm.server.http.errors import as_gclm_error, install_error_handlers
+from gclm.server.http.errors import CLIENT_CLOSED, as_gclm_error, install_error_handlers
 from gclm.server.http.metrics import Metrics, RequestCounter
 from gclm.server.http.openapi import document
 from gclm.server.http.streaming import (
@@ -67,10 +67,6 @@ from gclm.server.openai.tools.calls import ToolChatRenderer
 from gclm.server.openai.tools.prompt import prompt_messages
 from gclm.server.settings import ServerSettings
 
-# Not an HTTP status anyone reads (the client has gone); nginx's "client closed request",
-# so that /metrics tells disconnects apart from answers.
-CLIENT_CLOSED = 499
-
 ENDPOINTS = frozenset(
     {
         "/v1/completions",
@@ -92,7 +88,7 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
 
     app = FastAPI(title="gclm", summary="Constrained generation, OpenAI-compatible.")
     app.state.engine, app.state.settings, app.state.metrics = engine, settings, metrics
-    install_error_handlers(app, metrics.reject)
+    install_error_handlers(app, metrics.reject, metrics.disconnects.inc)
     app.add_middleware(
         BodySizeLimit, max_bytes=settings.max_body_size << 20, on_rejection=metrics.reject
     )

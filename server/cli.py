@@ -68,6 +68,16 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-body-size", type=int, help="MiB per request body (16)")
     serve.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/*")
     serve.add_argument(
+        "--header-timeout", type=float, help="seconds for a request's headers to arrive (10)"
+    )
+    serve.add_argument("--body-timeout", type=float, help="seconds for a request's body (60)")
+    serve.add_argument(
+        "--keep-alive-timeout", type=float, help="seconds an idle connection stays open (5)"
+    )
+    serve.add_argument(
+        "--max-connections", type=int, help="open connections before 503 (default 1024)"
+    )
+    serve.add_argument(
         "--engine",
         choices=("transformers", "vllm"),
         help="generation engine (default transformers)",

@@ -126,6 +126,26 @@ def build_vllm_engine(settings: ServerSettings) -> tuple[Any, CompilerPool]:
     return engine, pool
 
 
+def server_config(app: Any, settings: ServerSettings, **options: Any) -> Any:
+    """The uvicorn.Config serving `app`: its connection timeouts and cap from `settings`
+    (`options` are more uvicorn.Config keywords)."""
+    import uvicorn
+
+    from gclm.server.http.connections import guarded_h11
+
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=options.pop("log_level", "info"),
+        http=guarded_h11(settings.header_timeout, settings.body_timeout),
+        timeout_keep_alive=settings.keep_alive_timeout,
+        # uvicorn answers 503 once the open connections reach its limit, this one included.
+        limit_concurrency=settings.max_connections + 1,
+        **options,
+    )
+
+
 def serve(settings: ServerSettings) -> None:
     """Run until interrupted."""
     import uvicorn
@@ -152,7 +172,7 @@ def serve(settings: ServerSettings) -> None:
         app = create_app(engine, settings)
         app.router.lifespan_context = lifespan
         log.info("serving %s on http://%s:%d/v1", engine.model_id, settings.host, settings.port)
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+        uvicorn.Server(server_config(app, settings)).run()
     finally:
         engine.shutdown()
         pool.close()

@@ -64,6 +64,13 @@ class ServerSettings:
     cache_memory: int = 512  # MiB for compiled tables + their mask rows + failures, in memory
     cache_disk: int = 2048  # MiB of compiled tables on disk (under cache_dir/tables); 0: none
     max_body_size: int = 16  # MiB; larger request bodies get 413
+    # Connections (server/http/connections.py): a request's headers and its body must each
+    # arrive within their timeout, an idle kept-alive connection is closed, and past
+    # max_connections open connections a request gets 503.
+    header_timeout: float = 10.0  # seconds
+    body_timeout: float = 60.0  # seconds
+    keep_alive_timeout: float = 5.0  # seconds
+    max_connections: int = 1024
     api_key: str | None = None  # when set, /v1/* requires "Authorization: Bearer <key>"
     default_max_tokens: int = 256
     constrained_max_tokens_floor: int = 512
@@ -102,12 +109,18 @@ class ServerSettings:
             "compile_queue",
             "cache_memory",
             "max_body_size",
+            "max_connections",
             "default_max_tokens",
             "constrained_max_tokens_floor",
             "constrained_max_tokens_factor",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
+        for name in ("header_timeout", "body_timeout", "keep_alive_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(
+                    f"{name} must be a positive number of seconds, got {getattr(self, name)}."
+                )
         if not self.compile_timeout > 0:
             raise ValueError(
                 f"compile_timeout must be a positive number of seconds, got {self.compile_timeout}."
