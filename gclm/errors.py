@@ -11,6 +11,7 @@
     ├── QueueFullError             429  (with retry_after seconds)
     │   └── CompilerBusyError      429  the compile queue is full, or a compile waited too long
     ├── RequestTooLargeError       413  the request body is over the server's size limit
+    ├── UnsupportedMediaTypeError  415  a request body that is not application/json
     ├── ModelLoadError             500  the model or tokenizer could not be loaded
     └── InternalError              500  an invariant broke (an empty mask, a disallowed token)
 
@@ -175,6 +176,20 @@ class RequestTooLargeError(GclmError):
             code="request_too_large",
         )
         self.limit_bytes = limit_bytes
+
+
+class UnsupportedMediaTypeError(GclmError):
+    """A request body not declared `Content-Type: application/json` (415)."""
+
+    status_code = 415
+
+    def __init__(self, content_type: str):
+        declared = f"Content-Type {quote(content_type)}" if content_type else "no Content-Type"
+        super().__init__(
+            f"The request body must be JSON sent with 'Content-Type: application/json'; this "
+            f"request has {declared}.",
+            code="unsupported_media_type",
+        )
 
 
 def _size(n: int) -> str:

@@ -38,6 +38,7 @@ from gclm.server.engine.protocol import (
     TokenEvent,
 )
 from gclm.server.http.body_limit import BodySizeLimit
+from gclm.server.http.browsers import install_browser_guards
 from gclm.server.http.errors import CLIENT_CLOSED, as_gclm_error, install_error_handlers
 from gclm.server.http.metrics import Metrics, RequestCounter
 from gclm.server.http.openapi import document
@@ -92,6 +93,7 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
     app.add_middleware(
         BodySizeLimit, max_bytes=settings.max_body_size << 20, on_rejection=metrics.reject
     )
+    install_browser_guards(app, settings, metrics.reject)
     app.add_middleware(RequestCounter, metrics=metrics, endpoints=ENDPOINTS)  # outermost
 
     api = APIRouter(prefix="/v1", dependencies=[Depends(service.authenticate)])

@@ -78,6 +78,12 @@ def _parser() -> argparse.ArgumentParser:
         "--max-connections", type=int, help="open connections before 503 (default 1024)"
     )
     serve.add_argument(
+        "--cors-origins", help="origins browsers may call from, comma-separated (default: none)"
+    )
+    serve.add_argument(
+        "--allowed-hosts", help="Host names answered, comma-separated (default: any)"
+    )
+    serve.add_argument(
         "--engine",
         choices=("transformers", "vllm"),
         help="generation engine (default transformers)",

@@ -71,6 +71,10 @@ class ServerSettings:
     body_timeout: float = 60.0  # seconds
     keep_alive_timeout: float = 5.0  # seconds
     max_connections: int = 1024
+    # Browsers (server/http/browsers.py): origins allowed by CORS, comma-separated ("*": any;
+    # None: CORS off), and the Host names the server answers to (None: any).
+    cors_origins: str | None = None
+    allowed_hosts: str | None = None
     api_key: str | None = None  # when set, /v1/* requires "Authorization: Bearer <key>"
     default_max_tokens: int = 256
     constrained_max_tokens_floor: int = 512
@@ -154,6 +158,16 @@ class ServerSettings:
         # A str path from the environment or the CLI is normalised here so callers get a Path.
         object.__setattr__(self, "cache_dir", Path(self.cache_dir).expanduser())
 
+    @property
+    def cors_origin_list(self) -> tuple[str, ...]:
+        """The origins CORS allows (empty: CORS is off)."""
+        return _items(self.cors_origins)
+
+    @property
+    def allowed_host_list(self) -> tuple[str, ...]:
+        """The Host names accepted (empty: any)."""
+        return _items(self.allowed_hosts)
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ServerSettings:
         """Settings from GCLM_* variables, then `overrides` on top.
@@ -178,6 +192,10 @@ class ServerSettings:
                 values[name] = _parse(name, raw.strip(), _field_type(cls, name))
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+def _items(listed: str | None) -> tuple[str, ...]:
+    return tuple(item.strip() for item in (listed or "").split(",") if item.strip())
 
 
 def _field_type(cls: type, name: str) -> str:
