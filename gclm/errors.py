@@ -9,7 +9,8 @@
     ├── ModelNotFoundError         404  the request names a model this server does not serve
     ├── AuthenticationError        401
     ├── QueueFullError             429  (with retry_after seconds)
-    │   └── CompilerBusyError      429  the compile queue is full, or a compile waited too long
+    │   ├── CompilerBusyError      429  the compile queue is full, or a compile waited too long
+    │   └── KeyLimitError          429  an API key is past its own requests/minute or in flight
     ├── RequestTooLargeError       413  the request body is over the server's size limit
     ├── UnsupportedMediaTypeError  415  a request body that is not application/json
     ├── ModelLoadError             500  the model or tokenizer could not be loaded
@@ -161,6 +162,21 @@ class CompilerBusyError(QueueFullError):
 
     def __init__(self, message: str, retry_after: float = 1.0):
         GclmError.__init__(self, message, code="compiler_busy")
+        self.retry_after = retry_after
+
+
+class KeyLimitError(QueueFullError):
+    """The request's API key is past one of its limits (server/http/keys.py)."""
+
+    error_type = "rate_limit_error"
+
+    def __init__(self, limit: str, retry_after: float):
+        GclmError.__init__(
+            self,
+            f"This API key is limited to {limit}. Retry after {retry_after:.0f} s, or ask the "
+            "server's operator for a higher limit.",
+            code="rate_limit_exceeded",
+        )
         self.retry_after = retry_after
 
 

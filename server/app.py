@@ -12,19 +12,17 @@ disconnects, streaming or not, has its sequences cancelled at once.
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import (
-    AuthenticationError,
     ConstraintError,
     InvalidRequestError,
     ModelNotFoundError,
@@ -40,6 +38,7 @@ from gclm.server.engine.protocol import (
 from gclm.server.http.body_limit import BodySizeLimit
 from gclm.server.http.browsers import install_browser_guards
 from gclm.server.http.errors import CLIENT_CLOSED, as_gclm_error, install_error_handlers
+from gclm.server.http.keys import load_keys
 from gclm.server.http.metrics import Metrics, RequestCounter
 from gclm.server.http.openapi import document
 from gclm.server.http.streaming import (
@@ -93,10 +92,10 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
     app.add_middleware(
         BodySizeLimit, max_bytes=settings.max_body_size << 20, on_rejection=metrics.reject
     )
-    install_browser_guards(app, settings, metrics.reject)
+    install_browser_guards(app, settings, metrics, load_keys(settings))
     app.add_middleware(RequestCounter, metrics=metrics, endpoints=ENDPOINTS)  # outermost
 
-    api = APIRouter(prefix="/v1", dependencies=[Depends(service.authenticate)])
+    api = APIRouter(prefix="/v1")
 
     @api.post("/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -165,18 +164,6 @@ class _Service:
         self.engine = engine
         self.settings = settings
         self.metrics = metrics
-
-    async def authenticate(self, request: Request) -> None:
-        """Require `Authorization: Bearer <api_key>` when the server has a key."""
-        expected = self.settings.api_key
-        if expected is None:
-            return
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        # compare_digest: the time taken must not reveal how much of the key matched.
-        if scheme.lower() != "bearer" or not secrets.compare_digest(
-            token.strip().encode(), expected.encode()
-        ):
-            raise AuthenticationError()
 
     # Templating and tokenizing run in a worker thread (run_in_threadpool): a long prompt must
     # not stop the event loop, which answers every other request and /health.

@@ -75,7 +75,12 @@ class ServerSettings:
     # None: CORS off), and the Host names the server answers to (None: any).
     cors_origins: str | None = None
     allowed_hosts: str | None = None
-    api_key: str | None = None  # when set, /v1/* requires "Authorization: Bearer <key>"
+    # With a key (server/http/keys.py) every route but /health needs "Authorization: Bearer
+    # <key>"; a keys file holds several, each with optional limits; public_metrics "on"
+    # leaves /metrics open to a scraper.
+    api_key: str | None = None
+    api_keys_file: Path | None = None
+    public_metrics: str = "off"  # on | off
     default_max_tokens: int = 256
     constrained_max_tokens_floor: int = 512
     constrained_max_tokens_factor: int = 2
@@ -106,6 +111,8 @@ class ServerSettings:
                 raise ValueError(
                     f"{name} must be 0 (from the free memory) or more, got {getattr(self, name)}."
                 )
+        if self.public_metrics not in ("on", "off"):
+            raise ValueError(f"public_metrics must be on or off, got {self.public_metrics!r}.")
         if self.fast_forward not in ("on", "off"):
             raise ValueError(f"fast_forward must be on or off, got {self.fast_forward!r}.")
         for name in (

@@ -11,7 +11,7 @@ or none. So:
 - `HostAllowList`: with `allowed_hosts` set, a request whose Host header is not listed gets
   a 400 (a DNS-rebinding page reaches the server under its own host name).
 
-`install_browser_guards` adds them in that order (the Host check runs first).
+`install_browser_guards` adds them, and the API keys between the first two.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gclm.errors import GclmError, InvalidRequestError, UnsupportedMediaTypeError, quote
 from gclm.server.http.errors import RejectionHook, error_response
+from gclm.server.http.keys import ApiKey, ApiKeys
+from gclm.server.http.metrics import Metrics
 from gclm.server.settings import ServerSettings
 
 # Methods whose body the server reads.
@@ -29,11 +31,18 @@ _WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
 
 
 def install_browser_guards(
-    app: FastAPI, settings: ServerSettings, on_rejection: RejectionHook | None = None
+    app: FastAPI,
+    settings: ServerSettings,
+    metrics: Metrics,
+    keys: list[ApiKey],
 ) -> None:
-    """Add the JSON requirement, CORS (when configured) and the Host allow-list (when
-    configured) to `app`; each is outside the ones added before it."""
+    """Add the JSON requirement, the API keys (server/http/keys.py), CORS and the Host
+    allow-list (when configured) to `app`, each outside the ones before it: a CORS preflight
+    carries no key, and a key is checked before the body's type."""
+    on_rejection = metrics.reject
     app.add_middleware(RequireJson, on_rejection=on_rejection)
+    public = {"/health"} | ({"/metrics"} if settings.public_metrics == "on" else set())
+    app.add_middleware(ApiKeys, keys=keys, metrics=metrics, public=public)
     if settings.cors_origin_list:
         app.add_middleware(
             CORSMiddleware,

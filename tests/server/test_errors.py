@@ -165,10 +165,10 @@ async def test_api_key(engine: FakeEngine, tmp_path) -> None:
         no_key = await http.post("/v1/completions", content=b"not even json", headers=JSON)
         health = await http.get("/health")
         metrics = await http.get("/metrics")
-    # Authentication comes before parsing; /health and /metrics need no key.
+    # Authentication comes before parsing; /health needs no key, /metrics does.
     assert no_key.status_code == 401
     assert_openai_error(no_key.json(), None, "invalid_api_key")
-    assert (health.status_code, metrics.status_code) == (200, 200)
+    assert (health.status_code, metrics.status_code) == (200, 401)
     assert engine.submits == []
 
 
