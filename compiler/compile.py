@@ -6,6 +6,7 @@ process with a timeout and a memory limit, and compiler/cache.py keeps the resul
 
 from __future__ import annotations
 
+import logging
 import time
 
 import outlines_core
@@ -16,6 +17,8 @@ from gclm.compiler.regex import to_regex
 from gclm.compiler.tables import CompiledTable, finish_table, with_shortest_output
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import CompileLimitError, ConstraintError
+
+log = logging.getLogger("gclm.compiler")
 
 
 def compile_constraint(
@@ -30,10 +33,32 @@ def compile_constraint(
     regex = to_regex(constraint)
     try:
         index = outlines_core.Index(regex.regex, vocab.outlines)
-    except (ValueError, RuntimeError) as e:
-        raise ConstraintError(f"The constraint could not be compiled: {e}") from e
+    except (ValueError, RuntimeError, OverflowError) as e:
+        raise index_error(e, len(regex.regex)) from e
     table = table_from_index(index, vocab, max_states=max_states)
     return table.with_info(rewrites=regex.rewrites, compile_seconds=time.perf_counter() - started)
+
+
+def index_error(e: Exception, regex_chars: int) -> ConstraintError:
+    """gclm's own error for outlines-core refusing a regex (its text never reaches a client:
+    it is logged)."""
+    log.info("outlines-core refused a %d-character regex: %r", regex_chars, e)
+    if "Failed to build DFA" in str(e):
+        # regex-automata's NFA size limit: the regex is valid but too large to build.
+        return CompileLimitError(
+            f"The constraint's regex ({regex_chars:,} characters) is over the size limit of "
+            "outlines-core's automaton builder. Use smaller bounds (numbers, maxLength, "
+            "maxItems, repetition counts) or a simpler pattern."
+        )
+    if "vocabulary provided is incompatible" in str(e):
+        return ConstraintError(
+            "The constraint could not be compiled: its outputs need a character that no token "
+            "of this model spells. Check the constraint's characters (and the model's "
+            "vocabulary)."
+        )
+    return ConstraintError(
+        "outlines-core could not compile the constraint's regex. Simplify the constraint."
+    )
 
 
 def table_from_index(

@@ -45,7 +45,10 @@ class Constraint:
             try:
                 schema = json.loads(schema)
             except json.JSONDecodeError as e:
-                raise ConstraintError(f"The JSON Schema is not valid JSON: {e}.") from e
+                raise ConstraintError(
+                    f"The JSON Schema is not valid JSON ({e.msg} at line {e.lineno} column "
+                    f"{e.colno})."
+                ) from e
             except RecursionError:
                 raise ConstraintError(
                     "The JSON Schema nests objects or arrays too deeply to be read; "

@@ -4,7 +4,8 @@ out first.
 Files are written atomically (a temporary file renamed into place), so a reader never sees
 half a table, and a disk hit touches its file's mtime, which is the recency the eviction
 reads. Without a cap the directory grew by ~220 KB per distinct schema forever (713 MB
-after 3,200 schemas in the probe).
+after 3,200 schemas in the probe). The cap counts the blocks a file takes on disk, not its
+length: small files each fill whole blocks (a 4 MiB cap counted by length used 6.1 MiB).
 """
 
 from __future__ import annotations
@@ -21,6 +22,13 @@ SUFFIX = ".npz"
 # After an eviction the directory is left this far below its cap, so that the next few
 # writes do not each trigger one.
 _LOW_WATER = 0.9
+
+
+def disk_usage(stat: os.stat_result) -> int:
+    """Bytes a file takes on disk: its blocks (512 bytes each, by POSIX), or its length
+    where the platform does not count blocks."""
+    blocks = getattr(stat, "st_blocks", None)
+    return blocks * 512 if blocks is not None else stat.st_size
 
 
 class DiskCache:
@@ -43,7 +51,7 @@ class DiskCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the tables on disk, as last counted."""
+        """Bytes the tables take on disk (their blocks), as last counted."""
         return self._bytes
 
     @property
@@ -83,9 +91,13 @@ class DiskCache:
         except OSError as e:
             log.warning("could not write cache file %s: %s", path, e)
             return
+        try:
+            used = disk_usage(path.stat())
+        except OSError:
+            used = len(data)
         with self._lock:
-            self._bytes += len(data) - self._sizes.get(key, 0)
-            self._sizes[key] = len(data)
+            self._bytes += used - self._sizes.get(key, 0)
+            self._sizes[key] = used
             if self._bytes > self.max_bytes:
                 self._rescan()  # other processes may share the directory: count it again
                 self._evict()
@@ -105,7 +117,7 @@ class DiskCache:
             if name.startswith(".tmp-"):
                 continue
             try:
-                sizes[name[: -len(SUFFIX)]] = entry.stat().st_size
+                sizes[name[: -len(SUFFIX)]] = disk_usage(entry.stat())
             except OSError:
                 continue
         self._sizes = sizes

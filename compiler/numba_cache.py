@@ -25,7 +25,7 @@ class _VersionedLocator(caching.InTreeCacheLocator):
         return os.path.join(super().get_cache_path(), f"numba-{numba.__version__}")
 
     @classmethod
-    def from_function(cls, py_func, py_file):  # type: ignore[no-untyped-def]
+    def from_function(cls, py_func, py_file):
         if os.path.abspath(py_file) not in _FILES:
             return None
         return super().from_function(py_func, py_file)

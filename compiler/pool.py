@@ -39,7 +39,13 @@ from multiprocessing.connection import wait
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.compiler.worker import CompileLimits, WorkerProcess, memory_error, rebuild_error
+from gclm.compiler.worker import (
+    CompileLimits,
+    WorkerProcess,
+    memory_error,
+    rebuild_error,
+    unexpected_error,
+)
 from gclm.errors import CompileLimitError, CompilerBusyError
 
 log = logging.getLogger("gclm.compiler")
@@ -481,7 +487,8 @@ class CompilerPool:
             try:
                 done.append((job.future, CompiledTable.from_bytes(payload)))
             except (ValueError, KeyError) as e:  # not reachable unless the worker is broken
-                done.append((job.future, CompileLimitError(f"Compilation failed: {e!r}")))
+                log.error("a compile worker sent a malformed reply: %r", e)
+                done.append((job.future, unexpected_error()))
         else:
             done.append((job.future, rebuild_error(*payload)))
         if proc.demoted:

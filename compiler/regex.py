@@ -19,7 +19,7 @@ from gclm.compiler.json_schema.normalize import SchemaLimits, normalize_schema
 from gclm.compiler.json_schema.patterns import escape_literal
 from gclm.compiler.json_schema.regex import json_object_regex, schema_regex
 from gclm.compiler.rust_regex import check_regex, matches_empty, strip_anchors
-from gclm.errors import ConstraintError
+from gclm.errors import ConstraintError, quote
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def to_regex(c: Constraint, limits: SchemaLimits | None = None) -> RegexResult:
         pattern = check_regex(strip_anchors(c.spec))
         if matches_empty(pattern):
             raise ConstraintError(
-                f"The regex {c.spec!r} matches the empty string, which gclm cannot compile "
+                f"The regex {quote(c.spec)} matches the empty string, which gclm cannot compile "
                 "faithfully (outlines-core 0.2.14 would drop longer outputs). Require at least "
                 "one character, e.g. 'x+' instead of 'x*'."
             )

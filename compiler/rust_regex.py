@@ -11,7 +11,7 @@ import re
 
 import outlines_core
 
-from gclm.errors import ConstraintError
+from gclm.errors import ConstraintError, quote
 
 
 def matches_empty(pattern: str) -> bool:
@@ -62,7 +62,7 @@ def check_regex(pattern: str) -> str:
                 problem = _diagnose(pattern)
     if problem is not None:
         raise ConstraintError(
-            f"The regex {pattern!r} does not compile: {problem}. gclm uses Rust regex syntax "
+            f"The regex {quote(pattern)} does not compile: {problem}. gclm uses Rust regex syntax "
             "(https://docs.rs/regex), without look-around or backreferences."
         )
     return pattern
@@ -112,6 +112,17 @@ def _diagnose(pattern: str) -> str:
         return "backreferences like '\\1' are not supported"
     try:
         re.compile(pattern)
-    except re.error as e:
-        return f"a syntax error ({e})"
+    except (re.error, OverflowError, RecursionError) as e:
+        return parse_problem(e)
+    return "a syntax error"
+
+
+def parse_problem(e: Exception) -> str:
+    """A short reason for a failure of Python's regex parser, without the pattern's text."""
+    if isinstance(e, OverflowError):
+        return "a repetition count is too large"
+    if isinstance(e, RecursionError):
+        return "groups nest too deeply"
+    if isinstance(e, re.error):
+        return f"a syntax error ({e.msg} at position {e.pos})"
     return "a syntax error"

@@ -71,8 +71,9 @@ def _serve(conn: Connection, vocab: TokenVocabulary, limits: CompileLimits) -> N
             conn.send(("error", _flatten(e)))
         except MemoryError:
             conn.send(("error", _flatten(memory_error(limits))))
-        except Exception as e:  # a bug or an outlines-core failure: report, keep serving
-            conn.send(("error", _flatten(CompileLimitError(f"Compilation failed: {e!r}"))))
+        except Exception:  # a bug or an outlines-core failure: report, keep serving
+            log.exception("compile failed unexpectedly")
+            conn.send(("error", _flatten(unexpected_error())))
 
 
 def _warm_up(vocab: TokenVocabulary) -> None:
@@ -98,6 +99,16 @@ def rebuild_error(limit: bool, message: str, param: str | None, code: str | None
     if limit:
         return CompileLimitError(message)
     return ConstraintError(message, param=param, code=code)
+
+
+def unexpected_error() -> ConstraintError:
+    """What a client is told of a compile that failed in a way gclm did not foresee (the
+    details go to the server's log, never to the client)."""
+    return ConstraintError(
+        "gclm could not compile this constraint (an unexpected error in the compiler, "
+        "logged on the server). Simplify the constraint, or report it with the constraint.",
+        code="compile_failed",
+    )
 
 
 def memory_error(limits: CompileLimits) -> CompileLimitError:

@@ -9,8 +9,10 @@
     ├── ModelNotFoundError         404  the request names a model this server does not serve
     ├── AuthenticationError        401
     ├── QueueFullError             429  (with retry_after seconds)
-    │   └── CompilerBusyError      429  the compile queue is full, or a compile waited too long
+    │   ├── CompilerBusyError      429  the compile queue is full, or a compile waited too long
+    │   └── KeyLimitError          429  an API key is past its own requests/minute or in flight
     ├── RequestTooLargeError       413  the request body is over the server's size limit
+    ├── UnsupportedMediaTypeError  415  a request body that is not application/json
     ├── ModelLoadError             500  the model or tokenizer could not be loaded
     ├── InternalError              500  an invariant broke (an empty mask, a disallowed token)
     └── EngineDeadError            503  the engine stopped for good; GET /health says so too
@@ -28,12 +30,26 @@ from typing import Any
 # Values quoted in messages are cut to this many characters: a refusal must not echo a 1 MB
 # `tools` array back to the client.
 QUOTE_LIMIT = 80
+# No message is longer than this (a net under every quote: what a message echoes is cut in
+# the middle, so its start and its advice on the fix at the end both stay).
+MESSAGE_LIMIT = 2048
+
+
+def cut(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """`text` cut to `limit` characters with an ellipsis, for an error message."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:
     """`repr(value)`, cut to `limit` characters with an ellipsis, for an error message."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return cut(repr(value), limit)
+
+
+def _bounded(message: str) -> str:
+    if len(message) <= MESSAGE_LIMIT:
+        return message
+    head = MESSAGE_LIMIT * 2 // 3
+    return message[:head] + " [...] " + message[len(message) - (MESSAGE_LIMIT - head - 7) :]
 
 
 class GclmError(Exception):
@@ -43,6 +59,7 @@ class GclmError(Exception):
     error_type = "invalid_request_error"
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        message = _bounded(message)
         super().__init__(message)
         self.message = message
         self.param = param
@@ -66,8 +83,8 @@ class UnsupportedSchemaError(ConstraintError):
     """A JSON Schema keyword that gclm cannot honour, at a JSON pointer."""
 
     def __init__(self, keyword: str, pointer: str, detail: str = ""):
-        where = pointer or "/"
-        text = f"JSON Schema keyword {keyword!r} at {where} is not supported"
+        where = cut(pointer or "/")
+        text = f"JSON Schema keyword {quote(keyword)} at {where} is not supported"
         text += f": {detail}" if detail else ""
         text += ". Remove it or rewrite the schema without it."
         super().__init__(text, code="unsupported_schema")
@@ -149,6 +166,21 @@ class CompilerBusyError(QueueFullError):
         self.retry_after = retry_after
 
 
+class KeyLimitError(QueueFullError):
+    """The request's API key is past one of its limits (server/http/keys.py)."""
+
+    error_type = "rate_limit_error"
+
+    def __init__(self, limit: str, retry_after: float):
+        GclmError.__init__(
+            self,
+            f"This API key is limited to {limit}. Retry after {retry_after:.0f} s, or ask the "
+            "server's operator for a higher limit.",
+            code="rate_limit_exceeded",
+        )
+        self.retry_after = retry_after
+
+
 class RequestTooLargeError(GclmError):
     """The request body is larger than the server accepts (413)."""
 
@@ -161,6 +193,20 @@ class RequestTooLargeError(GclmError):
             code="request_too_large",
         )
         self.limit_bytes = limit_bytes
+
+
+class UnsupportedMediaTypeError(GclmError):
+    """A request body not declared `Content-Type: application/json` (415)."""
+
+    status_code = 415
+
+    def __init__(self, content_type: str):
+        declared = f"Content-Type {quote(content_type)}" if content_type else "no Content-Type"
+        super().__init__(
+            f"The request body must be JSON sent with 'Content-Type: application/json'; this "
+            f"request has {declared}.",
+            code="unsupported_media_type",
+        )
 
 
 def _size(n: int) -> str:

@@ -12,19 +12,17 @@ disconnects, streaming or not, has its sequences cancelled at once.
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import (
-    AuthenticationError,
     ConstraintError,
     InvalidRequestError,
     ModelNotFoundError,
@@ -38,7 +36,9 @@ from gclm.server.engine.protocol import (
     TokenEvent,
 )
 from gclm.server.http.body_limit import BodySizeLimit
-from gclm.server.http.errors import as_gclm_error, install_error_handlers
+from gclm.server.http.browsers import install_browser_guards
+from gclm.server.http.errors import CLIENT_CLOSED, as_gclm_error, install_error_handlers
+from gclm.server.http.keys import load_keys
 from gclm.server.http.metrics import Metrics, RequestCounter
 from gclm.server.http.openapi import document
 from gclm.server.http.streaming import (
@@ -67,10 +67,6 @@ from gclm.server.openai.tools.calls import ToolChatRenderer
 from gclm.server.openai.tools.prompt import prompt_messages
 from gclm.server.settings import ServerSettings
 
-# Not an HTTP status anyone reads (the client has gone); nginx's "client closed request",
-# so that /metrics tells disconnects apart from answers.
-CLIENT_CLOSED = 499
-
 ENDPOINTS = frozenset(
     {
         "/v1/completions",
@@ -92,13 +88,14 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
 
     app = FastAPI(title="gclm", summary="Constrained generation, OpenAI-compatible.")
     app.state.engine, app.state.settings, app.state.metrics = engine, settings, metrics
-    install_error_handlers(app, metrics.reject)
+    install_error_handlers(app, metrics.reject, metrics.disconnects.inc)
     app.add_middleware(
         BodySizeLimit, max_bytes=settings.max_body_size << 20, on_rejection=metrics.reject
     )
+    install_browser_guards(app, settings, metrics, load_keys(settings))
     app.add_middleware(RequestCounter, metrics=metrics, endpoints=ENDPOINTS)  # outermost
 
-    api = APIRouter(prefix="/v1", dependencies=[Depends(service.authenticate)])
+    api = APIRouter(prefix="/v1")
 
     @api.post("/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -170,27 +167,14 @@ class _Service:
         self.settings = settings
         self.metrics = metrics
 
-    async def authenticate(self, request: Request) -> None:
-        """Require `Authorization: Bearer <api_key>` when the server has a key."""
-        expected = self.settings.api_key
-        if expected is None:
-            return
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        # compare_digest: the time taken must not reveal how much of the key matched.
-        if scheme.lower() != "bearer" or not secrets.compare_digest(
-            token.strip().encode(), expected.encode()
-        ):
-            raise AuthenticationError()
-
     # Templating and tokenizing run in a worker thread (run_in_threadpool): a long prompt must
     # not stop the event loop, which answers every other request and /health.
     def chat_prompt(self, body: ChatCompletionRequest) -> list[int]:
         messages = [m.for_template() for m in body.messages]
-        text = self.engine.render_chat(prompt_messages(messages, body.tools, body.tool_plan))
-        return self.engine.encode_prompt(text)
+        return self.engine.encode_chat(prompt_messages(messages, body.tools, body.tool_plan))
 
     def responses_prompt(self, body: ResponsesRequest) -> list[int]:
-        return self.engine.encode_prompt(self.engine.render_chat(body.messages()))
+        return self.engine.encode_chat(body.messages())
 
     def completion_prompts(self, body: CompletionRequest) -> list[list[int]]:
         return [p if isinstance(p, list) else self.engine.encode_prompt(p) for p in body.prompt]

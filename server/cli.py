@@ -66,7 +66,33 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--cache-memory", type=int, help="MiB of compiled tables in memory (512)")
     serve.add_argument("--cache-disk", type=int, help="MiB of compiled tables on disk (2048)")
     serve.add_argument("--max-body-size", type=int, help="MiB per request body (16)")
-    serve.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1/*")
+    serve.add_argument(
+        "--api-key", help="require 'Authorization: Bearer KEY' on every route but /health"
+    )
+    serve.add_argument(
+        "--api-keys-file",
+        type=Path,
+        help="several keys, one a line: KEY [name=N] [rpm=N] [concurrent=N]",
+    )
+    serve.add_argument(
+        "--public-metrics", choices=("on", "off"), help="on: /metrics needs no key (default off)"
+    )
+    serve.add_argument(
+        "--header-timeout", type=float, help="seconds for a request's headers to arrive (10)"
+    )
+    serve.add_argument("--body-timeout", type=float, help="seconds for a request's body (60)")
+    serve.add_argument(
+        "--keep-alive-timeout", type=float, help="seconds an idle connection stays open (5)"
+    )
+    serve.add_argument(
+        "--max-connections", type=int, help="open connections before 503 (default 1024)"
+    )
+    serve.add_argument(
+        "--cors-origins", help="origins browsers may call from, comma-separated (default: none)"
+    )
+    serve.add_argument(
+        "--allowed-hosts", help="Host names answered, comma-separated (default: any)"
+    )
     serve.add_argument(
         "--engine",
         choices=("transformers", "vllm"),

@@ -7,7 +7,7 @@ import importlib.util
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gclm.compiler.cache import TableCache
 from gclm.compiler.pool import START_TIMEOUT_S, CompilerPool
@@ -143,6 +143,28 @@ def build_vllm_engine(settings: ServerSettings) -> BuiltEngine:
     return BuiltEngine(engine, pool)
 
 
+def server_config(app: Any, settings: ServerSettings, **options: Any) -> Any:
+    """The uvicorn.Config serving `app`: its connection timeouts and cap from `settings`
+    (`options` are more uvicorn.Config keywords)."""
+    import uvicorn
+
+    from gclm.server.http.connections import guarded_h11
+
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=options.pop("log_level", "info"),
+        http=guarded_h11(settings.header_timeout, settings.body_timeout),
+        timeout_keep_alive=max(
+            1, round(settings.keep_alive_timeout)
+        ),  # uvicorn takes whole seconds
+        # uvicorn answers 503 once the open connections reach its limit, this one included.
+        limit_concurrency=settings.max_connections + 1,
+        **options,
+    )
+
+
 def serve(settings: ServerSettings) -> None:
     """Run until interrupted."""
     import uvicorn
@@ -166,6 +188,6 @@ def serve(settings: ServerSettings) -> None:
         app = create_app(engine, settings)
         app.router.lifespan_context = lifespan
         log.info("serving %s on http://%s:%d/v1", engine.model_id, settings.host, settings.port)
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+        uvicorn.Server(server_config(app, settings)).run()
     finally:
         built.close()

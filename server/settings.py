@@ -80,7 +80,23 @@ class ServerSettings:
     cache_memory: int = 512  # MiB for compiled tables + their mask rows + failures, in memory
     cache_disk: int = 2048  # MiB of compiled tables on disk (under cache_dir/tables); 0: none
     max_body_size: int = 16  # MiB; larger request bodies get 413
-    api_key: str | None = None  # when set, /v1/* requires "Authorization: Bearer <key>"
+    # Connections (server/http/connections.py): a request's headers and its body must each
+    # arrive within their timeout, an idle kept-alive connection is closed, and past
+    # max_connections open connections a request gets 503.
+    header_timeout: float = 10.0  # seconds
+    body_timeout: float = 60.0  # seconds
+    keep_alive_timeout: float = 5.0  # seconds
+    max_connections: int = 1024
+    # Browsers (server/http/browsers.py): origins allowed by CORS, comma-separated ("*": any;
+    # None: CORS off), and the Host names the server answers to (None: any).
+    cors_origins: str | None = None
+    allowed_hosts: str | None = None
+    # With a key (server/http/keys.py) every route but /health needs "Authorization: Bearer
+    # <key>"; a keys file holds several, each with optional limits; public_metrics "on"
+    # leaves /metrics open to a scraper.
+    api_key: str | None = None
+    api_keys_file: Path | None = None
+    public_metrics: str = "off"  # on | off
     default_max_tokens: int = 256
     constrained_max_tokens_floor: int = 512
     constrained_max_tokens_factor: int = 2
@@ -111,6 +127,8 @@ class ServerSettings:
                 raise ValueError(
                     f"{name} must be 0 (from the free memory) or more, got {getattr(self, name)}."
                 )
+        if self.public_metrics not in ("on", "off"):
+            raise ValueError(f"public_metrics must be on or off, got {self.public_metrics!r}.")
         if self.fast_forward not in ("on", "off"):
             raise ValueError(f"fast_forward must be on or off, got {self.fast_forward!r}.")
         for name in (
@@ -118,12 +136,18 @@ class ServerSettings:
             "compile_queue",
             "cache_memory",
             "max_body_size",
+            "max_connections",
             "default_max_tokens",
             "constrained_max_tokens_floor",
             "constrained_max_tokens_factor",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
+        for name in ("header_timeout", "body_timeout", "keep_alive_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(
+                    f"{name} must be a positive number of seconds, got {getattr(self, name)}."
+                )
         if not self.compile_timeout > 0:
             raise ValueError(
                 f"compile_timeout must be a positive number of seconds, got {self.compile_timeout}."
@@ -149,6 +173,16 @@ class ServerSettings:
         # A str path from the environment or the CLI is normalised here so callers get a Path.
         object.__setattr__(self, "cache_dir", Path(self.cache_dir).expanduser())
 
+    @property
+    def cors_origin_list(self) -> tuple[str, ...]:
+        """The origins CORS allows (empty: CORS is off)."""
+        return _items(self.cors_origins)
+
+    @property
+    def allowed_host_list(self) -> tuple[str, ...]:
+        """The Host names accepted (empty: any)."""
+        return _items(self.allowed_hosts)
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ServerSettings:
         """Settings from GCLM_* variables, then `overrides` on top.
@@ -173,6 +207,10 @@ class ServerSettings:
                 values[name] = _parse(name, raw.strip(), _field_type(cls, name))
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+def _items(listed: str | None) -> tuple[str, ...]:
+    return tuple(item.strip() for item in (listed or "").split(",") if item.strip())
 
 
 def _field_type(cls: type, name: str) -> str:

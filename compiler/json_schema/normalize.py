@@ -39,7 +39,7 @@ from gclm.compiler.json_schema.ops import (
 from gclm.compiler.json_schema.patterns import FORMATS, string_regex
 from gclm.compiler.json_schema.proofs import Prover
 from gclm.compiler.json_schema.refs import Refs
-from gclm.errors import CompileLimitError, ConstraintError, UnsupportedSchemaError
+from gclm.errors import CompileLimitError, ConstraintError, UnsupportedSchemaError, cut, quote
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ class Normalizer:
         self.prover = Prover(lambda ref: self.refs.resolve(ref, "")[1])
 
     def note(self, pointer: str, text: str) -> None:
-        self.rewrites[f"{pointer or '/'}: {text}"] = None
+        self.rewrites[f"{cut(pointer or '/')}: {text}"] = None
 
     # --------------------------------------------------------------------- subschemas
 
@@ -152,7 +152,7 @@ class Normalizer:
         if not isinstance(s, dict):
             raise ConstraintError(f"The subschema at {ptr or '/'} must be an object or a boolean.")
         for key in s.keys() - ASSERTIONS - ANNOTATIONS:
-            self.note(f"{ptr}/{escape_pointer(key)}", f"unknown keyword {key!r} ignored")
+            self.note(f"{ptr}/{escape_pointer(key)}", f"unknown keyword {quote(key)} ignored")
         for key in ("$dynamicRef", "$recursiveRef", "unevaluatedItems"):
             if key in s and s[key] is not True:
                 raise UnsupportedSchemaError(key, ptr)
@@ -210,7 +210,7 @@ class Normalizer:
             for t in types:
                 if t not in TYPES:
                     raise ConstraintError(
-                        f"Unknown type {t!r} at {ptr or '/'}; use one of {TYPES}."
+                        f"Unknown type {quote(t)} at {cut(ptr or '/')}; use one of {TYPES}."
                     )
             return [t for t in types if not (t == "integer" and "number" in types)]
         inferred = sorted({t for key in s for t in keyword_types(key)})
@@ -244,7 +244,9 @@ class Normalizer:
             elif key in s and not isinstance(s[key], bool):
                 node[key] = number_of(s, key, ptr)
         if "format" in s:
-            self.note(f"{ptr}/format", f"format {s['format']!r} on a {t} is an annotation; ignored")
+            self.note(
+                f"{ptr}/format", f"format {quote(s['format'])} on a {t} is an annotation; ignored"
+            )
         number_regex(node, ptr)  # raise now, with this pointer, if it cannot be built
         return node
 
@@ -267,11 +269,13 @@ class Normalizer:
         if fmt is not None and fmt not in FORMATS:
             self.note(
                 f"{ptr}/format",
-                f"unknown format {fmt!r} treated as a plain string "
+                f"unknown format {quote(fmt)} treated as a plain string "
                 "(an annotation under Draft 2020-12)",
             )
         elif fmt is not None and "pattern" in node:
-            self.note(f"{ptr}/format", f"format {fmt!r} not enforced: the pattern applies instead")
+            self.note(
+                f"{ptr}/format", f"format {quote(fmt)} not enforced: the pattern applies instead"
+            )
         elif fmt is not None:
             node["format"] = fmt
         string_regex(node, ptr)  # raise now, with this pointer, if it cannot be built
@@ -375,7 +379,7 @@ class Normalizer:
             self.cuts += 1
             self.note(
                 ptr,
-                f"recursive $ref {ref!r} cut after {self.max_recursion} levels; "
+                f"recursive $ref {quote(ref)} cut after {self.max_recursion} levels; "
                 "deeper values are not generated",
             )
             return None

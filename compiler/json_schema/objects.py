@@ -21,7 +21,8 @@ from gclm.compiler.json_schema.ops import (
     object_of,
 )
 from gclm.compiler.json_schema.proofs import Prover
-from gclm.errors import UnsupportedSchemaError
+from gclm.compiler.rust_regex import parse_problem
+from gclm.errors import UnsupportedSchemaError, quote
 
 
 class Subschemas(Protocol):
@@ -63,9 +64,9 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
     for pattern in patterns:
         try:
             re.compile(pattern)
-        except re.error as e:
+        except (re.error, OverflowError, RecursionError) as e:
             raise UnsupportedSchemaError(
-                "patternProperties", ptr, f"{pattern!r} does not parse ({e})"
+                "patternProperties", ptr, f"{quote(pattern)} does not parse: {parse_problem(e)}"
             ) from e
 
     def matching(name: str) -> list[Node | None]:
@@ -110,7 +111,7 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
         ok = self.prover.holds(names_s, name)
         if ok is None:
             raise UnsupportedSchemaError(
-                "propertyNames", ptr, f"cannot check the name {name!r} against it"
+                "propertyNames", ptr, f"cannot check the name {quote(name)} against it"
             )
         if node is not None and ok:
             props[name] = node
@@ -120,12 +121,12 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
         if trigger in props and any(n not in required for n in needs):
             if any(n not in props for n in needs):
                 raise UnsupportedSchemaError(
-                    "dependentRequired", ptr, f"{trigger!r} needs undeclared properties"
+                    "dependentRequired", ptr, f"{quote(trigger)} needs undeclared properties"
                 )
             if trigger not in required:
                 self.note(
                     f"{ptr}/dependentRequired/{escape_pointer(trigger)}",
-                    f"{needs} made required (they depend on {trigger!r})",
+                    f"{needs} made required (they depend on {quote(trigger)})",
                 )
             required += [n for n in needs if n not in required]
     out: Any = {  # a Node, until meet() below may make it None
@@ -147,6 +148,6 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
             )
         elif trigger in props:
             raise UnsupportedSchemaError(
-                "dependentSchemas", ptr, f"{trigger!r} is optional; make it required"
+                "dependentSchemas", ptr, f"{quote(trigger)} is optional; make it required"
             )
     return out

@@ -20,7 +20,8 @@ from typing import Any
 
 from outlines_core.json_schema import STRING_INNER
 
-from gclm.errors import UnsupportedSchemaError
+from gclm.compiler.rust_regex import parse_problem
+from gclm.errors import UnsupportedSchemaError, quote
 
 # One JSON string character, encoded: outlines-core's own definition, so free text and
 # pattern text accept the same escapes.
@@ -178,10 +179,12 @@ def _parse_pattern(pattern: str, pointer: str) -> sre_parse.SubPattern:
     python_pattern = re.sub(r"\(\?<(?![=!])", "(?P<", pattern)
     try:
         parsed = sre_parse.parse(python_pattern)
-    except re.error as e:
-        raise UnsupportedSchemaError("pattern", pointer, f"{pattern!r} does not parse ({e})") from e
+    except (re.error, OverflowError, RecursionError) as e:
+        raise UnsupportedSchemaError(
+            "pattern", pointer, f"{quote(pattern)} does not parse: {parse_problem(e)}"
+        ) from e
     if parsed.state.flags & ~sre.SRE_FLAG_UNICODE:
-        raise UnsupportedSchemaError("pattern", pointer, f"{pattern!r} uses inline flags")
+        raise UnsupportedSchemaError("pattern", pointer, f"{quote(pattern)} uses inline flags")
     return parsed
 
 
@@ -218,7 +221,7 @@ def _emit(items: list[tuple[Any, Any]], pattern: str, pointer: str, quotes: bool
             try:
                 out.append(char_set_regex(_in_ranges(av), quotes))
             except ValueError as e:
-                raise UnsupportedSchemaError("pattern", pointer, f"{pattern!r}: {e}") from e
+                raise UnsupportedSchemaError("pattern", pointer, f"{quote(pattern)}: {e}") from e
         elif op is sre.BRANCH:
             out.append(
                 "(?:" + "|".join(_emit(list(b), pattern, pointer, quotes) for b in av[1]) + ")"
@@ -226,7 +229,9 @@ def _emit(items: list[tuple[Any, Any]], pattern: str, pointer: str, quotes: bool
         elif op is sre.SUBPATTERN:
             _, add_flags, del_flags, sub = av
             if add_flags or del_flags:
-                raise UnsupportedSchemaError("pattern", pointer, f"{pattern!r} uses inline flags")
+                raise UnsupportedSchemaError(
+                    "pattern", pointer, f"{quote(pattern)} uses inline flags"
+                )
             out.append("(?:" + _emit(list(sub), pattern, pointer, quotes) + ")")
         elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT):
             # Laziness changes which match a search finds, not which strings match.
@@ -241,7 +246,7 @@ def _emit(items: list[tuple[Any, Any]], pattern: str, pointer: str, quotes: bool
                 sre.GROUPREF: "a backreference",
                 sre.GROUPREF_EXISTS: "a conditional group",
             }.get(op, str(op).lower())
-            raise UnsupportedSchemaError("pattern", pointer, f"{pattern!r} uses {what}")
+            raise UnsupportedSchemaError("pattern", pointer, f"{quote(pattern)} uses {what}")
     return "".join(out)
 
 
@@ -328,11 +333,14 @@ def _fold_lengths(
                 raise UnsupportedSchemaError(
                     "pattern",
                     pointer,
-                    f"no string matching {pattern!r} has the length minLength/maxLength require",
+                    f"no string matching {quote(pattern)} has the length "
+                    "minLength/maxLength require",
                 )
             return body[:i] + [(op, (rep_lo, rep_hi, av[2]))] + body[i + 1 :]
     raise UnsupportedSchemaError(
-        "pattern", pointer, f"{pattern!r} cannot be combined with minLength/maxLength in one regex"
+        "pattern",
+        pointer,
+        f"{quote(pattern)} cannot be combined with minLength/maxLength in one regex",
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from gclm.compiler.json_schema.ops import escape_pointer
-from gclm.errors import ConstraintError, UnsupportedSchemaError
+from gclm.errors import ConstraintError, UnsupportedSchemaError, cut, quote
 
 
 class Refs:
@@ -32,7 +32,7 @@ class Refs:
         )
         if base and base not in root_ids:
             raise UnsupportedSchemaError(
-                "$ref", ptr, f"external reference {ref!r}; copy its schema under $defs"
+                "$ref", ptr, f"external reference {quote(ref)}; copy its schema under $defs"
             )
         if fragment and not fragment.startswith("/"):
             fragment = self._anchor(fragment, ref, ptr)
@@ -45,7 +45,7 @@ class Refs:
                 node = node[int(token)]
             else:
                 raise ConstraintError(
-                    f"$ref {ref!r} at {ptr or '/'} points at nothing in the schema."
+                    f"$ref {quote(ref)} at {cut(ptr or '/')} points at nothing in the schema."
                 )
         return fragment, node
 
@@ -67,5 +67,7 @@ class Refs:
                 elif isinstance(s, list):
                     todo += [(f"{where}/{i}", v) for i, v in enumerate(s)]
         if name not in self._anchors:
-            raise ConstraintError(f"$ref {ref!r} at {ptr or '/'} names no anchor in the schema.")
+            raise ConstraintError(
+                f"$ref {quote(ref)} at {cut(ptr or '/')} names no anchor in the schema."
+            )
         return self._anchors[name]

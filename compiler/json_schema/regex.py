@@ -7,6 +7,7 @@ gclm writes the leaves it gets wrong (bounded numbers, patterns, formats) and sp
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from outlines_core.json_schema import build_regex_from_schema
@@ -17,12 +18,16 @@ from gclm.compiler.json_schema.ops import any_node, escape_pointer
 from gclm.compiler.json_schema.patterns import string_regex
 from gclm.errors import CompileLimitError, ConstraintError
 
+log = logging.getLogger("gclm.compiler")
+
 # json_object allows this many levels of arrays and objects, the outer object included:
 # `{"a": {"b": [1]}}` but not `{"a": {"b": [[1]]}}`. Each level multiplies the regex by ~4.
 JSON_OBJECT_DEPTH = 3
 # A longer regex never compiled within 10 s on the benchmark corpus, and outlines-core
 # aborts the process (not an exception) when building a far longer one runs out of memory.
 MAX_REGEX_CHARS = 1_000_000
+# serde_json (under outlines-core) reads at most this many nested objects and arrays.
+MAX_JSON_DEPTH = 127
 
 
 def json_object_regex(whitespace: str = DEFAULT_WHITESPACE) -> str:
@@ -40,6 +45,18 @@ def _finished(node: dict[str, Any]) -> dict[str, Any]:
     if node["type"] == "array":
         return {"type": "array", "items": _finished(node["items"])}
     return node
+
+
+def _json_depth(value: Any) -> int:
+    """Levels of objects and arrays in `value` (a scalar: 0), without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        node, depth = todo.pop()
+        children = node.values() if isinstance(node, dict) else node
+        if isinstance(node, dict | list):
+            deepest = max(deepest, depth)
+            todo += [(child, depth + 1) for child in children]
+    return deepest
 
 
 def schema_regex(schema: dict[str, Any], whitespace: str = DEFAULT_WHITESPACE) -> str:
@@ -63,10 +80,22 @@ def schema_regex(schema: dict[str, Any], whitespace: str = DEFAULT_WHITESPACE) -
     leaves: dict[str, str] = {}
     top = schema["anyOf"] if "anyOf" in schema else [schema]
     prepared = _prepare(schema, "", f"gclm{nonce}x", leaves, top=[id(n) for n in top])
+    depth = _json_depth(prepared)
+    if depth > MAX_JSON_DEPTH:
+        raise ConstraintError(
+            f"The schema nests {depth} levels of JSON objects and arrays once normalised "
+            f"(its $refs expanded); outlines-core reads at most {MAX_JSON_DEPTH}. Flatten it: "
+            "fewer nested objects, or a recursive $ref.",
+            code="schema_too_deep",
+        )
     try:
         regex = build_regex_from_schema(json.dumps(prepared, ensure_ascii=False), whitespace)
-    except (ValueError, RuntimeError) as e:
-        raise ConstraintError(f"outlines-core could not turn the schema into a regex: {e}") from e
+    except (ValueError, RuntimeError, TypeError) as e:
+        # Its text is outlines-core's, not for the client: logged.
+        log.info("outlines-core could not turn a schema into a regex: %r", e)
+        raise ConstraintError(
+            "outlines-core could not turn the schema into a regex. Simplify the schema."
+        ) from e
     for placeholder, leaf in leaves.items():
         quoted = f'"{placeholder}"'
         if quoted not in regex:

@@ -166,6 +166,11 @@ class Engine(Protocol[HandleT]):
         """Apply the tokenizer's chat template, ending with the assistant turn's start."""
         ...
 
+    def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
+        """The prompt ids of `messages` (server/engine/chat_template.py): control-token text
+        inside a message is plain text, only the template's own control tokens are special."""
+        ...
+
     def budget_policy(self, name: str) -> BudgetPolicy | None:
         """The BudgetPolicy called `name` (masking.graceful.POLICY_NAMES) for this engine's
         vocabulary; None for "none"."""

@@ -18,6 +18,7 @@ from gclm.compiler.pool import CompilerPool
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import InvalidRequestError
 from gclm.masking import check_budget
+from gclm.server.engine.chat_template import encode_chat, render_chat
 from gclm.server.engine.protocol import (
     EngineStats,
     ErrorEvent,
@@ -64,16 +65,12 @@ class TokenizerEngine:
 
     def render_chat(self, messages: list[dict[str, Any]]) -> str:
         self._check_chars(sum(len(str(m.get("content", ""))) for m in messages), "messages")
-        try:
-            return str(
-                self.tokenizer.apply_chat_template(
-                    messages, tokenize=False, add_generation_prompt=True
-                )
-            )
-        except Exception as e:  # the template's own checks (roles, order)
-            raise InvalidRequestError(
-                f"The model's chat template rejected the messages: {e}", param="messages"
-            ) from e
+        return render_chat(self.tokenizer, messages)
+
+    def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
+        """The prompt ids of `messages`; control-token text inside them stays plain text."""
+        self._check_chars(sum(len(str(m.get("content", ""))) for m in messages), "messages")
+        return encode_chat(self.tokenizer, messages)
 
     @cached_property
     def _longest_token(self) -> int:

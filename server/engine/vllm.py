@@ -35,6 +35,7 @@ from gclm.errors import (
     InternalError,
     InvalidRequestError,
     QueueFullError,
+    cut,
 )
 from gclm.masking import ConstraintState, mask_table
 from gclm.server.engine.protocol import (
@@ -309,8 +310,9 @@ def _as_gclm_error(e: Exception) -> GclmError:
     if isinstance(e, VllmEngineDead):
         return EngineDeadError(f"vLLM's engine core died: {e!r}")
     if isinstance(e, VLLMValidationError | ValueError):
-        return InvalidRequestError(str(e), param=None)
-    return InternalError(f"Generation failed in vLLM: {e!r}")
+        return InvalidRequestError(cut(str(e), 400), param=None)
+    log.error("vLLM failed a request", exc_info=e)
+    return InternalError("Generation failed in vLLM; the server's log has the details.")
 
 
 def configure_cpu_defaults(cache_dir: os.PathLike[str] | str) -> None:

@@ -7,7 +7,8 @@ Every error response (and every error event inside a stream) has the body
 that the openai SDK turns into `BadRequestError`, `AuthenticationError`, `RateLimitError`...
 Sources: `GclmError` (status and type from the class), pydantic validation errors (400,
 `param` names the field), Starlette's 404/405, and anything else (500, details logged, not
-sent).
+sent). A client that hangs up while sending its body is no error of anyone's: one log line,
+a disconnect counted, and a 499 in /metrics.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from gclm.errors import (
     QUOTE_LIMIT,
@@ -36,6 +38,10 @@ logger = logging.getLogger("gclm.server")
 
 # pydantic-core's JSON parser follows at most this many nested objects and arrays.
 JSON_DEPTH_LIMIT = 200
+
+# Not an HTTP status anyone reads (the client has gone); nginx's "client closed request",
+# so that /metrics tells disconnects apart from answers.
+CLIENT_CLOSED = 499
 
 # Called with a short reason ("queue_full", "budget_too_small", ...) for each rejection.
 RejectionHook = Callable[[str], None]
@@ -137,8 +143,13 @@ def _param_path(loc: list[Any]) -> str:
     return out
 
 
-def install_error_handlers(app: FastAPI, on_rejection: RejectionHook | None = None) -> None:
-    """Route every error raised while handling a request through `error_response`."""
+def install_error_handlers(
+    app: FastAPI,
+    on_rejection: RejectionHook | None = None,
+    on_disconnect: Callable[[], None] | None = None,
+) -> None:
+    """Route every error raised while handling a request through `error_response`;
+    `on_disconnect` is called for a client that left while sending its request."""
 
     def reject(exc: GclmError) -> JSONResponse:
         if on_rejection is not None:
@@ -165,6 +176,15 @@ def install_error_handlers(app: FastAPI, on_rejection: RejectionHook | None = No
         body = error_body(message, "invalid_request_error", None, code)
         return JSONResponse(body, status_code=status, headers=getattr(exc, "headers", None))
 
+    async def on_client_gone(request: Request, _: Exception) -> Response:
+        client = f"{request.client.host}:{request.client.port}" if request.client else "?"
+        logger.info(
+            "client %s hung up while sending %s %s", client, request.method, request.url.path
+        )
+        if on_disconnect is not None:
+            on_disconnect()
+        return Response(status_code=CLIENT_CLOSED)
+
     async def on_unexpected(_: Request, exc: Exception) -> JSONResponse:
         # Starlette re-raises the exception after this response, and the ASGI server logs it.
         return error_response(as_gclm_error(exc, log=False))
@@ -172,4 +192,5 @@ def install_error_handlers(app: FastAPI, on_rejection: RejectionHook | None = No
     for kind in (GclmError, RequestValidationError, ValidationError):
         app.add_exception_handler(kind, on_request_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(ClientDisconnect, on_client_gone)
     app.add_exception_handler(Exception, on_unexpected)

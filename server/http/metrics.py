@@ -135,6 +135,12 @@ class Metrics:
             ["reason"],
             registry=self.registry,
         )
+        self.key_requests = Counter(
+            "gclm_key_requests",
+            "HTTP requests by API key name and status code.",
+            ["key", "status"],
+            registry=self.registry,
+        )
         self.disconnects = Counter(
             "gclm_client_disconnects",
             "Requests whose client left before the response was complete.",

@@ -169,6 +169,9 @@ class FakeEngine:
         turns = "".join(f"<|{m['role']}|>{m['content']}\n" for m in messages)
         return turns + "<|assistant|>"
 
+    def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
+        return self.encode_prompt(self.render_chat(messages))
+
     def submit(self, request: GenerationRequest) -> FakeHandle:
         self.check_health()
         if self.queue_size is not None and len(self.running) >= self.queue_size:

@@ -16,6 +16,7 @@ from gclm.server.settings import ServerSettings
 pytestmark = pytest.mark.anyio
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
+JSON = {"content-type": "application/json"}
 
 
 def assert_openai_error(body: dict, param: str | None, code: str | None = None) -> None:
@@ -61,7 +62,7 @@ async def test_validation_errors_name_the_field(
 
 async def test_malformed_json(app: FastAPI) -> None:
     async with http_client(app) as http:
-        response = await http.post("/v1/completions", content=b'{"prompt": ')
+        response = await http.post("/v1/completions", content=b'{"prompt": ', headers=JSON)
     assert response.status_code == 400
     assert_openai_error(response.json(), None, "invalid_json")
 
@@ -161,13 +162,13 @@ async def test_api_key(engine: FakeEngine, tmp_path) -> None:
     async with openai_client(app) as client:
         assert (await client.models.list()).data[0].id == "gclm-fake"
     async with http_client(app) as http:
-        no_key = await http.post("/v1/completions", content=b"not even json")
+        no_key = await http.post("/v1/completions", content=b"not even json", headers=JSON)
         health = await http.get("/health")
         metrics = await http.get("/metrics")
-    # Authentication comes before parsing; /health and /metrics need no key.
+    # Authentication comes before parsing; /health needs no key, /metrics does.
     assert no_key.status_code == 401
     assert_openai_error(no_key.json(), None, "invalid_api_key")
-    assert (health.status_code, metrics.status_code) == (200, 200)
+    assert (health.status_code, metrics.status_code) == (200, 401)
     assert engine.submits == []
 
 

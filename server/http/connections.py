@@ -1,0 +1,97 @@
+"""Slow connections closed: the HTTP/1.1 read timeouts uvicorn does not have.
+
+uvicorn closes a kept-alive connection idle past `timeout_keep_alive` and answers 503 past
+`limit_concurrency`, but a connection that never finishes its headers (a "slowloris" sending
+a byte a second) or its body, or one that never sends a byte, stays open for ever: enough of
+them hold every socket the server has. `guarded_h11(header_timeout, body_timeout)` is
+uvicorn's h11 protocol with one timer per connection:
+
+- headers: from the connection opening, or the first byte of a kept-alive connection's next
+  request, to the end of the request's headers; past it the client gets a 408 and the
+  connection is closed;
+- body: from the end of the headers to the end of the body; past it the connection is
+  closed, which the app sees as the client leaving (one log line, a 499 in /metrics).
+
+One log line per connection closed. `server_config` (server/launch.py) puts it in uvicorn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+logger = logging.getLogger("gclm.server")
+
+_TIMED_OUT = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+    b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
+)
+_TIMEOUT_BODY = (
+    b'{"error":{"message":"The request headers did not arrive in time; send them at once.",'
+    b'"type":"invalid_request_error","param":null,"code":"request_timeout"}}'
+)
+
+
+def guarded_h11(header_timeout: float, body_timeout: float) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol closing a connection whose request headers take longer than
+    `header_timeout` seconds to arrive, or whose body takes longer than `body_timeout`."""
+    if not header_timeout > 0 or not body_timeout > 0:
+        raise ValueError("header and body timeouts must be positive numbers of seconds")
+    limits = {"headers": header_timeout, "body": body_timeout}
+
+    class GuardedH11Protocol(H11Protocol):
+        _timer: asyncio.TimerHandle | None = None
+        _waiting_for: str | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._wait_for("headers")
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._wait_for(None)
+            super().connection_lost(exc)
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            # The client's side of h11's state machine says what it still owes us.
+            state = self.conn.their_state
+            if state is h11.IDLE:
+                # A kept-alive connection waiting for its next request is uvicorn's
+                # keep-alive timer's; the first byte of that request starts ours.
+                kept_alive = self.timeout_keep_alive_task is not None
+                self._wait_for(None if kept_alive else "headers")
+            elif state is h11.SEND_BODY:
+                self._wait_for("body")
+            else:
+                self._wait_for(None)
+
+        def _wait_for(self, part: str | None) -> None:
+            if part == self._waiting_for:
+                return  # the running timer keeps its start
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._waiting_for = part
+            if part is not None:
+                self._timer = self.loop.call_later(limits[part], self._expire, part)
+
+        def _expire(self, part: str) -> None:
+            self._timer = None
+            if self.transport.is_closing():
+                return
+            client = "{}:{}".format(*self.client) if self.client else "?"
+            logger.info(
+                "closed the connection from %s: its request %s took over %g s",
+                client,
+                part,
+                limits[part],
+            )
+            if part == "headers":
+                self.transport.write(_TIMED_OUT % (len(_TIMEOUT_BODY), _TIMEOUT_BODY))
+            self.transport.close()
+
+    return GuardedH11Protocol

@@ -1,0 +1,122 @@
+"""Slow, silent, idle and departing clients on real sockets (127.0.0.1): each is closed
+within its timeout or counted as a disconnect, never a 500 (server/http/connections.py,
+server/http/errors.py)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+import time
+
+import httpx
+import pytest
+from fake_engine import FakeEngine
+from socket_server import connect, read_until_closed, serving
+
+from gclm.server.app import create_app
+from gclm.server.settings import ServerSettings
+
+POST_HEAD = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+)
+
+
+def metric(port: int, name: str, **labels: str) -> float:
+    """The value of one sample on /metrics (0 when absent)."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    pattern = re.escape(name) + (r"\{" + re.escape(wanted) + r"\}" if labels else "")
+    found = re.search(f"^{pattern} (\\S+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+def wait_for(check, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def closed_after(sock: socket.socket) -> tuple[bytes, float]:
+    """What the server sent before closing `sock`, and the seconds it took."""
+    started = time.monotonic()
+    return read_until_closed(sock), time.monotonic() - started
+
+
+def test_a_hang_up_mid_body_is_a_disconnect_not_a_500(tmp_path, caplog) -> None:
+    caplog.set_level(logging.INFO)
+    with serving(create_app(FakeEngine()), ServerSettings(cache_dir=tmp_path)) as port:
+        with connect(port) as sock:
+            sock.sendall(POST_HEAD + b'{"messages": [')
+        chat = {"endpoint": "/v1/chat/completions"}
+        assert wait_for(lambda: metric(port, "gclm_requests_total", **chat, status="499") == 1)
+        assert metric(port, "gclm_client_disconnects_total") == 1
+        assert metric(port, "gclm_requests_total", **chat, status="500") == 0
+    hang_ups = [r for r in caplog.records if "hung up" in r.getMessage()]
+    assert len(hang_ups) == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+def test_a_connection_that_never_speaks_is_closed(tmp_path) -> None:
+    settings = ServerSettings(cache_dir=tmp_path, header_timeout=0.5)
+    with serving(create_app(FakeEngine()), settings) as port, connect(port) as sock:
+        sent, seconds = closed_after(sock)
+    assert sent.startswith(b"HTTP/1.1 408") and b"request_timeout" in sent
+    assert 0.4 < seconds < 3
+
+
+def test_headers_sent_a_byte_at_a_time_are_cut_off(tmp_path) -> None:
+    settings = ServerSettings(cache_dir=tmp_path, header_timeout=0.5)
+    with serving(create_app(FakeEngine()), settings) as port, connect(port) as sock:
+        started = time.monotonic()
+        sock.sendall(b"GET /health HTTP/1.1\r\n")
+        with pytest.raises(OSError):  # reset or broken pipe once the server has closed
+            for _ in range(100):  # 10 s at most
+                sock.sendall(b"X")
+                time.sleep(0.1)
+                if sock.recv(65536, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                    raise ConnectionResetError
+        assert time.monotonic() - started < 3
+
+
+def test_a_body_that_never_finishes_is_closed_and_counted(tmp_path) -> None:
+    settings = ServerSettings(cache_dir=tmp_path, body_timeout=0.5)
+    with serving(create_app(FakeEngine()), settings) as port:
+        with connect(port) as sock:
+            sock.sendall(POST_HEAD + b'{"messages": [')
+            _, seconds = closed_after(sock)
+        assert 0.4 < seconds < 3
+        chat = {"endpoint": "/v1/chat/completions"}
+        assert wait_for(lambda: metric(port, "gclm_requests_total", **chat, status="499") == 1)
+
+
+def test_an_idle_kept_alive_connection_is_closed(tmp_path) -> None:
+    settings = ServerSettings(cache_dir=tmp_path, keep_alive_timeout=0.5, header_timeout=30)
+    with serving(create_app(FakeEngine()), settings) as port, connect(port) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        time.sleep(0.2)
+        first = sock.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200")
+        rest, seconds = closed_after(sock)
+    assert rest == b"" and seconds < 3
+
+
+def test_connections_past_the_cap_get_a_503(tmp_path) -> None:
+    settings = ServerSettings(cache_dir=tmp_path, max_connections=2, header_timeout=30)
+    with serving(create_app(FakeEngine()), settings) as port:
+        holders = [connect(port) for _ in range(2)]
+        for sock in holders:
+            sock.sendall(b"GET /health HTTP/1.1\r\n")  # unfinished: the connection stays
+        time.sleep(0.2)
+        with connect(port) as third:
+            third.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert third.recv(65536).startswith(b"HTTP/1.1 503")
+        for sock in holders:
+            sock.close()
+        assert wait_for(
+            lambda: httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+        )
