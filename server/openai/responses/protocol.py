@@ -114,6 +114,9 @@ _FUNCTION_CALL_SCHEMA = {
         "arguments": {"type": "string"},
         "id": {"type": ["string", "null"]},
         "status": {"type": ["string", "null"]},
+        "namespace": {"type": ["string", "null"]},
+        "caller": {},
+        "async": {},
     },
     "required": ["type", "call_id", "name", "arguments"],
     "additionalProperties": False,
@@ -126,6 +129,9 @@ _FUNCTION_CALL_OUTPUT_SCHEMA = {
         "output": {"anyOf": [{"type": "string"}, _PARTS_SCHEMA]},
         "id": {"type": ["string", "null"]},
         "status": {"type": ["string", "null"]},
+        "name": {"type": ["string", "null"]},
+        "namespace": {"type": ["string", "null"]},
+        "caller": {},
     },
     "required": ["type", "call_id", "output"],
     "additionalProperties": False,
@@ -186,8 +192,12 @@ class FunctionCallItem(_Strict):
     call_id: str
     name: str
     arguments: str  # JSON text, as the output item had it
+    # An earlier output item sent back carries these; they change nothing.
     id: str | None = None
     status: str | None = None
+    namespace: str | None = None
+    caller: Any = None
+    async_: Any = Field(default=None, alias="async")
 
 
 class FunctionCallOutputItem(_Strict):
@@ -196,8 +206,12 @@ class FunctionCallOutputItem(_Strict):
     type: Literal["function_call_output"]
     call_id: str
     output: str
+    # Echoes of the call it answers; they change nothing.
     id: str | None = None
     status: str | None = None
+    name: str | None = None
+    namespace: str | None = None
+    caller: Any = None
 
     @field_validator("output", mode="before")
     @classmethod
