@@ -175,6 +175,26 @@ async def test_tool_choice_none_and_named() -> None:
         ({"tool_choice": "required"}, "tool_choice"),
         ({"tools": [TOOLS[1], TOOLS[1]]}, "tools[1].name"),
         ({"input": [{"type": "reasoning", "summary": []}]}, "input"),
+        (
+            {
+                "tools": [
+                    {
+                        "type": "function",
+                        "name": "f",
+                        "parameters": {"properties": {"a": {"pattern": "(?=x)"}}},
+                    }
+                ]
+            },
+            "tools[0].parameters",
+        ),
+        (
+            {
+                "tools": TOOLS,
+                "tool_choice": "required",
+                "text": {"format": {"type": "json_object"}},
+            },
+            "tools",
+        ),
     ],
 )
 async def test_refusals_name_the_parameter(body: dict[str, Any], param: str) -> None:

@@ -22,6 +22,7 @@ output is the same; the response just cannot be fetched later).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cached_property
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -377,12 +378,13 @@ class ResponsesRequest(SamplingFields):
             choice = NamedToolChoice.model_validate(
                 {"type": "function", "function": {"name": choice.name}}
             )
+        # Errors name chat's parameters; here they are in the Responses layout (no ".function").
         try:
-            return tool_plan(self.chat_tools, choice, self.parallel_tool_calls)
+            plan = tool_plan(self.chat_tools, choice, self.parallel_tool_calls)
         except InvalidRequestError as e:
-            # Chat's parameter names, in the Responses layout (no ".function").
             e.param = e.param and e.param.replace(".function", "")
             raise
+        return plan and replace(plan, parameters_param="tools[{i}].parameters")
 
     @property
     def chat_tools(self) -> list[ToolDef] | None:

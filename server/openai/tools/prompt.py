@@ -100,6 +100,8 @@ class ToolPlan:
     tools: tuple[FunctionDef, ...]
     mode: str
     parallel: bool
+    # Where function i's parameters are in the request, for errors ("{i}" is filled in).
+    parameters_param: str = "tools[{i}].function.parameters"
 
     @property
     def calls_allowed(self) -> bool:
@@ -111,7 +113,7 @@ class ToolPlan:
         Raises ConstraintError naming `tools[i].function.parameters` (with the JSON pointer
         in the message) when a function's schema cannot be compiled.
         """
-        calls = calls_regex(self.tools, self.parallel)
+        calls = calls_regex(self.tools, self.parallel, self.parameters_param)
         if self.mode == "required":
             return escape_literal(OPENER) + calls
         return f"{not_starting_with(OPENER)}|{escape_literal(OPENER)}{calls}"
@@ -153,7 +155,11 @@ def tool_plan(
     return ToolPlan(functions, mode, parallel=parallel is not False)
 
 
-def calls_regex(functions: tuple[FunctionDef, ...], parallel: bool) -> str:
+def calls_regex(
+    functions: tuple[FunctionDef, ...],
+    parallel: bool,
+    parameters_param: str = "tools[{i}].function.parameters",
+) -> str:
     """A JSON array of calls (one, or one or more), each in gclm's fixed layout."""
     branches = []
     for i, f in enumerate(functions):
@@ -164,7 +170,7 @@ def calls_regex(functions: tuple[FunctionDef, ...], parallel: bool) -> str:
         except ConstraintError as e:
             raise ConstraintError(
                 f"The parameters of function {f.name!r} cannot be compiled: {e.message}",
-                param=f"tools[{i}].function.parameters",
+                param=parameters_param.format(i=i),
                 code=e.code,
             ) from None
         head = escape_literal(f'{{"name": "{f.name}", "arguments": ')
