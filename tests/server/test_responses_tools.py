@@ -227,3 +227,22 @@ async def test_text_cut_by_the_budget_is_incomplete(choice: str | None) -> None:
     assert cut.output_text == "<b>Sunny"
     assert events[-1].type == "response.incomplete"
     assert whole.status == "completed"
+
+
+async def test_max_tool_calls_bounds_the_calls_in_the_constraint() -> None:
+    app, engine = app_with(CALL_SCRIPT)
+    async with openai_client(app) as client:
+        for limit in (None, 1, 2):
+            await client.responses.create(
+                model="gclm-fake", input="Hi", tools=TOOLS, max_tool_calls=limit
+            )
+        with pytest.raises(openai.BadRequestError) as e:
+            await client.responses.create(
+                model="gclm-fake", input="Hi", tools=TOOLS, max_tool_calls=0
+            )
+    assert e.value.param == "max_tool_calls"
+    unbounded, one, two = (c.spec for c in engine.compiles)
+    more = "(?:, (?:"  # the group of further calls
+    assert more not in one
+    assert more in two and two.endswith("){0,1}\\]")
+    assert unbounded.endswith(")*\\]")

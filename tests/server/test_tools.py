@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -342,3 +343,13 @@ async def test_usage_details(tmp_path) -> None:
     assert response.usage is not None
     assert response.usage.input_tokens_details.cached_tokens == prompt - 1
     assert response.usage.output_tokens_details.reasoning_tokens == 0
+
+
+def test_max_calls_bounds_the_parallel_calls() -> None:
+    plan = tool_plan(TOOLS, "required", None)
+    two = dataclasses.replace(plan, max_calls=2).regex()
+    assert full(two, f"{OPENER}[{CALL}]") and full(two, f"{OPENER}[{CALL}, {CALL}]")
+    assert not full(two, f"{OPENER}[{CALL}, {CALL}, {CALL}]")
+    assert full(plan.regex(), f"{OPENER}[{CALL}, {CALL}, {CALL}]")
+    one = dataclasses.replace(plan, max_calls=1).regex()
+    assert full(one, f"{OPENER}[{CALL}]") and not full(one, f"{OPENER}[{CALL}, {CALL}]")

@@ -291,7 +291,7 @@ class ResponsesRequest(SamplingFields):
     tools: list[FunctionTool] | None = None
     tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = None
     parallel_tool_calls: StrictBool | None = None  # None: true, as at OpenAI
-    max_tool_calls: Any = None  # one turn makes at most one list of calls
+    max_tool_calls: int | None = Field(default=None, ge=1, strict=True)
     truncation: Literal["auto", "disabled"] | None = None  # gclm never truncates: a long
     # input is a 400 naming the context length, never a silently shortened one
 
@@ -384,7 +384,9 @@ class ResponsesRequest(SamplingFields):
         except InvalidRequestError as e:
             e.param = e.param and e.param.replace(".function", "")
             raise
-        return plan and replace(plan, parameters_param="tools[{i}].parameters")
+        return plan and replace(
+            plan, parameters_param="tools[{i}].parameters", max_calls=self.max_tool_calls
+        )
 
     @property
     def chat_tools(self) -> list[ToolDef] | None:

@@ -102,6 +102,7 @@ class ToolPlan:
     parallel: bool
     # Where function i's parameters are in the request, for errors ("{i}" is filled in).
     parameters_param: str = "tools[{i}].function.parameters"
+    max_calls: int | None = None  # at most this many calls (Responses' max_tool_calls)
 
     @property
     def calls_allowed(self) -> bool:
@@ -113,7 +114,7 @@ class ToolPlan:
         Raises ConstraintError naming `tools[i].function.parameters` (with the JSON pointer
         in the message) when a function's schema cannot be compiled.
         """
-        calls = calls_regex(self.tools, self.parallel, self.parameters_param)
+        calls = calls_regex(self.tools, self.parallel, self.parameters_param, self.max_calls)
         if self.mode == "required":
             return escape_literal(OPENER) + calls
         return f"{not_starting_with(OPENER)}|{escape_literal(OPENER)}{calls}"
@@ -159,8 +160,10 @@ def calls_regex(
     functions: tuple[FunctionDef, ...],
     parallel: bool,
     parameters_param: str = "tools[{i}].function.parameters",
+    max_calls: int | None = None,
 ) -> str:
-    """A JSON array of calls (one, or one or more), each in gclm's fixed layout."""
+    """A JSON array of calls (one, or one or more, at most `max_calls`), each in gclm's
+    fixed layout."""
     branches = []
     for i, f in enumerate(functions):
         params = f.parameters if f.parameters is not None else NO_PARAMETERS
@@ -176,7 +179,10 @@ def calls_regex(
         head = escape_literal(f'{{"name": "{f.name}", "arguments": ')
         branches.append(f"{head}(?:{args})\\}}")
     call = "(?:" + "|".join(branches) + ")"
-    more = f"(?:, {call})*" if parallel else ""
+    if not parallel or max_calls == 1:
+        more = ""
+    else:
+        more = f"(?:, {call})" + (f"{{0,{max_calls - 1}}}" if max_calls else "*")
     return f"\\[{call}{more}\\]"
 
 
