@@ -61,6 +61,7 @@ from gclm.server.openai.render import (
     Renderer,
     Usage,
 )
+from gclm.server.openai.responses.function_calls import ResponsesToolRenderer
 from gclm.server.openai.responses.protocol import ResponsesRequest
 from gclm.server.openai.responses.render import ResponseBody, ResponseEvent, ResponsesRenderer
 from gclm.server.openai.tools.calls import ToolChatRenderer
@@ -121,6 +122,8 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
         service.check_model(body)
         prompt = await run_in_threadpool(service.responses_prompt, body)
         renderer = ResponsesRenderer(engine.model_id, body)
+        if body.tool_plan is not None and body.tool_plan.calls_allowed:
+            renderer = ResponsesToolRenderer(engine.model_id, body)
         return await service.generate(request, body, [prompt], renderer)
 
     @api.get("/models")
@@ -174,7 +177,8 @@ class _Service:
         return self.engine.encode_chat(prompt_messages(messages, body.tools, body.tool_plan))
 
     def responses_prompt(self, body: ResponsesRequest) -> list[int]:
-        return self.engine.encode_chat(body.messages())
+        messages = prompt_messages(body.messages(), body.chat_tools, body.tool_plan)
+        return self.engine.encode_chat(messages)
 
     def completion_prompts(self, body: CompletionRequest) -> list[list[int]]:
         return [p if isinstance(p, list) else self.engine.encode_prompt(p) for p in body.prompt]
@@ -223,15 +227,16 @@ class _Service:
             )
         with_logprobs = body.logprobs_count is not None
         try:
-            outputs, completion_tokens = await until_disconnected(
-                request.receive, self.collect(sequences, with_logprobs)
+            outputs, completion_tokens, cached_tokens = await until_disconnected(
+                request.receive, self.collect(sequences, renderer, with_logprobs, body.n)
             )
         except ClientDisconnected:
             self.metrics.disconnects.inc()
             return Response(status_code=CLIENT_CLOSED)
         finally:
             sequences.close()
-        final = renderer.final(outputs, Usage.of(prompt_tokens, completion_tokens))
+        usage = Usage.of(prompt_tokens, completion_tokens, cached_tokens)
+        final = renderer.final(outputs, usage)
         return Response(final.model_dump_json(), media_type="application/json")
 
     def check_admissible(self, body: GenerationBody, prompts: int) -> None:
@@ -289,16 +294,17 @@ class _Service:
         return handles
 
     async def collect(
-        self, sequences: Choices, with_logprobs: bool
-    ) -> tuple[list[ChoiceOutput], int]:
-        """Every choice's output and the tokens generated in all.
+        self, sequences: Choices, renderer: Renderer, with_logprobs: bool, n: int
+    ) -> tuple[list[ChoiceOutput], int, int]:
+        """Every choice's output, the tokens generated in all, and the prompt tokens the
+        engine reused (counted once per prompt: its n choices share it).
 
         Raises the first error any choice reports (the others are then cancelled).
         """
         n = len(sequences.handles)
         pieces: list[list[str]] = [[] for _ in range(n)]
         outputs = [ChoiceOutput(logprobs=[] if with_logprobs else None) for _ in range(n)]
-        completion_tokens = 0
+        completion_tokens = cached_tokens = 0
         async with aclosing(sequences.events()) as events:
             async for index, event in events:
                 if isinstance(event, TokenEvent):
@@ -306,14 +312,15 @@ class _Service:
                     if with_logprobs:
                         outputs[index].logprobs.extend(event.logprobs)  # type: ignore[union-attr]
                 elif isinstance(event, FinishEvent):
-                    outputs[index].finish_reason = event.finish_reason
+                    outputs[index].finish_reason = renderer.finish_reason(event)
                     completion_tokens += event.completion_tokens
+                    cached_tokens += event.cached_tokens if index % n == 0 else 0
                     self.metrics.completion_tokens.inc(event.completion_tokens)
                 else:
                     raise as_gclm_error(event.error)
         for out, texts in zip(outputs, pieces, strict=True):
             out.text = "".join(texts)
-        return outputs, completion_tokens
+        return outputs, completion_tokens, cached_tokens
 
     async def stream(
         self,
@@ -331,7 +338,7 @@ class _Service:
         for chunk in renderer.opening(len(sequences.handles)):
             yield frame(chunk)
         with_logprobs = body.logprobs_count is not None
-        completion_tokens = 0
+        completion_tokens = cached_tokens = 0
         async with aclosing(sequences.events()) as events:
             async for index, event in events:
                 if isinstance(event, TokenEvent):
@@ -339,13 +346,13 @@ class _Service:
                     # goes with the text that completes it).
                     if event.text or (with_logprobs and event.logprobs):
                         logprobs = event.logprobs if with_logprobs else None
-                        delta = renderer.delta(index, event.text, logprobs)
-                        if delta is not None:
-                            yield frame(delta)
+                        for chunk in renderer.deltas(index, event.text, logprobs):
+                            yield frame(chunk)
                 elif isinstance(event, FinishEvent):
                     completion_tokens += event.completion_tokens
+                    cached_tokens += event.cached_tokens if index % body.n == 0 else 0
                     self.metrics.completion_tokens.inc(event.completion_tokens)
-                    for chunk in renderer.finish(index, event.finish_reason):
+                    for chunk in renderer.finish(index, renderer.finish_reason(event)):
                         yield frame(chunk)
                 else:
                     error = as_gclm_error(event.error)
@@ -353,7 +360,7 @@ class _Service:
                     for line in renderer.failure(error):
                         yield line
                     return
-        usage = Usage.of(prompt_tokens, completion_tokens)
+        usage = Usage.of(prompt_tokens, completion_tokens, cached_tokens)
         for chunk in renderer.closing(usage, body.include_usage):
             yield frame(chunk)
         if renderer.done is not None:

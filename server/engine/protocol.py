@@ -95,6 +95,12 @@ class FinishEvent:
     finish_reason: str  # "stop" | "length" | "cancelled"
     prompt_tokens: int
     completion_tokens: int
+    # The prompt's leading tokens whose KV the engine reused instead of computing them.
+    cached_tokens: int = 0
+    # The budget ended the output where it could have gone on (no EOS, and the constraint,
+    # if any, still open). A constrained output cut so is complete and reports "stop"; the
+    # HTTP layer reports "length" when that output is free text (a tool_choice "auto" answer).
+    budget_cut: bool = False
 
 
 @dataclass(frozen=True)

@@ -260,13 +260,14 @@ class VllmEngine(TokenizerEngine):
 
     async def _run(self, handle: VllmRequest, sampling: Any) -> None:
         request = handle.request
-        generated = 0
+        generated = cached = 0
         reason: str | None = None
         try:
             prompt = {"prompt_token_ids": request.prompt_ids}
             async for output in self._llm.generate(prompt, sampling, handle.request_id):
                 out = output.outputs[0]
                 generated += len(out.token_ids)
+                cached = output.num_cached_tokens or cached  # vLLM's prefix-cache hit
                 if handle.state is not None:
                     for token in out.token_ids:
                         handle.state.advance(token)
@@ -284,9 +285,10 @@ class VllmEngine(TokenizerEngine):
             return
         finally:
             self._active.discard(handle)
-        handle.send(
-            FinishEvent(self._finish_reason(handle, reason), len(request.prompt_ids), generated)
-        )
+        finish = self._finish_reason(handle, reason)
+        state = handle.state
+        cut = reason == "length" and (state is None or state.mask_table.has_tokens(state.state))
+        handle.send(FinishEvent(finish, len(request.prompt_ids), generated, cached, cut))
 
     @staticmethod
     def _finish_reason(handle: VllmRequest, reason: str | None) -> str:

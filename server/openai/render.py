@@ -20,21 +20,33 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, SerializeAsAny
 
-from gclm.server.engine.protocol import TokenLogprob
+from gclm.server.engine.protocol import FinishEvent, TokenLogprob
 from gclm.server.http.streaming import DONE, sse, sse_error
+
+
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0  # the prompt's prefix whose KV the engine reused
+
+
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: int = 0  # the model does not reason before answering
 
 
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails
+    completion_tokens_details: CompletionTokensDetails
 
     @classmethod
-    def of(cls, prompt_tokens: int, completion_tokens: int) -> Usage:
+    def of(cls, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> Usage:
         return cls(
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             total_tokens=prompt_tokens + completion_tokens,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=cached_tokens),
+            completion_tokens_details=CompletionTokensDetails(),
         )
 
 
@@ -207,6 +219,20 @@ class Renderer:
         """A piece of text (logprobs: one per token in it, None when not asked for); None
         when there is nothing to send yet (a tool call's text held back)."""
         raise NotImplementedError
+
+    def deltas(
+        self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None
+    ) -> list[BaseModel]:
+        """What a piece of text sends: `delta`'s body, if any (a renderer that announces
+        output items as it reads them sends several)."""
+        chunk = self.delta(index, text, logprobs)
+        return [] if chunk is None else [chunk]
+
+    def finish_reason(self, event: FinishEvent) -> str:
+        """The finish_reason to report: the engine's, where a constrained output cut by the
+        budget is complete, so "stop". A renderer of free text under a constraint (tool_choice
+        "auto") reports such a cut as "length"."""
+        return event.finish_reason
 
     def finish(self, index: int, finish_reason: str) -> list[BaseModel]:
         raise NotImplementedError

@@ -2,7 +2,8 @@
 
 A script maps each GenerationRequest to its tokens: a `str` is one token's text delta (""
 for a token that completes no character yet), an `Exception` becomes an ErrorEvent at that
-point. The prompt "tokenizer" is UTF-8 bytes, so prompt_tokens is the prompt's byte length.
+point. The prompt "tokenizer" is UTF-8 bytes, so prompt_tokens is the prompt's byte length, and
+cached_tokens is the longest prefix a prompt submitted before shared with it (a prefix cache).
 When a request asks for logprobs, token i (from 0) gets `fake_logprob(i)` and its top list
 is itself followed by "<alt1>", "<alt2>", ... one nat less likely each.
 """
@@ -89,6 +90,7 @@ class FakeHandle:
     request: GenerationRequest
     cancelled: bool = False
     finished: bool = False
+    cached_tokens: int = 0
 
 
 class FakeEngine:
@@ -124,6 +126,7 @@ class FakeEngine:
         self.cache_misses = 0
         self._tables: dict[str, CompiledTable] = {}
         self._handles: list[FakeHandle] = []
+        self._prompts: list[list[int]] = []  # prompts seen, for cached_tokens
         self._ids = itertools.count()
         self.started = False
         self.dead: str | None = None  # set by kill(): why the engine died
@@ -178,17 +181,21 @@ class FakeEngine:
             raise QueueFullError(self.queue_size, retry_after=self.retry_after)
         self.submits.append(request)
         handle = FakeHandle(request.request_id or f"fake-{next(self._ids)}", request)
+        handle.cached_tokens = self.cached_tokens(request.prompt_ids)
         self._handles.append(handle)
         return handle
 
     async def stream(self, handle: FakeHandle) -> AsyncIterator[StreamEvent]:
         request = handle.request
         emitted = 0
-        reason = "stop"
+        reason, cut = "stop", False
         try:
             for item in self.script(request):
                 if emitted == request.params.max_tokens:
-                    reason = "length"
+                    # As the real engines: a budget-aware constrained output is complete
+                    # whenever it is cut, so "stop", with the cut reported apart.
+                    complete = request.table is not None and request.budget_aware
+                    reason, cut = ("stop" if complete else "length"), True
                     break
                 await asyncio.sleep(self.token_delay)
                 if handle.cancelled:
@@ -201,9 +208,22 @@ class FakeEngine:
                 logprobs = () if k is None else (fake_token_logprob(emitted, item, k),)
                 emitted += 1
                 yield TokenEvent(item, (emitted,), logprobs)
-            yield FinishEvent(reason, len(request.prompt_ids), emitted)
+            yield FinishEvent(reason, len(request.prompt_ids), emitted, handle.cached_tokens, cut)
         finally:
             handle.finished = True
+
+    def cached_tokens(self, prompt: list[int]) -> int:
+        """As a prefix cache: the longest prefix shared with an earlier prompt (all but the
+        last token at most), then this prompt is remembered."""
+        best = 0
+        for seen in self._prompts:
+            shared = next(
+                (i for i, (a, b) in enumerate(zip(seen, prompt, strict=False)) if a != b),
+                min(len(seen), len(prompt)),
+            )
+            best = max(best, min(shared, len(prompt) - 1))
+        self._prompts.append(list(prompt))
+        return best
 
     def cancel(self, handle: FakeHandle) -> None:
         if not handle.cancelled:

@@ -1,12 +1,14 @@
 """A sequence's events: tokens that split a character wait, with their logprobs, for the
-token that completes it; EOS sends no token."""
+token that completes it; EOS sends no token; the finish tells a budget cut from an end."""
 
 from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 
+from gclm.compiler.tables import CompiledTable, build_table
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.server.engine.protocol import (
     FinishEvent,
@@ -64,3 +66,48 @@ async def test_a_dangling_byte_is_sent_at_the_end() -> None:
 async def test_no_logprobs_unless_asked() -> None:
     events = await events_of([1, 2, 3, EOS], with_logprobs=False)
     assert [e.logprobs for e in events if isinstance(e, TokenEvent)] == [(), ()]
+
+
+def loop_table(loop: bool) -> CompiledTable:
+    """'a' then, with `loop`, any more 'a's (regex a+); without, the output closes at 'a'."""
+    src, dst = ([0, 1], [1, 1]) if loop else ([0], [1])
+    return build_table(
+        vocab_size=len(VOCAB.token_bytes),
+        eos_token_id=EOS,
+        initial=0,
+        num_states=2,
+        accepting=np.array([False, True]),
+        src=np.array(src),
+        tokens=np.array([1] * len(src)),
+        dst=np.array(dst),
+    )
+
+
+async def finish_of(table: CompiledTable | None, tokens: list[int], max_tokens: int) -> FinishEvent:
+    seq = Sequence(
+        request=GenerationRequest([1], SamplingParams(max_tokens=max_tokens), table=table),
+        request_id="r",
+        loop=asyncio.get_running_loop(),
+        vocab=VOCAB,
+    )
+    seq.cached_tokens = 5
+    for t in tokens:
+        if seq.update(t, frozenset({EOS})):
+            break
+    await asyncio.sleep(0)
+    events = []
+    while not seq.events.empty():
+        events.append(seq.events.get_nowait())
+    assert isinstance(events[-1], FinishEvent)
+    return events[-1]
+
+
+async def test_a_budget_cut_is_reported_apart_from_an_end() -> None:
+    # Cut while the constraint could go on: complete ("stop"), but cut.
+    assert await finish_of(loop_table(True), [1, 1], 2) == FinishEvent("stop", 1, 2, 5, True)
+    # The model ended (EOS) on the last token of its budget: not cut.
+    assert await finish_of(loop_table(True), [1, EOS], 2) == FinishEvent("stop", 1, 2, 5, False)
+    # The constraint closed as the budget ran out: not cut.
+    assert await finish_of(loop_table(False), [1], 1) == FinishEvent("stop", 1, 1, 5, False)
+    # Free text cut by the budget.
+    assert await finish_of(None, [1, 1], 2) == FinishEvent("length", 1, 2, 5, True)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -287,3 +288,68 @@ async def test_refused_fields_are_named_not_echoed(app) -> None:
             )
     assert caught.value.param == "functions"
     assert len(caught.value.message) < QUOTE_LIMIT + 120  # named and quoted, not echoed
+
+
+@pytest.mark.parametrize("choice", ["auto", "none", None])
+async def test_free_text_cut_by_the_budget_is_length(tmp_path, choice: str | None) -> None:
+    """Whatever tool_choice: under "auto" the text is constrained (text or a call) and the
+    engine reports the cut as a complete "stop" with budget_cut; it is still cut text."""
+    engine = FakeEngine(lambda request: ("Sun", "ny", " and", " warm"), min_tokens=1)
+    app = create_app(engine, ServerSettings(cache_dir=tmp_path))
+    tools = [t.model_dump(exclude_none=True) for t in TOOLS] if choice else None
+    kwargs: dict[str, Any] = {"tools": tools, "tool_choice": choice} if choice else {}
+    messages = [{"role": "user", "content": "Weather?"}]
+    async with openai_client(app) as client:
+        done = await client.chat.completions.create(
+            model="gclm-fake", messages=messages, max_tokens=2, **kwargs
+        )
+        stream = await client.chat.completions.create(
+            model="gclm-fake", messages=messages, max_tokens=2, stream=True, **kwargs
+        )
+        reasons = [c.choices[0].finish_reason async for c in stream if c.choices]
+        ended = await client.chat.completions.create(
+            model="gclm-fake", messages=messages, max_tokens=5, **kwargs
+        )
+    assert (engine.submits[0].table is not None) is (choice == "auto")
+    assert done.choices[0].finish_reason == "length"
+    assert done.choices[0].message.content == "Sunny"
+    assert reasons[-1] == "length"
+    assert ended.choices[0].finish_reason == "stop"  # the model ended within its budget
+
+
+async def test_usage_details(tmp_path) -> None:
+    engine = FakeEngine()
+    app = create_app(engine, ServerSettings(cache_dir=tmp_path))
+    messages = [{"role": "user", "content": "Weather?"}]
+    async with openai_client(app) as client:
+        first = await client.chat.completions.create(model="gclm-fake", messages=messages, n=2)
+        again = await client.chat.completions.create(model="gclm-fake", messages=messages)
+        stream = await client.chat.completions.create(
+            model="gclm-fake",
+            messages=messages,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        [streamed] = [c.usage async for c in stream if c.usage is not None]
+        response = await client.responses.create(model="gclm-fake", input="Weather?")
+    prompt = len(engine.submits[0].prompt_ids)
+    assert first.usage is not None and again.usage is not None
+    # n=2 shares one prompt: its tokens count once, as the first choice found them (none).
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert again.usage.prompt_tokens_details.cached_tokens == prompt - 1
+    assert streamed.prompt_tokens_details.cached_tokens == prompt - 1
+    for usage in (first.usage, again.usage, streamed):
+        assert usage.completion_tokens_details.reasoning_tokens == 0
+    assert response.usage is not None
+    assert response.usage.input_tokens_details.cached_tokens == prompt - 1
+    assert response.usage.output_tokens_details.reasoning_tokens == 0
+
+
+def test_max_calls_bounds_the_parallel_calls() -> None:
+    plan = tool_plan(TOOLS, "required", None)
+    two = dataclasses.replace(plan, max_calls=2).regex()
+    assert full(two, f"{OPENER}[{CALL}]") and full(two, f"{OPENER}[{CALL}, {CALL}]")
+    assert not full(two, f"{OPENER}[{CALL}, {CALL}, {CALL}]")
+    assert full(plan.regex(), f"{OPENER}[{CALL}, {CALL}, {CALL}]")
+    one = dataclasses.replace(plan, max_calls=1).regex()
+    assert full(one, f"{OPENER}[{CALL}]") and not full(one, f"{OPENER}[{CALL}, {CALL}]")

@@ -106,8 +106,11 @@ class ScriptedLLM:
     """Answers every request with `steps` (token ids, text, finish reason), each after
     `gate` is set when one is given."""
 
-    def __init__(self, steps: list[tuple[list[int], str, str | None]]) -> None:
+    def __init__(
+        self, steps: list[tuple[list[int], str, str | None]], cached_tokens: int = 0
+    ) -> None:
         self.steps = steps
+        self.cached_tokens = cached_tokens  # vLLM's num_cached_tokens (its prefix cache)
         self.gate: asyncio.Event | None = None
         self.params: list[object] = []
         self.errored = False  # AsyncLLM's: its engine core died
@@ -120,7 +123,7 @@ class ScriptedLLM:
                 await self.gate.wait()
             await asyncio.sleep(0)
             out = SimpleNamespace(token_ids=ids, text=text, finish_reason=reason)
-            yield SimpleNamespace(outputs=[out])
+            yield SimpleNamespace(outputs=[out], num_cached_tokens=self.cached_tokens)
 
     def shutdown(self) -> None:
         pass
@@ -151,7 +154,7 @@ async def events(engine: VllmEngine, handle: VllmRequest) -> list:
 @pytest.mark.vllm
 def test_constrained_request_cut_at_the_budget_finishes_stop(engine, embedded_vocab) -> None:
     digit = next(i for i, b in enumerate(embedded_vocab.token_bytes) if b == b"7")
-    engine._llm = ScriptedLLM([([digit], "7", None), ([digit], "7", "length")])
+    engine._llm = ScriptedLLM([([digit], "7", None), ([digit], "7", "length")], cached_tokens=1)
 
     async def run() -> list:
         table = await engine.compile(Constraint.regex("[0-9]{2}"))
@@ -160,7 +163,8 @@ def test_constrained_request_cut_at_the_budget_finishes_stop(engine, embedded_vo
 
     got = asyncio.run(run())
     assert [e.text for e in got if isinstance(e, TokenEvent)] == ["7", "7"]
-    assert got[-1] == FinishEvent("stop", 2, 2)
+    # The regex closed as the budget ran out: complete, not cut; vLLM's prefix-cache hit.
+    assert got[-1] == FinishEvent("stop", 2, 2, cached_tokens=1, budget_cut=False)
     sent = engine._llm.params[0]
     assert sent.stop in (None, []), "a constrained request must not carry stop strings"
     assert json.loads(sent.extra_args["gclm"]) == {"regex": "[0-9]{2}"}
@@ -200,7 +204,7 @@ def test_queue_full_is_429_and_cancel_finishes_cancelled(engine) -> None:
 
     cancelled, finished = asyncio.run(run())
     assert cancelled == [FinishEvent("cancelled", 1, 0)]
-    assert finished[-1] == FinishEvent("length", 1, 2)
+    assert finished[-1] == FinishEvent("length", 1, 2, budget_cut=True)
     assert engine.stats().batch_size == 0
 
 

@@ -340,7 +340,8 @@ class BatchEngine(TokenizerEngine):
                 leaders[seq] = slot_of[tuple(prompt)]
                 continue
             slot = self._slot[seq] = slot_of[tuple(prompt)] = self._kv.claim(prompt)
-            rests[slot] = prompt[len(self._kv.tokens[slot]) :]
+            seq.cached_tokens = len(self._kv.tokens[slot])
+            rests[slot] = prompt[seq.cached_tokens :]
         return rests, leaders
 
     def _next_feed(self, seq: Sequence, token: int, unseen: int) -> None:

@@ -44,6 +44,7 @@ class Sequence:
     output_ids: list[int] = field(default_factory=list, init=False)  # sampled, EOS excluded
     cancelled: bool = False
     finished: bool = False
+    cached_tokens: int = 0  # prompt tokens whose KV the store already held (set on admission)
     # Taken but not yet sent: a token that completes no character waits for the next one.
     _unsent_ids: list[int] = field(default_factory=list, init=False)
     _unsent_logprobs: list[TokenLogprob] = field(default_factory=list, init=False)
@@ -79,9 +80,10 @@ class Sequence:
             self._take(token, logprob)
             self._emit(self.text.push(token))
             if c.must_stop(self.tokens_left):
-                return self.finish("stop")
+                cut = self.tokens_left <= 0 and c.mask_table.has_tokens(c.state)
+                return self.finish("stop", budget_cut=cut)
             if self.tokens_left <= 0:  # budget-unaware only: it can run out mid-output
-                return self.finish("stop" if c.is_accepting else "length")
+                return self.finish("stop" if c.is_accepting else "length", budget_cut=True)
             return False
         if token in eos_ids:
             return self.finish("stop")
@@ -90,15 +92,16 @@ class Sequence:
         if self.text.stopped:
             return self.finish("stop")
         if self.tokens_left <= 0:
-            return self.finish("length")
+            return self.finish("length", budget_cut=True)
         return False
 
-    def finish(self, reason: str) -> bool:
+    def finish(self, reason: str, budget_cut: bool = False) -> bool:
         if not self.finished:
             self.finished = True
             self._emit(self.text.flush(), final=True)
             prompt = len(self.request.prompt_ids)
-            self._send(FinishEvent(reason, prompt, self.generated))
+            event = FinishEvent(reason, prompt, self.generated, self.cached_tokens, budget_cut)
+            self._send(event)
         return True
 
     def fail(self, error: Exception) -> None:

@@ -8,6 +8,12 @@ the constraint reader (`text.format`, in constraints.py), the budget check (nami
 `max_output_tokens`) and the generation path in app.py. Its bodies and stream events are
 built by `ResponsesRenderer` (responses_render.py).
 
+Function tools (`tools`, `tool_choice`, `parallel_tool_calls`) are chat's tool calling
+(server/openai/tools/): the Responses shapes are turned into chat's `ToolDef` and tool_choice,
+so the prompt, the constraint and its budget guarantee are the same. Earlier `function_call`
+items and `function_call_output` items in `input` become the assistant calls and tool results
+of chat's history.
+
 gclm is stateless: nothing is stored, so `previous_response_id`, `conversation`, `prompt`
 (a stored template) and `background` are a 400; `store` is accepted and has no effect (the
 output is the same; the response just cannot be fetched later).
@@ -16,6 +22,8 @@ output is the same; the response just cannot be fetched later).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
+from functools import cached_property
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -29,12 +37,22 @@ from pydantic import (
 )
 from typing_extensions import Self
 
+from gclm.errors import InvalidRequestError
 from gclm.server.openai.protocol import MAX_TOP_LOGPROBS, SamplingFields, _nullable
+from gclm.server.openai.tools.prompt import (
+    NAME_PATTERN,
+    FunctionDef,
+    NamedToolChoice,
+    ToolDef,
+    ToolPlan,
+    tool_plan,
+)
 
 # The `include` value that asks for logprobs; other values name data gclm never produces
 # (reasoning, tool results), so they change nothing and are accepted.
 INCLUDE_LOGPROBS = "message.output_text.logprobs"
 _TEXT_PARTS = ("input_text", "output_text", "text")
+_INPUT_ITEMS = ("message", "function_call", "function_call_output")
 
 
 class _Strict(BaseModel):
@@ -88,9 +106,67 @@ _MESSAGE_SCHEMA = {
     "required": ["role", "content"],
     "additionalProperties": False,
 }
-_INPUT_SCHEMA = {
-    "anyOf": [{"type": "string"}, {"type": "array", "items": _MESSAGE_SCHEMA, "minItems": 1}]
+_FUNCTION_CALL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "type": {"const": "function_call"},
+        "call_id": {"type": "string"},
+        "name": {"type": "string"},
+        "arguments": {"type": "string"},
+        "id": {"type": ["string", "null"]},
+        "status": {"type": ["string", "null"]},
+        "namespace": {"type": ["string", "null"]},
+        "caller": {},
+        "async": {},
+    },
+    "required": ["type", "call_id", "name", "arguments"],
+    "additionalProperties": False,
 }
+_FUNCTION_CALL_OUTPUT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "type": {"const": "function_call_output"},
+        "call_id": {"type": "string"},
+        "output": {"anyOf": [{"type": "string"}, _PARTS_SCHEMA]},
+        "id": {"type": ["string", "null"]},
+        "status": {"type": ["string", "null"]},
+        "name": {"type": ["string", "null"]},
+        "namespace": {"type": ["string", "null"]},
+        "caller": {},
+    },
+    "required": ["type", "call_id", "output"],
+    "additionalProperties": False,
+}
+_INPUT_SCHEMA = {
+    "anyOf": [
+        {"type": "string"},
+        {
+            "type": "array",
+            "items": {
+                "anyOf": [_MESSAGE_SCHEMA, _FUNCTION_CALL_SCHEMA, _FUNCTION_CALL_OUTPUT_SCHEMA]
+            },
+            "minItems": 1,
+        },
+    ]
+}
+
+
+def _flatten_parts(v: Any) -> Any:
+    """Content parts (a list) as their text joined by newlines; anything else unchanged."""
+    if not isinstance(v, list):
+        return v
+    texts = []
+    for part in v:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "refusal":
+            continue  # an earlier refusal, as chat's `refusal` field: not model input
+        if kind not in _TEXT_PARTS or not isinstance(part.get("text"), str):
+            raise ValueError(
+                f"content part of type {kind!r} is not supported; gclm accepts text and "
+                "{'type': 'input_text', 'text': ...} parts only"
+            )
+        texts.append(part["text"])
+    return "\n".join(texts)
 
 
 class InputMessage(_Strict):
@@ -107,20 +183,73 @@ class InputMessage(_Strict):
     @field_validator("content", mode="before")
     @classmethod
     def _text_parts(cls, v: Any) -> Any:
-        if not isinstance(v, list):
-            return v
-        texts = []
-        for part in v:
-            kind = part.get("type") if isinstance(part, dict) else None
-            if kind == "refusal":
-                continue  # an earlier refusal, as chat's `refusal` field: not model input
-            if kind not in _TEXT_PARTS or not isinstance(part.get("text"), str):
-                raise ValueError(
-                    f"content part of type {kind!r} is not supported; gclm accepts text and "
-                    "{'type': 'input_text', 'text': ...} parts only"
-                )
-            texts.append(part["text"])
-        return "\n".join(texts)
+        return _flatten_parts(v)
+
+
+class FunctionCallItem(_Strict):
+    """An earlier turn's `function_call` output item, sent back as input."""
+
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str  # JSON text, as the output item had it
+    # An earlier output item sent back carries these; they change nothing.
+    id: str | None = None
+    status: str | None = None
+    namespace: str | None = None
+    caller: Any = None
+    async_: Any = Field(default=None, alias="async")
+
+
+class FunctionCallOutputItem(_Strict):
+    """The result of a function call, for the model's next turn."""
+
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str
+    # Echoes of the call it answers; they change nothing.
+    id: str | None = None
+    status: str | None = None
+    name: str | None = None
+    namespace: str | None = None
+    caller: Any = None
+
+    @field_validator("output", mode="before")
+    @classmethod
+    def _text_parts(cls, v: Any) -> Any:
+        return _flatten_parts(v)
+
+
+InputItem = Annotated[
+    InputMessage | FunctionCallItem | FunctionCallOutputItem, Field(discriminator="type")
+]
+
+
+class FunctionTool(_Strict):
+    """A function tool, Responses-style: name, description and parameters at the top level
+    (chat nests them under "function")."""
+
+    type: Literal["function"]
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None  # gclm always enforces the parameters, strict or not
+
+    def as_chat(self) -> ToolDef:
+        function = FunctionDef(
+            name=self.name,
+            description=self.description,
+            parameters=self.parameters,
+            strict=self.strict,
+        )
+        return ToolDef(type="function", function=function)
+
+
+class FunctionChoice(_Strict):
+    """tool_choice naming one function: {"type": "function", "name": ...}."""
+
+    type: Literal["function"]
+    name: str
 
 
 def _none(v: Any) -> bool:
@@ -142,7 +271,7 @@ class ResponsesRequest(SamplingFields):
     n: ClassVar[int] = 1  # one output per response
 
     model: str | None = None
-    input: Annotated[list[InputMessage], WithJsonSchema(_INPUT_SCHEMA)] = Field(min_length=1)
+    input: Annotated[list[InputItem], WithJsonSchema(_INPUT_SCHEMA)] = Field(min_length=1)
     instructions: str | None = None
     max_output_tokens: int | None = Field(default=None, ge=1, strict=True)
     stream: StrictBool = Field(default=False, json_schema_extra=_nullable)
@@ -159,8 +288,10 @@ class ResponsesRequest(SamplingFields):
     service_tier: Any = None
     prompt_cache_key: Any = None
     prompt_cache_retention: Any = None
-    parallel_tool_calls: Any = None  # meaningless without tools
-    max_tool_calls: Any = None
+    tools: list[FunctionTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = None
+    parallel_tool_calls: StrictBool | None = None  # None: true, as at OpenAI
+    max_tool_calls: int | None = Field(default=None, ge=1, strict=True)
     truncation: Literal["auto", "disabled"] | None = None  # gclm never truncates: a long
     # input is a 400 naming the context length, never a silently shortened one
 
@@ -169,8 +300,6 @@ class ResponsesRequest(SamplingFields):
     conversation: Any = None
     prompt: Any = None
     background: Any = None
-    tools: Any = None
-    tool_choice: Any = None
     reasoning: Any = None
 
     _SUPPORTED_ONLY: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {
@@ -181,8 +310,6 @@ class ResponsesRequest(SamplingFields):
         "conversation": (_none, "gclm stores no conversations; send the turns in `input`"),
         "prompt": (_none, "gclm stores no prompt templates; send the text in `input`"),
         "background": (lambda v: not v, "remove it or set it to false"),
-        "tools": (lambda v: not v, "remove it; gclm does not call tools"),
-        "tool_choice": (lambda v: v in (None, "none", "auto"), "remove it"),
         "reasoning": (
             _no_reasoning,
             "remove it; the model does not reason before answering",
@@ -196,20 +323,74 @@ class ResponsesRequest(SamplingFields):
 
     @field_validator("input", mode="before")
     @classmethod
-    def _only_messages(cls, v: Any) -> Any:
-        """A string is one user message; name an item type that is not a message (function
-        calls, reasoning, ...)."""
+    def _known_items(cls, v: Any) -> Any:
+        """A string is one user message; an item without a type is a message; name an item
+        type gclm does not read (reasoning, web search calls, ...)."""
         if isinstance(v, str):
-            return [{"role": "user", "content": v}]
+            return [{"type": "message", "role": "user", "content": v}]
         if isinstance(v, list):
+            items = []
             for item in v:
                 kind = item.get("type", "message") if isinstance(item, dict) else None
-                if kind != "message":
+                if kind not in _INPUT_ITEMS:
                     raise ValueError(
                         f"input items of type {kind!r} are not supported; gclm accepts "
-                        "messages ({'role': ..., 'content': ...}) only"
+                        "messages ({'role': ..., 'content': ...}), function_call and "
+                        "function_call_output items"
+                    )
+                items.append({"type": "message", **item} if "type" not in item else item)
+            return items
+        return v
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _function_tools(cls, v: Any) -> Any:
+        """Name a tool type other than "function" (built-in tools run at OpenAI)."""
+        if isinstance(v, list):
+            for tool in v:
+                kind = tool.get("type") if isinstance(tool, dict) else None
+                if kind != "function":
+                    raise ValueError(
+                        f"tools of type {kind!r} are not supported; gclm calls function "
+                        'tools only ({"type": "function", "name": ..., "parameters": ...})'
                     )
         return v
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _tool_choice(cls, v: Any) -> Any:
+        # One clear message instead of pydantic's per-union-member errors.
+        if v is None or v in ("none", "auto", "required"):
+            return v
+        if isinstance(v, dict) and v.get("type") == "function" and isinstance(v.get("name"), str):
+            return v
+        raise ValueError('use "none", "auto", "required" or {"type": "function", "name": ...}')
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        self.tool_plan  # noqa: B018 (raises InvalidRequestError for a tool_choice it cannot honour)
+
+    @cached_property
+    def tool_plan(self) -> ToolPlan | None:
+        """What the tools ask of the output (None: no tools), as on chat."""
+        choice: Any = self.tool_choice
+        if isinstance(choice, FunctionChoice):
+            choice = NamedToolChoice.model_validate(
+                {"type": "function", "function": {"name": choice.name}}
+            )
+        # Errors name chat's parameters; here they are in the Responses layout (no ".function").
+        try:
+            plan = tool_plan(self.chat_tools, choice, self.parallel_tool_calls)
+        except InvalidRequestError as e:
+            e.param = e.param and e.param.replace(".function", "")
+            raise
+        return plan and replace(
+            plan, parameters_param="tools[{i}].parameters", max_calls=self.max_tool_calls
+        )
+
+    @property
+    def chat_tools(self) -> list[ToolDef] | None:
+        return [t.as_chat() for t in self.tools] if self.tools else None
 
     @property
     def include_usage(self) -> bool:
@@ -224,18 +405,38 @@ class ResponsesRequest(SamplingFields):
 
     def constraint_sources(self) -> dict[str, Any]:
         fmt = self.text.format if self.text is not None else None
-        return {"text.format": fmt if fmt is not None and fmt.type != "text" else None}
+        plan = self.tool_plan
+        return {
+            "text.format": fmt if fmt is not None and fmt.type != "text" else None,
+            "tools": plan if plan and plan.calls_allowed else None,
+        }
 
     def budget_request(self) -> tuple[int | None, str]:
         return self.max_output_tokens, "max_output_tokens"
 
     def messages(self) -> list[dict[str, Any]]:
-        """`instructions` as a system message, then `input`, as the chat template sees them."""
+        """`instructions` as a system message, then `input`, as chat messages: function_call
+        items join the assistant turn as its tool_calls, function_call_output items are tool
+        messages (server/openai/tools/prompt.py writes both for the chat template)."""
         out: list[dict[str, Any]] = []
         if self.instructions:
             out.append({"role": "system", "content": self.instructions})
         for item in self.input:
-            # Chat templates predate "developer", OpenAI's new name for "system".
-            role = "system" if item.role == "developer" else item.role
-            out.append({"role": role, "content": item.content})
+            if isinstance(item, FunctionCallItem):
+                call = {
+                    "id": item.call_id,
+                    "type": "function",
+                    "function": {"name": item.name, "arguments": item.arguments},
+                }
+                last = out[-1] if out else None
+                if last is not None and last["role"] == "assistant":
+                    last.setdefault("tool_calls", []).append(call)
+                else:
+                    out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            elif isinstance(item, FunctionCallOutputItem):
+                out.append({"role": "tool", "content": item.output, "tool_call_id": item.call_id})
+            else:
+                # Chat templates predate "developer", OpenAI's new name for "system".
+                role = "system" if item.role == "developer" else item.role
+                out.append({"role": role, "content": item.content})
         return out

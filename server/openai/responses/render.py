@@ -1,6 +1,7 @@
 """The Responses API's bodies and stream events, in the shapes the openai SDK parses.
 
-A response holds one output item, an assistant message with one `output_text` part. Its
+A response holds one output item, an assistant message with one `output_text` part (or,
+when the model calls tools, `function_call` items: responses/function_calls.py). Its
 `status` is "completed", or "incomplete" with `incomplete_details.reason` =
 "max_output_tokens" when free text ran out of budget (a constrained output always completes
 within its budget, so it is never incomplete). A stream is the Responses event sequence:
@@ -53,18 +54,34 @@ class OutputMessage(BaseModel):
     content: list[OutputText]
 
 
+class FunctionCallItem(BaseModel):
+    """A `function_call` output item: `call_id` is what the function_call_output answering
+    it names."""
+
+    type: Literal["function_call"] = "function_call"
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: Literal["in_progress", "completed", "incomplete"]
+
+
 class ResponseUsage(BaseModel):
     input_tokens: int
-    input_tokens_details: dict[str, int] = {"cached_tokens": 0, "cache_write_tokens": 0}
+    input_tokens_details: dict[str, int]
     output_tokens: int
-    output_tokens_details: dict[str, int] = {"reasoning_tokens": 0}
+    output_tokens_details: dict[str, int]
     total_tokens: int
 
     @classmethod
     def of(cls, usage: Usage) -> ResponseUsage:
         return cls(
             input_tokens=usage.prompt_tokens,
+            input_tokens_details={"cached_tokens": usage.prompt_tokens_details.cached_tokens},
             output_tokens=usage.completion_tokens,
+            output_tokens_details={
+                "reasoning_tokens": usage.completion_tokens_details.reasoning_tokens
+            },
             total_tokens=usage.total_tokens,
         )
 
@@ -81,8 +98,8 @@ class ResponseBody(BaseModel):
     instructions: str | None
     max_output_tokens: int | None
     model: str
-    output: list[OutputMessage]
-    parallel_tool_calls: bool = False
+    output: list[OutputMessage | FunctionCallItem]
+    parallel_tool_calls: bool
     previous_response_id: None = None
     reasoning: None = None
     store: bool = False  # nothing is stored, whatever the request said
@@ -90,8 +107,8 @@ class ResponseBody(BaseModel):
     top_p: float
     top_logprobs: int | None
     text: dict[str, Any]
-    tool_choice: str = "none"
-    tools: list[Any] = []
+    tool_choice: str | dict[str, Any]
+    tools: list[dict[str, Any]]
     truncation: str = "disabled"
     usage: ResponseUsage | None = None
     metadata: dict[str, Any] = {}
@@ -201,7 +218,7 @@ class ResponsesRenderer(Renderer):
     def _response(
         self,
         status: Literal["in_progress", "completed", "incomplete"],
-        output: list[OutputMessage],
+        output: list[OutputMessage | FunctionCallItem],
         usage: Usage | None = None,
     ) -> ResponseBody:
         r = self.request
@@ -220,6 +237,13 @@ class ResponsesRenderer(Renderer):
             top_p=r.top_p,
             top_logprobs=r.top_logprobs,
             text={"format": text_format},
+            parallel_tool_calls=r.parallel_tool_calls is not False,
+            tool_choice=(
+                r.tool_choice.model_dump()
+                if isinstance(r.tool_choice, BaseModel)
+                else r.tool_choice or "auto"
+            ),
+            tools=[t.model_dump() for t in r.tools or ()],
             usage=None if usage is None else ResponseUsage.of(usage),
             metadata=r.metadata if isinstance(r.metadata, dict) else {},
         )

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from gclm.errors import InternalError
-from gclm.server.engine.protocol import TokenLogprob
+from gclm.server.engine.protocol import FinishEvent, TokenLogprob
 from gclm.server.openai.render import (
     AssistantMessage,
     ChatChoice,
@@ -187,6 +187,10 @@ class ToolChatRenderer(ChatRenderer):
         if index not in self._readers:
             self._readers[index] = CallReader()
         return self._readers[index]
+
+    def finish_reason(self, event: FinishEvent) -> str:
+        # Text under "auto" is free text: a budget cut is "length" (a call is never cut).
+        return "length" if event.budget_cut else event.finish_reason
 
     def opening(self, n: int) -> list[BaseModel]:
         # No content yet: it stays null when the answer is a call.

@@ -100,6 +100,9 @@ class ToolPlan:
     tools: tuple[FunctionDef, ...]
     mode: str
     parallel: bool
+    # Where function i's parameters are in the request, for errors ("{i}" is filled in).
+    parameters_param: str = "tools[{i}].function.parameters"
+    max_calls: int | None = None  # at most this many calls (Responses' max_tool_calls)
 
     @property
     def calls_allowed(self) -> bool:
@@ -111,7 +114,7 @@ class ToolPlan:
         Raises ConstraintError naming `tools[i].function.parameters` (with the JSON pointer
         in the message) when a function's schema cannot be compiled.
         """
-        calls = calls_regex(self.tools, self.parallel)
+        calls = calls_regex(self.tools, self.parallel, self.parameters_param, self.max_calls)
         if self.mode == "required":
             return escape_literal(OPENER) + calls
         return f"{not_starting_with(OPENER)}|{escape_literal(OPENER)}{calls}"
@@ -153,8 +156,14 @@ def tool_plan(
     return ToolPlan(functions, mode, parallel=parallel is not False)
 
 
-def calls_regex(functions: tuple[FunctionDef, ...], parallel: bool) -> str:
-    """A JSON array of calls (one, or one or more), each in gclm's fixed layout."""
+def calls_regex(
+    functions: tuple[FunctionDef, ...],
+    parallel: bool,
+    parameters_param: str = "tools[{i}].function.parameters",
+    max_calls: int | None = None,
+) -> str:
+    """A JSON array of calls (one, or one or more, at most `max_calls`), each in gclm's
+    fixed layout."""
     branches = []
     for i, f in enumerate(functions):
         params = f.parameters if f.parameters is not None else NO_PARAMETERS
@@ -164,13 +173,16 @@ def calls_regex(functions: tuple[FunctionDef, ...], parallel: bool) -> str:
         except ConstraintError as e:
             raise ConstraintError(
                 f"The parameters of function {f.name!r} cannot be compiled: {e.message}",
-                param=f"tools[{i}].function.parameters",
+                param=parameters_param.format(i=i),
                 code=e.code,
             ) from None
         head = escape_literal(f'{{"name": "{f.name}", "arguments": ')
         branches.append(f"{head}(?:{args})\\}}")
     call = "(?:" + "|".join(branches) + ")"
-    more = f"(?:, {call})*" if parallel else ""
+    if not parallel or max_calls == 1:
+        more = ""
+    else:
+        more = f"(?:, {call})" + (f"{{0,{max_calls - 1}}}" if max_calls else "*")
     return f"\\[{call}{more}\\]"
 
 
