@@ -7,8 +7,13 @@
   ~2 MB per distinct schema with no plateau.
 - Disk (optional): one `<key>.npz` per table with its own cap (compiler/disk_cache.py).
 - Single-flight: concurrent requests for one new constraint wait on one compile.
-- Negative: a constraint that failed fails again at once, for `negative_ttl_s`. A compile
+- Negative: a constraint that failed fails again at once, for `negative_ttl_s`; one that
+  ran past a compile limit (CPU seconds, memory, states: a CompileLimitError) for as long
+  as it is cached, since those limits do not depend on the machine's load. A compile
   refused because the compiler was busy is not remembered: it may succeed later.
+- Background: a busy refusal whose compile goes on (`CompilerBusyError.compiling`) is
+  followed; its table lands here (and on disk), or its failure is remembered, so that the
+  retry its Retry-After asks for finds it.
 - Never blocking on a compile: `fetch` answers a memory hit, a cached failure or a disk hit
   at once (reading the file in the caller's thread), and otherwise a Future that the
   compile resolves. So a request whose table is cached never waits behind a compile.
@@ -29,7 +34,7 @@ from pathlib import Path
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.disk_cache import DiskCache
 from gclm.compiler.tables import CompiledTable
-from gclm.errors import CompilerBusyError, GclmError
+from gclm.errors import CompileLimitError, CompilerBusyError, GclmError
 
 log = logging.getLogger("gclm.compiler")
 
@@ -110,6 +115,7 @@ class TableCache:
         self._negatives = 0
         self._bytes = 0
         self._inflight: dict[str, Future[CompiledTable]] = {}
+        self._background: set[str] = set()  # keys whose compile goes on with nobody waiting
         # Finishes compiles (disk write, measuring) off the compile pool's thread.
         self._finisher = ThreadPoolExecutor(2, thread_name_prefix="gclm-cache")
 
@@ -136,7 +142,8 @@ class TableCache:
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and entry.table is None:
-                if time.monotonic() - entry.created < self.negative_ttl_s:
+                lasting = isinstance(entry.error, CompileLimitError)
+                if lasting or time.monotonic() - entry.created < self.negative_ttl_s:
                     self.stats.negative_hits += 1
                     return _failed(entry.error)  # type: ignore[arg-type]
                 self._drop(key)
@@ -237,20 +244,60 @@ class TableCache:
             self._fail(key, future, e)
             return
         with self._lock:
-            if size <= self.max_bytes:  # larger than the whole budget: serve it, keep none
-                self._put(key, _Entry(table, None, size, time.monotonic()))
+            self._keep(key, table, size)
             del self._inflight[key]
         future.set_result(table)
 
     def _fail(self, key: str, future: Future[CompiledTable], error: BaseException) -> None:
+        compiling = error.compiling if isinstance(error, CompilerBusyError) else None
         with self._lock:
-            if isinstance(error, GclmError) and not isinstance(error, CompilerBusyError):
-                size = len(error.message) + len(key) + _NEGATIVE_OVERHEAD
-                self._put(key, _Entry(None, error, size, time.monotonic()))
-                self._negatives += 1
-                self._trim_negatives()
+            self._remember(key, error)
             del self._inflight[key]
+            follow = compiling is not None and key not in self._background
+            if follow:
+                self._background.add(key)
+        if follow:
+            compiling.add_done_callback(  # type: ignore[union-attr]
+                lambda f: self._finisher.submit(self._landed, key, f)
+            )
         future.set_exception(error)
+
+    def _landed(self, key: str, compiled: Future[CompiledTable]) -> None:
+        """A compile that went on in the background ended: keep its table or its failure."""
+        try:
+            table = compiled.result()
+        except BaseException as e:
+            with self._lock:
+                self._background.discard(key)
+                if key not in self._entries:  # a retry that joined it may have stored it
+                    self._remember(key, e)
+            return
+        try:
+            size = self._measure(table)
+        except BaseException as e:
+            with self._lock:
+                self._background.discard(key)
+                self._remember(key, e)
+            return
+        if self.disk is not None:
+            self.disk.store(key, table.to_bytes())
+        with self._lock:
+            self._background.discard(key)
+            self.stats.compiles += 1
+            self._keep(key, table, size)
+
+    def _keep(self, key: str, table: CompiledTable, size: int) -> None:
+        """Cache a table (with the lock held)."""
+        if size <= self.max_bytes:  # larger than the whole budget: serve it, keep none
+            self._put(key, _Entry(table, None, size, time.monotonic()))
+
+    def _remember(self, key: str, error: BaseException) -> None:
+        """Cache a failure (with the lock held); busy refusals and bugs are not kept."""
+        if isinstance(error, GclmError) and not isinstance(error, CompilerBusyError):
+            size = len(error.message) + len(key) + _NEGATIVE_OVERHEAD
+            self._put(key, _Entry(None, error, size, time.monotonic()))
+            self._negatives += 1
+            self._trim_negatives()
 
     # --- the LRU (called with the lock held) ---
 
