@@ -23,8 +23,9 @@ timeout were answered at 10, 21, ... 63 s, since time in the queue did not count
   the background, bounded by `limits.cpu_s` of CPU time, the memory limit and the
   state limit. Past any of them it ends with a CompileLimitError, which the table cache
   remembers: every later request for it is a 400 at once, whatever the machine's load.
-  A retry of a constraint still compiling joins that compile. A compile starved of CPU for
-  `_STARVED_FACTOR` x its ceiling in wall time is stopped as busy (not remembered).
+  A retry of a constraint still compiling joins that compile. A compile starved of CPU (below
+  its ceiling after 20 x the ceiling in wall time, and 10 minutes) is stopped as busy, not
+  remembered.
 - At most `queue_size` compiles wait for a worker; one more is a CompilerBusyError at once.
 
 `submit` returns a Future and never blocks; one dispatcher thread does the scheduling.
@@ -71,9 +72,12 @@ _MAX_START_FAILURES = 3
 # of the engine's threads, so it neither takes much from them nor stops (at 19, weight 15,
 # a compile beside a busy engine and other load got so little CPU that it never ended).
 DEMOTED_NICE = 5
-# A compile that has had the CPU for less than its ceiling after this many times the
-# ceiling in wall time is starved, not costly: stopped as busy, and not remembered.
+# A compile still below its CPU ceiling after this many times the ceiling in wall time (and
+# at least `_STARVED_MIN_S`) is starved, not costly: stopped as busy, and not remembered.
+# Generous: a starved compile costs little, and stopping it throws its work away (on a
+# loaded 2-core machine a compile got 0.9 s of CPU in 21 s).
 _STARVED_FACTOR = 20
+_STARVED_MIN_S = 600.0
 # Wall seconds a compile is assumed to take before any has finished (the Retry-After of a
 # queued compile); then the recent compiles' average.
 _TYPICAL_S = 1.0
@@ -371,7 +375,7 @@ class CompilerPool:
                     self.stats.timeouts += 1
                     self.stats.cpu_seconds += cpu
                     self._end(job, self._too_costly(), done)
-                elif now - proc.started >= _STARVED_FACTOR * ceiling:
+                elif now - proc.started >= max(_STARVED_FACTOR * ceiling, _STARVED_MIN_S):
                     self._retire(proc)
                     self.stats.cpu_seconds += cpu
                     self._end(job, self._starved(now - proc.started, cpu), done)
