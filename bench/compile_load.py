@@ -208,7 +208,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.cpu_limit:
         extra += ("--compile-cpu-limit", str(args.cpu_limit))
     with (
-        GclmServer(max_batch=8, extra_args=extra) as server,
+        GclmServer(max_batch=8, extra_args=extra, startup_timeout=args.startup_s) as server,
         httpx.Client(base_url=server.url, timeout=900) as client,
     ):
         t0 = time.monotonic()
@@ -311,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attempts", type=int, default=3)
     parser.add_argument("--compile-timeout", type=float, default=10.0)
     parser.add_argument("--cpu-limit", type=float, default=0, help="0: the server's default")
+    parser.add_argument("--startup-s", type=float, default=600, help="wait for /health")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--md", type=Path)
     args = parser.parse_args(argv)
