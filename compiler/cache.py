@@ -5,7 +5,10 @@
   ladders, which are larger than the table itself), and the failures remembered as
   negative entries. Before, only the table's own bytes were counted, and memory grew by
   ~2 MB per distinct schema with no plateau.
-- Disk (optional): one `<key>.npz` per table with its own cap (compiler/disk_cache.py).
+- Disk (optional): one `<key>.npz` per table with its own cap (compiler/disk_cache.py),
+  and one small `failures/<key>.txt` per constraint that ran past a compile limit, keyed
+  with the limits too (`limits_tag`): a restart does not pay for a compile bomb again,
+  and raising a limit forgets the failures it caused.
 - Single-flight: concurrent requests for one new constraint wait on one compile.
 - Negative: a constraint that failed fails again at once, for `negative_ttl_s`; one that
   ran past a compile limit (CPU seconds, memory, states: a CompileLimitError) for as long
@@ -86,6 +89,7 @@ class TableCache:
         disk_max_bytes: the disk cache's cap.
         measure: bytes a cached table holds (default: `table.nbytes`); called outside the
             lock, at insertion and on later hits, so that it may build what it counts.
+        limits_tag: the compile limits, as text: part of a remembered failure's disk key.
     """
 
     def __init__(
@@ -99,6 +103,7 @@ class TableCache:
         negative_ttl_s: float = 600.0,
         negative_max: int = 1024,
         measure: Callable[[CompiledTable], int] | None = None,
+        limits_tag: str = "",
     ):
         if max_bytes < 0:
             raise ValueError(f"the cache budget must be 0 bytes or more, got {max_bytes}")
@@ -106,6 +111,13 @@ class TableCache:
         self._fingerprint = vocab_fingerprint
         self.max_bytes = max_bytes
         self.disk = DiskCache(disk_dir, disk_max_bytes) if disk_dir else None
+        # Messages are a few hundred bytes: a hundredth of the tables' cap is plenty.
+        self.failures = (
+            DiskCache(Path(disk_dir) / "failures", max(1, disk_max_bytes // 100), ".txt")
+            if disk_dir
+            else None
+        )
+        self._limits_tag = limits_tag
         self.negative_ttl_s = negative_ttl_s
         self.negative_max = negative_max
         self._measure = measure or (lambda table: table.nbytes)
@@ -160,7 +172,11 @@ class TableCache:
         if entry is not None:
             self._remeasure(key, entry)
             return _done(entry.table)  # type: ignore[arg-type]
-        table = self._load(key)
+        try:
+            table = self._load(key)
+        except CompileLimitError as e:
+            self._fail(key, future, e)
+            return future
         if table is not None:
             self._finish(key, future, table)
             return future
@@ -207,10 +223,12 @@ class TableCache:
     # --- filling the cache ---
 
     def _load(self, key: str) -> CompiledTable | None:
+        """The table from disk; raises a CompileLimitError remembered there."""
         if self.disk is None:
             return None
         data = self.disk.load(key)
         if data is None:
+            self._load_failure(key)
             return None
         try:
             table = CompiledTable.from_bytes(data)
@@ -298,6 +316,18 @@ class TableCache:
             self._put(key, _Entry(None, error, size, time.monotonic()))
             self._negatives += 1
             self._trim_negatives()
+            if isinstance(error, CompileLimitError) and self.failures is not None:
+                self.failures.store(self._failure_key(key), error.message.encode())
+
+    def _failure_key(self, key: str) -> str:
+        return hashlib.sha256(f"{key}\0{self._limits_tag}".encode()).hexdigest()
+
+    def _load_failure(self, key: str) -> None:
+        if self.failures is None:
+            return
+        data = self.failures.load(self._failure_key(key))
+        if data is not None:
+            raise CompileLimitError(data.decode(errors="replace"))
 
     # --- the LRU (called with the lock held) ---
 

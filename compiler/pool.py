@@ -97,6 +97,12 @@ def _context() -> mp.context.BaseContext:
     return ctx
 
 
+def _shut_down() -> CompilerBusyError:
+    # Not a CompileLimitError: nothing is wrong with the constraint, and the cache must not
+    # remember it (on disk it would outlive the restart).
+    return CompilerBusyError("The server is shutting down; retry on its next start.", 5.0)
+
+
 def default_workers() -> int:
     """Normal-priority compile processes for this machine: half the cores, 2 to 8.
 
@@ -206,10 +212,11 @@ class CompilerPool:
         """
         future: Future[CompiledTable] = Future()
         with self._lock:
-            if self._closed or self._broken:
-                future.set_exception(
-                    CompileLimitError(self._broken or "The compiler pool is shut down.")
-                )
+            if self._broken:
+                future.set_exception(CompileLimitError(self._broken))
+                return future
+            if self._closed:
+                future.set_exception(_shut_down())
                 return future
             key = constraint.key_material()
             job = self._active.get(key)
@@ -279,7 +286,7 @@ class CompilerPool:
         for proc in procs:
             proc.worker.kill()
         for job in jobs:
-            shut = CompileLimitError("The compiler pool is shut down.")
+            shut = _shut_down()
             for waiter in job.waiters:
                 settle(waiter.future, shut)
             settle(job.outcome, shut)

@@ -85,6 +85,7 @@ def build_compiler(
         disk_dir=settings.cache_dir / "tables" if settings.cache_disk else None,
         disk_max_bytes=max(1, settings.cache_disk) << 20,
         measure=table_memory,
+        limits_tag=repr(limits),
     )
     precompile(cache)
     return pool, cache

@@ -229,3 +229,30 @@ def test_a_background_compile_past_its_limit_is_remembered_for_good():
         with pytest.raises(CompileLimitError, match="CPU time"):
             cache.get(Constraint.regex("ab"))
     assert len(calls) == 1
+
+
+def test_a_compile_limit_is_remembered_on_disk_under_the_same_limits(tmp_path):
+    calls = []
+
+    def compile_fn(constraint):
+        calls.append(constraint)
+        raise CompileLimitError("used more than 60 s of CPU time")
+
+    bomb = Constraint.regex("ab")
+    first = TableCache(compile_fn, ABC.fingerprint, disk_dir=tmp_path, limits_tag="cpu=60")
+    with pytest.raises(CompileLimitError):
+        first.get(bomb)
+    # After a restart: refused at once, without compiling again.
+    restarted = TableCache(compile_fn, ABC.fingerprint, disk_dir=tmp_path, limits_tag="cpu=60")
+    refused = restarted.fetch(bomb)
+    assert refused.done() and "60 s of CPU" in refused.exception().message
+    assert len(calls) == 1
+    # Other constraints, and the same one under raised limits, compile.
+    raised = TableCache(compile_fn, ABC.fingerprint, disk_dir=tmp_path, limits_tag="cpu=600")
+    with pytest.raises(CompileLimitError):
+        raised.get(bomb)
+    with pytest.raises(CompileLimitError):
+        restarted.get(Constraint.regex("ba"))
+    assert len(calls) == 3
+    # One small file per (constraint, limits).
+    assert sum(1 for _ in (tmp_path / "failures").iterdir()) == 3
