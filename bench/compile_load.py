@@ -37,7 +37,7 @@ from bench._server import GclmServer
 MESSAGES = [{"role": "user", "content": "Answer yes or no: is the sky blue?"}]
 STORY = [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}]
 # Seconds a Retry-After is honoured at most (a longer one is recorded, and cut).
-MAX_WAIT_S = 240.0
+MAX_WAIT_S = 180.0
 
 
 def small(tag: str) -> dict[str, Any]:
@@ -136,7 +136,7 @@ class Load:
     def __init__(self, url: str, streams: int, hogs: int, limit_s: float) -> None:
         self.deadline = time.monotonic() + limit_s
         self._stop = threading.Event()
-        self.completions = 0
+        self.statuses: dict[int, int] = {}  # the streams' answers, by HTTP status
         spin = f"import time\nend = time.time() + {limit_s}\nwhile time.time() < end: pass\n"
         self._hogs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(hogs)]
         self._threads = [
@@ -149,8 +149,10 @@ class Load:
         with httpx.Client(base_url=url, timeout=600) as client:
             while not self._stop.is_set() and time.monotonic() < self.deadline:
                 body = {"messages": STORY, "max_tokens": 64, "temperature": 0.8}
-                if client.post("/v1/chat/completions", json=body).status_code == 200:
-                    self.completions += 1
+                status = client.post("/v1/chat/completions", json=body).status_code
+                self.statuses[status] = self.statuses.get(status, 0) + 1
+                if status != 200:
+                    time.sleep(1)  # a refusal is answered at once: do not spin on it
 
     def stop(self) -> None:
         self._stop.set()
@@ -232,7 +234,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 thread.start()
             for thread in threads:
                 thread.join()
-            completions = load.completions
+            streams = dict(load.statuses)
         finally:
             load.stop()
         counters = metrics(client)
@@ -255,7 +257,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "loaded_429s": sum(r["statuses"].count(429) for r in loaded),
         "loaded_200_first_try": sum(r["statuses"][0] == 200 for r in loaded),
         "loaded_200_at_retry": sum(r["statuses"][1:] == [200] for r in loaded),
-        "stream_completions": completions,
+        "stream_answers": streams,
         "quiet": quiet,
         "loaded": loaded,
         "bombs": {name: [asdict(a) for a in answers] for name, answers in results.items()},
@@ -297,7 +299,12 @@ def markdown(r: dict[str, Any], command: str) -> str:
                 f"{a['status']} {a['code'] or ''} in {a['seconds']} s (at {a['at_s']} s{retry})"
             )
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", "Counters at the end: " + json.dumps(r["metrics"])]
+    lines += [
+        "",
+        "Decoding streams' answers by status: " + json.dumps(r["stream_answers"]),
+        "",
+        "Counters at the end: " + json.dumps(r["metrics"]),
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -39,6 +39,7 @@ def test_markdown_reports_every_answer() -> None:
                 {**answer, "status": 400, "code": "compile_limit", "retry_after": None},
             ]
         },
+        "stream_answers": {200: 12},
         "metrics": {"compiles_cpu_limited_total": 1.0},
     }
     text = markdown(result, "python -m bench.compile_load")
