@@ -5,10 +5,18 @@
   ladders, which are larger than the table itself), and the failures remembered as
   negative entries. Before, only the table's own bytes were counted, and memory grew by
   ~2 MB per distinct schema with no plateau.
-- Disk (optional): one `<key>.npz` per table with its own cap (compiler/disk_cache.py).
+- Disk (optional): one `<key>.npz` per table with its own cap (compiler/disk_cache.py),
+  and one small `failures/<key>.txt` per constraint that ran past a compile limit, keyed
+  with the limits too (`limits_tag`): a restart does not pay for a compile bomb again,
+  and raising a limit forgets the failures it caused.
 - Single-flight: concurrent requests for one new constraint wait on one compile.
-- Negative: a constraint that failed fails again at once, for `negative_ttl_s`. A compile
+- Negative: a constraint that failed fails again at once, for `negative_ttl_s`; one that
+  ran past a compile limit (CPU seconds, memory, states: a CompileLimitError) for as long
+  as it is cached, since those limits do not depend on the machine's load. A compile
   refused because the compiler was busy is not remembered: it may succeed later.
+- Background: a busy refusal whose compile goes on (`CompilerBusyError.compiling`) is
+  followed; its table lands here (and on disk), or its failure is remembered, so that the
+  retry its Retry-After asks for finds it.
 - Never blocking on a compile: `fetch` answers a memory hit, a cached failure or a disk hit
   at once (reading the file in the caller's thread), and otherwise a Future that the
   compile resolves. So a request whose table is cached never waits behind a compile.
@@ -29,7 +37,7 @@ from pathlib import Path
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.disk_cache import DiskCache
 from gclm.compiler.tables import CompiledTable
-from gclm.errors import CompilerBusyError, GclmError
+from gclm.errors import CompileLimitError, CompilerBusyError, GclmError
 
 log = logging.getLogger("gclm.compiler")
 
@@ -81,6 +89,7 @@ class TableCache:
         disk_max_bytes: the disk cache's cap.
         measure: bytes a cached table holds (default: `table.nbytes`); called outside the
             lock, at insertion and on later hits, so that it may build what it counts.
+        limits_tag: the compile limits, as text: part of a remembered failure's disk key.
     """
 
     def __init__(
@@ -94,6 +103,7 @@ class TableCache:
         negative_ttl_s: float = 600.0,
         negative_max: int = 1024,
         measure: Callable[[CompiledTable], int] | None = None,
+        limits_tag: str = "",
     ):
         if max_bytes < 0:
             raise ValueError(f"the cache budget must be 0 bytes or more, got {max_bytes}")
@@ -101,6 +111,13 @@ class TableCache:
         self._fingerprint = vocab_fingerprint
         self.max_bytes = max_bytes
         self.disk = DiskCache(disk_dir, disk_max_bytes) if disk_dir else None
+        # Messages are a few hundred bytes: a hundredth of the tables' cap is plenty.
+        self.failures = (
+            DiskCache(Path(disk_dir) / "failures", max(1, disk_max_bytes // 100), ".txt")
+            if disk_dir
+            else None
+        )
+        self._limits_tag = limits_tag
         self.negative_ttl_s = negative_ttl_s
         self.negative_max = negative_max
         self._measure = measure or (lambda table: table.nbytes)
@@ -110,6 +127,7 @@ class TableCache:
         self._negatives = 0
         self._bytes = 0
         self._inflight: dict[str, Future[CompiledTable]] = {}
+        self._background: set[str] = set()  # keys whose compile goes on with nobody waiting
         # Finishes compiles (disk write, measuring) off the compile pool's thread.
         self._finisher = ThreadPoolExecutor(2, thread_name_prefix="gclm-cache")
 
@@ -136,7 +154,8 @@ class TableCache:
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and entry.table is None:
-                if time.monotonic() - entry.created < self.negative_ttl_s:
+                lasting = isinstance(entry.error, CompileLimitError)
+                if lasting or time.monotonic() - entry.created < self.negative_ttl_s:
                     self.stats.negative_hits += 1
                     return _failed(entry.error)  # type: ignore[arg-type]
                 self._drop(key)
@@ -154,7 +173,11 @@ class TableCache:
             self._remeasure(key, entry)
             return _done(entry.table)  # type: ignore[arg-type]
         assert future is not None  # set above whenever there is no entry
-        table = self._load(key)
+        try:
+            table = self._load(key)
+        except CompileLimitError as e:
+            self._fail(key, future, e)
+            return future
         if table is not None:
             self._finish(key, future, table)
             return future
@@ -201,10 +224,12 @@ class TableCache:
     # --- filling the cache ---
 
     def _load(self, key: str) -> CompiledTable | None:
+        """The table from disk; raises a CompileLimitError remembered there."""
         if self.disk is None:
             return None
         data = self.disk.load(key)
         if data is None:
+            self._load_failure(key)
             return None
         try:
             table = CompiledTable.from_bytes(data)
@@ -238,20 +263,72 @@ class TableCache:
             self._fail(key, future, e)
             return
         with self._lock:
-            if size <= self.max_bytes:  # larger than the whole budget: serve it, keep none
-                self._put(key, _Entry(table, None, size, time.monotonic()))
+            self._keep(key, table, size)
             del self._inflight[key]
         future.set_result(table)
 
     def _fail(self, key: str, future: Future[CompiledTable], error: BaseException) -> None:
+        compiling = error.compiling if isinstance(error, CompilerBusyError) else None
         with self._lock:
-            if isinstance(error, GclmError) and not isinstance(error, CompilerBusyError):
-                size = len(error.message) + len(key) + _NEGATIVE_OVERHEAD
-                self._put(key, _Entry(None, error, size, time.monotonic()))
-                self._negatives += 1
-                self._trim_negatives()
+            self._remember(key, error)
             del self._inflight[key]
+            follow = compiling is not None and key not in self._background
+            if follow:
+                self._background.add(key)
+        if follow:
+            compiling.add_done_callback(  # type: ignore[union-attr]
+                lambda f: self._finisher.submit(self._landed, key, f)
+            )
         future.set_exception(error)
+
+    def _landed(self, key: str, compiled: Future[CompiledTable]) -> None:
+        """A compile that went on in the background ended: keep its table or its failure."""
+        try:
+            table = compiled.result()
+        except BaseException as e:
+            with self._lock:
+                self._background.discard(key)
+                if key not in self._entries:  # a retry that joined it may have stored it
+                    self._remember(key, e)
+            return
+        try:
+            size = self._measure(table)
+        except BaseException as e:
+            with self._lock:
+                self._background.discard(key)
+                self._remember(key, e)
+            return
+        if self.disk is not None:
+            self.disk.store(key, table.to_bytes())
+        with self._lock:
+            self._background.discard(key)
+            self.stats.compiles += 1
+            self._keep(key, table, size)
+
+    def _keep(self, key: str, table: CompiledTable, size: int) -> None:
+        """Cache a table (with the lock held)."""
+        if size <= self.max_bytes:  # larger than the whole budget: serve it, keep none
+            self._put(key, _Entry(table, None, size, time.monotonic()))
+
+    def _remember(self, key: str, error: BaseException) -> None:
+        """Cache a failure (with the lock held); busy refusals and bugs are not kept."""
+        if isinstance(error, GclmError) and not isinstance(error, CompilerBusyError):
+            size = len(error.message) + len(key) + _NEGATIVE_OVERHEAD
+            self._put(key, _Entry(None, error, size, time.monotonic()))
+            self._negatives += 1
+            self._trim_negatives()
+            if isinstance(error, CompileLimitError) and self.failures is not None:
+                self.failures.store(self._failure_key(key), error.message.encode())
+
+    def _failure_key(self, key: str) -> str:
+        return hashlib.sha256(f"{key}\0{self._limits_tag}".encode()).hexdigest()
+
+    def _load_failure(self, key: str) -> None:
+        if self.failures is None:
+            return
+        data = self.failures.load(self._failure_key(key))
+        if data is not None:
+            raise CompileLimitError(data.decode(errors="replace"))
 
     # --- the LRU (called with the lock held) ---
 

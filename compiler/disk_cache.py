@@ -32,14 +32,16 @@ def disk_usage(stat: os.stat_result) -> int:
 
 
 class DiskCache:
-    """Thread-safe byte blobs by key under `directory`, at most `max_bytes` in all."""
+    """Thread-safe byte blobs by key under `directory`, at most `max_bytes` in all, in
+    files named `<key><suffix>`."""
 
-    def __init__(self, directory: Path | str, max_bytes: int) -> None:
+    def __init__(self, directory: Path | str, max_bytes: int, suffix: str = SUFFIX) -> None:
         if max_bytes < 1:
             raise ValueError(f"the disk cache needs a cap of at least 1 byte, got {max_bytes}")
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
+        self.suffix = suffix
         self.evictions = 0
         self._lock = threading.Lock()
         self._sizes: dict[str, int] = {}
@@ -59,7 +61,7 @@ class DiskCache:
         return len(self._sizes)
 
     def path(self, key: str) -> Path:
-        return self.directory / f"{key}{SUFFIX}"
+        return self.directory / f"{key}{self.suffix}"
 
     def load(self, key: str) -> bytes | None:
         """The stored bytes, or None. A hit makes the file the most recently used."""
@@ -84,7 +86,7 @@ class DiskCache:
             return
         path = self.path(key)
         try:
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=SUFFIX)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=self.suffix)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             os.replace(tmp, path)
@@ -112,12 +114,12 @@ class DiskCache:
         sizes = {}
         for entry in os.scandir(self.directory):
             name = entry.name
-            if not name.endswith(SUFFIX) or not entry.is_file():
+            if not name.endswith(self.suffix) or not entry.is_file():
                 continue
             if name.startswith(".tmp-"):
                 continue
             try:
-                sizes[name[: -len(SUFFIX)]] = disk_usage(entry.stat())
+                sizes[name[: -len(self.suffix)]] = disk_usage(entry.stat())
             except OSError:
                 continue
         self._sizes = sizes

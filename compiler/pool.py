@@ -3,21 +3,29 @@
 The probe this answers: with one worker, six 55-byte schemas that each ran into the 10 s
 timeout were answered at 10, 21, ... 63 s, since time in the queue did not count.
 
-- `workers` processes at normal priority take compiles in arrival order.
-- A compile still running after `slow_after_s` is demoted: its process is reniced to the
-  lowest CPU priority, stops counting as one of the `workers`, and a warm reserve process
-  takes its place at once (a new reserve is started). So slow schemas cannot keep a small
-  one waiting for a worker, and get the CPU only when nothing else wants it. A demoted
-  process is retired when its compile ends (a process cannot raise its priority back). At
-  most `max_slow` compiles are demoted at once; past that a slow compile keeps its slot
-  until its timeout.
-- The timeout bounds the whole wait: a compile is answered within `timeout_s` of its
-  submission, queue included; but not the pool's own start: a compile submitted before
-  any worker was ready is timed from when the first one is (a cold start, with numba's
-  cache to rebuild, took over 10 s inside vLLM's frontend), and waits at most
-  `start_timeout_s` for it. One stopped after less than half that in CPU time (it
-  waited in the queue, or a loaded machine starved it) is a CompilerBusyError (429: it may
-  well succeed later), not a CompileLimitError.
+- `workers` processes take compiles in arrival order, at the server's own priority: the
+  kernel shares the cores fairly between runnable threads, so a compile worker gets about
+  what one of the model's threads gets, next to a busy engine.
+- A compile still running after `slow_after_s` is demoted: its process is reniced to
+  `DEMOTED_NICE` (about a third of a normal thread's share), stops counting as one of the
+  `workers`, and a warm reserve process takes its place at once (a new reserve is started).
+  So slow schemas cannot keep a small one waiting for a worker, yet still progress next
+  to a busy engine. A demoted process is retired when its compile ends (a process cannot
+  raise its priority back). At most `max_slow` compiles are demoted at once; past that a
+  slow compile keeps its slot.
+- A request waits at most `timeout_s` for its compile, queue included; but not for the
+  pool's own start: a compile submitted before any worker was ready is timed from when the
+  first one is (a cold start, with numba's cache to rebuild, took over 10 s inside vLLM's
+  frontend), and waits at most `start_timeout_s` for it.
+- A compile outlives its requests (compiler/compile_job.py): at a request's deadline the
+  request gets a CompilerBusyError (429) whose `retry_after` estimates when the compile
+  will be over and whose `compiling` is the compile's outcome, and the compile goes on in
+  the background, bounded by `limits.cpu_s` of CPU time, the memory limit and the
+  state limit. Past any of them it ends with a CompileLimitError, which the table cache
+  remembers: every later request for it is a 400 at once, whatever the machine's load.
+  A retry of a constraint still compiling joins that compile. A compile starved of CPU (below
+  its ceiling after 20 x the ceiling in wall time, and 10 minutes) is stopped as busy, not
+  remembered.
 - At most `queue_size` compiles wait for a worker; one more is a CompilerBusyError at once.
 
 `submit` returns a Future and never blocks; one dispatcher thread does the scheduling.
@@ -36,6 +44,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
+from gclm.compiler.compile_job import (
+    MIN_RETRY_S,
+    Job,
+    Waiter,
+    late_error,
+    queued_estimate,
+    running_estimate,
+    settle,
+)
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
@@ -57,6 +74,19 @@ _RESERVE = 1
 # After this many workers in a row die before they are ready, the pool stops starting more
 # and fails compiles with the reason (a memory limit too low to import the compiler, say).
 _MAX_START_FAILURES = 3
+# A demoted compile's niceness: weight 335 against a normal thread's 1024, a third of one
+# of the engine's threads, so it neither takes much from them nor stops (at 19, weight 15,
+# a compile beside a busy engine and other load got so little CPU that it never ended).
+DEMOTED_NICE = 5
+# A compile still below its CPU ceiling after this many times the ceiling in wall time (and
+# at least `_STARVED_MIN_S`) is starved, not costly: stopped as busy, and not remembered.
+# Generous: a starved compile costs little, and stopping it throws its work away (on a
+# loaded 2-core machine a compile got 0.9 s of CPU in 21 s).
+_STARVED_FACTOR = 20
+_STARVED_MIN_S = 600.0
+# Wall seconds a compile is assumed to take before any has finished (the Retry-After of a
+# queued compile); then the recent compiles' average.
+_TYPICAL_S = 1.0
 
 
 def _context() -> mp.context.BaseContext:
@@ -73,6 +103,12 @@ def _context() -> mp.context.BaseContext:
     return ctx
 
 
+def _shut_down() -> CompilerBusyError:
+    # Not a CompileLimitError: nothing is wrong with the constraint, and the cache must not
+    # remember it (on disk it would outlive the restart).
+    return CompilerBusyError("The server is shutting down; retry on its next start.", 5.0)
+
+
 def default_workers() -> int:
     """Normal-priority compile processes for this machine: half the cores, 2 to 8.
 
@@ -83,37 +119,30 @@ def default_workers() -> int:
 
 
 @dataclass(eq=False)
-class _Job:
-    constraint: Constraint
-    future: Future[CompiledTable]
-    submitted: float  # when its timeout starts: submission, or the pool's first ready worker
-    claimed: bool = False  # the future is RUNNING: no waiter can cancel it any more
-
-    def claim(self) -> bool:
-        """Mark the future running; False if every waiter cancelled it."""
-        if not self.claimed:
-            self.claimed = self.future.set_running_or_notify_cancel()
-            return self.claimed
-        return True
-
-
-@dataclass(eq=False)
 class _Proc:
     worker: WorkerProcess
-    job: _Job | None = None
+    job: Job | None = None
     started: float = 0.0  # when the current job was sent
     demoted: bool = False
     reserve: bool = True  # warm, waiting to replace a demoted worker; takes no jobs
     cpu_at_start: float = 0.0  # the process's CPU seconds when the current job was sent
 
+    def cpu_used(self, now: float) -> float:
+        """CPU seconds the current job has used (wall time where /proc cannot say)."""
+        cpu = self.worker.cpu_seconds()
+        return now - self.started if cpu is None else cpu - self.cpu_at_start
+
 
 @dataclass
 class PoolStats:
     compiles: int = 0  # answered by a worker, table or error
-    timeouts: int = 0  # stopped at the timeout
-    busy: int = 0  # refused: queue full, or the timeout spent waiting
+    timeouts: int = 0  # stopped at the CPU ceiling
+    busy: int = 0  # refused: queue full, or a request's deadline passed
     demotions: int = 0
     worker_deaths: int = 0  # the memory limit, or a crash
+    background: int = 0  # compiles that went on after a request's deadline passed
+    background_done: int = 0  # ... and ended (table or failure) with nobody waiting
+    cpu_seconds: float = 0.0  # CPU time of ended compiles, in the workers
 
 
 class CompilerPool:
@@ -158,8 +187,10 @@ class CompilerPool:
         self.stats = PoolStats()
         self._ctx = _context()
         self._lock = threading.Lock()
-        self._jobs: deque[_Job] = deque()
+        self._jobs: deque[Job] = deque()  # queued, in arrival order
+        self._active: dict[str, Job] = {}  # queued or running, by constraint
         self._procs: list[_Proc] = []
+        self._typical_s = _TYPICAL_S
         self._closed = False
         self._start_failures = 0
         self._broken: str | None = None
@@ -179,26 +210,37 @@ class CompilerPool:
 
     def submit(self, constraint: Constraint) -> Future[CompiledTable]:
         """A future of the compiled table; its exception is a ConstraintError,
-        CompileLimitError or CompilerBusyError. Never blocks."""
+        CompileLimitError or CompilerBusyError. Never blocks.
+
+        A constraint already queued or compiling is not compiled twice: the request joins
+        that compile, with its own deadline.
+        """
         future: Future[CompiledTable] = Future()
         with self._lock:
-            if self._closed or self._broken:
-                future.set_exception(
-                    CompileLimitError(self._broken or "The compiler pool is shut down.")
-                )
+            if self._broken:
+                future.set_exception(CompileLimitError(self._broken))
                 return future
-            if len(self._jobs) >= self.queue_size:
-                self.stats.busy += 1
-                future.set_exception(
-                    CompilerBusyError(
-                        f"{len(self._jobs)} constraints are already waiting to be compiled, "
-                        "the most this server queues. Retry in a few seconds, or start the "
-                        "server with a larger --compile-queue or --compile-workers.",
-                        retry_after=self.slow_after_s,
+            if self._closed:
+                future.set_exception(_shut_down())
+                return future
+            key = constraint.key_material()
+            job = self._active.get(key)
+            if job is None:
+                if len(self._jobs) >= self.queue_size:
+                    self.stats.busy += 1
+                    retry = queued_estimate(len(self._jobs), self.workers, self._typical_s)
+                    future.set_exception(
+                        CompilerBusyError(
+                            f"{len(self._jobs)} constraints are already waiting to be compiled, "
+                            f"the most this server queues. Retry in {retry:.0f} s, or start "
+                            "the server with a larger --compile-queue or --compile-workers.",
+                            retry_after=retry,
+                        )
                     )
-                )
-                return future
-            self._jobs.append(_Job(constraint, future, time.monotonic()))
+                    return future
+                job = self._active[key] = Job(constraint, key)
+                self._jobs.append(job)
+            job.waiters.append(Waiter(future, time.monotonic()))
         self._wake()
         return future
 
@@ -215,14 +257,19 @@ class CompilerPool:
         """Compile and wait. Raises what `submit`'s future would."""
         return self.submit(constraint).result()
 
-    def gauges(self) -> dict[str, int]:
-        """Queued and running compiles and live processes, for /metrics."""
+    def gauges(self) -> dict[str, float]:
+        """Queued, running and background compiles, live processes and compile CPU time,
+        for /metrics."""
         with self._lock:
             running = [p for p in self._procs if p.job is not None]
             return {
                 "compile_queue_depth": len(self._jobs),
                 "compiles_running": len(running),
                 "compiles_demoted": sum(p.demoted for p in running),
+                "compiles_background": sum(job.late for job in self._active.values()),
+                "compiles_sent_to_background": self.stats.background,
+                "compile_cpu_seconds": self.stats.cpu_seconds,
+                "compiles_cpu_limited": self.stats.timeouts,
                 "compile_processes": len(self._procs),
                 "compile_workers_idle": sum(
                     p.job is None and p.worker.ready and not p.demoted and not p.reserve
@@ -239,15 +286,15 @@ class CompilerPool:
         self._thread.join(10)
         self._spawner.shutdown(wait=True, cancel_futures=True)
         with self._lock:
-            jobs, self._jobs = list(self._jobs), deque()
+            jobs, self._active, self._jobs = list(self._active.values()), {}, deque()
             procs, self._procs = self._procs, []
         for proc in procs:
-            if proc.job is not None:
-                jobs.append(proc.job)
             proc.worker.kill()
         for job in jobs:
-            if job.claim():
-                job.future.set_exception(CompileLimitError("The compiler pool is shut down."))
+            shut = _shut_down()
+            for waiter in job.waiters:
+                settle(waiter.future, shut)
+            settle(job.outcome, shut)
         self._wake_r.close()
         self._wake_w.close()
 
@@ -304,77 +351,107 @@ class CompilerPool:
     def _resolve(done: list[tuple[Future[CompiledTable], object]]) -> None:
         # Outside the lock: a future's callbacks may submit again.
         for future, outcome in done:
-            if isinstance(outcome, BaseException):
-                future.set_exception(outcome)
-            else:
-                future.set_result(outcome)  # type: ignore[arg-type]
+            settle(future, outcome)
         done.clear()
 
+    def _end(self, job: Job, outcome: object, done: list) -> None:
+        """The compile is over: answer its waiters and its outcome (the cache's)."""
+        self._active.pop(job.key, None)
+        if job.late and not job.waiters:
+            self.stats.background_done += 1
+        for waiter in job.waiters:
+            done.append((waiter.future, outcome))
+        job.waiters.clear()
+        done.append((job.outcome, outcome))
+
     def _expire(self, now: float, done: list) -> None:
-        timeout = self.limits.timeout_s
         if self._broken:
             while self._jobs:
-                job = self._jobs.popleft()
-                if job.claim():
-                    done.append((job.future, CompileLimitError(self._broken)))
+                self._end(self._jobs.popleft(), CompileLimitError(self._broken), done)
         if not self._serving:  # the pool is starting: its start is not the compiles' time
-            while self._jobs and now - self._jobs[0].submitted > self.start_timeout_s:
-                job = self._jobs.popleft()
-                if job.claim():
-                    self.stats.busy += 1
-                    done.append((job.future, self._not_started(now - job.submitted)))
+            for job in list(self._jobs):
+                waits = [now - w.since for w in job.waiters]
+                if waits and min(waits) > self.start_timeout_s:
+                    self._jobs.remove(job)
+                    self.stats.busy += len(waits)
+                    self._end(job, self._not_started(max(waits)), done)
             return
-        while self._jobs and now - self._jobs[0].submitted >= timeout:
-            job = self._jobs.popleft()
-            if job.claim():
-                self.stats.busy += 1
-                done.append((job.future, self._busy(now - job.submitted)))
+        ceiling = self.limits.cpu_s
         for proc in list(self._procs):
             job = proc.job
-            if job is not None and now - job.submitted >= timeout:
+            if job is not None:
                 # CPU time, not wall time, tells a costly schema from a starved one: on a
                 # loaded machine a demoted compile can sit for seconds without running.
-                cpu = proc.worker.cpu_seconds()
-                ran = now - proc.started if cpu is None else cpu - proc.cpu_at_start
-                self._retire(proc)
-                waited = proc.started - job.submitted
-                if ran >= timeout / 2:
+                cpu = proc.cpu_used(now)
+                if cpu >= ceiling:
+                    self._retire(proc)
                     self.stats.timeouts += 1
-                    queued = f" ({waited:.1f} s of it queued)" if waited >= 0.1 else ""
-                    error: Exception = CompileLimitError(
-                        f"Compiling the constraint took longer than {timeout:g} s{queued} and "
-                        "was stopped. Simplify the schema (fewer optional properties, bounded "
-                        "strings and arrays, no deep nesting), or raise --compile-timeout."
-                    )
-                else:
-                    self.stats.busy += 1
-                    error = self._busy(waited)
-                done.append((job.future, error))
-            elif (
-                job is None
-                and not proc.worker.ready
-                and now - proc.worker.started > self.start_timeout_s
-            ):
+                    self.stats.cpu_seconds += cpu
+                    self._end(job, self._too_costly(), done)
+                elif now - proc.started >= max(_STARVED_FACTOR * ceiling, _STARVED_MIN_S):
+                    self._retire(proc)
+                    self.stats.cpu_seconds += cpu
+                    self._end(job, self._starved(now - proc.started, cpu), done)
+            elif not proc.worker.ready and now - proc.worker.started > self.start_timeout_s:
                 log.error(
                     "a compile worker did not start in %.0f s; replacing it",
                     now - proc.worker.started,
                 )
                 self._retire(proc)
+        self._answer_late(now, done)
+
+    def _answer_late(self, now: float, done: list) -> None:
+        """429 the requests whose deadline passed; their compiles go on in the background."""
+        timeout, ceiling = self.limits.timeout_s, self.limits.cpu_s
+        running = {p.job: p for p in self._procs if p.job is not None}
+        for job in list(self._active.values()):
+            if not any(now - w.since >= timeout for w in job.waiters):
+                continue
+            proc = running.get(job)
+            grace = 0.0
+            if proc is not None:
+                cpu, wall = proc.cpu_used(now), now - proc.started
+                retry = running_estimate(cpu, wall, ceiling)
+                # Its ceiling is under a second away at the CPU it gets: wait for that
+                # answer rather than send a 429 that a retry would find to be a 400.
+                if wall > 0 and ceiling - cpu <= MIN_RETRY_S * cpu / wall:
+                    grace = MIN_RETRY_S
+            else:
+                position = self._jobs.index(job) if job in self._jobs else 0
+                retry = queued_estimate(position, self.workers, self._typical_s)
+            late = [w for w in job.waiters if now - w.since >= timeout + grace]
+            if not late:
+                continue
+            if not job.late:
+                job.late = True
+                self.stats.background += 1
+            for waiter in late:
+                job.waiters.remove(waiter)
+                self.stats.busy += 1
+                error = late_error(job, now - waiter.since, retry, proc is not None)
+                done.append((waiter.future, error))
+
+    def _too_costly(self) -> CompileLimitError:
+        return CompileLimitError(
+            f"Compiling the constraint used more than {self.limits.cpu_s:g} s of CPU "
+            "time and was stopped; it will be refused at once from now on. Simplify the "
+            "schema (fewer optional properties, bounded strings and arrays, no deep nesting, "
+            "smaller numeric ranges), or raise --compile-cpu-limit."
+        )
+
+    def _starved(self, wall: float, cpu: float) -> CompilerBusyError:
+        return CompilerBusyError(
+            f"The compiler is busy: the constraint's compile got {cpu:.3g} s of CPU time in "
+            f"{wall:.3g} s and was stopped. The machine is overloaded; retry later, or start "
+            "the server with more --compile-workers.",
+            retry_after=self.limits.timeout_s,
+        )
 
     def _not_started(self, waited: float) -> CompilerBusyError:
         return CompilerBusyError(
             f"The compiler is starting: no compile worker became ready in {waited:.3g} s. "
             "Retry; if this persists, see the server log (a loaded machine or a low "
             "--compile-memory).",
-            retry_after=self.slow_after_s,
-        )
-
-    def _busy(self, waited: float) -> CompilerBusyError:
-        return CompilerBusyError(
-            f"The compiler is busy: the constraint waited {waited:.3g} s for a free compile "
-            "worker and got too little CPU time within the compile timeout "
-            f"({self.limits.timeout_s:g} s, which covers the wait). Retry; if this persists, "
-            "start the server with more --compile-workers.",
             retry_after=self.slow_after_s,
         )
 
@@ -389,7 +466,7 @@ class CompilerPool:
                 and now - proc.started >= self.slow_after_s
             ):
                 proc.demoted = True
-                proc.worker.lower_priority()
+                proc.worker.lower_priority(DEMOTED_NICE)
                 self.stats.demotions += 1
                 demoted += 1
 
@@ -444,8 +521,6 @@ class CompilerPool:
         ]
         while idle and self._jobs:
             job = self._jobs.popleft()
-            if not job.claim():
-                continue  # every waiter left
             proc = idle.pop(0)
             try:
                 proc.worker.conn.send(job.constraint)
@@ -462,9 +537,11 @@ class CompilerPool:
         except (EOFError, OSError):
             self.stats.worker_deaths += 1
             job = proc.job
+            if job is not None:
+                self.stats.cpu_seconds += proc.cpu_used(time.monotonic())
             self._retire(proc)
             if job is not None:
-                done.append((job.future, memory_error(self.limits)))
+                self._end(job, memory_error(self.limits), done)
             elif not proc.worker.ready:
                 self._start_failed()
             return
@@ -475,22 +552,28 @@ class CompilerPool:
                 self._serving = True
                 now = time.monotonic()
                 for queued in self._jobs:  # their timeouts start now
-                    queued.submitted = now
+                    for waiter in queued.waiters:
+                        waiter.since = now
             if sum(p.worker.ready for p in self._procs) >= self.workers + _RESERVE:
                 self._ready.set()
             return
         job, proc.job = proc.job, None
         if job is None:
             return
+        now = time.monotonic()
         self.stats.compiles += 1
+        self.stats.cpu_seconds += proc.cpu_used(now)
+        outcome: object
         if kind == "ok":
+            self._typical_s = 0.8 * self._typical_s + 0.2 * (now - proc.started)
             try:
-                done.append((job.future, CompiledTable.from_bytes(payload)))
+                outcome = CompiledTable.from_bytes(payload)
             except (ValueError, KeyError) as e:  # not reachable unless the worker is broken
                 log.error("a compile worker sent a malformed reply: %r", e)
-                done.append((job.future, unexpected_error()))
+                outcome = unexpected_error()
         else:
-            done.append((job.future, rebuild_error(*payload)))
+            outcome = rebuild_error(*payload)
+        self._end(job, outcome, done)
         if proc.demoted:
             self._retire(proc)
 
@@ -514,13 +597,15 @@ class CompilerPool:
 
     def _next_event(self, now: float) -> float:
         """Seconds until a deadline or a demotion is due (at most 1 s)."""
-        due = [now + 1.0]
-        if self._jobs:
-            wait = self.limits.timeout_s if self._serving else self.start_timeout_s
-            due.append(self._jobs[0].submitted + wait)
+        due = [now + 1.0]  # also how often a running compile's CPU time is read
+        if self._serving:
+            for job in self._active.values():
+                deadlines = (w.since + self.limits.timeout_s for w in job.waiters)
+                due.extend(d for d in deadlines if d > now)  # past ones are in their grace
+        else:
+            due.extend(w.since + self.start_timeout_s for job in self._jobs for w in job.waiters)
         for proc in self._procs:
             if proc.job is not None:
-                due.append(proc.job.submitted + self.limits.timeout_s)
                 if not proc.demoted:
                     due.append(proc.started + self.slow_after_s)
         return max(0.0, min(due) - now)

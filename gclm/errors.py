@@ -25,7 +25,10 @@ it with the request field the constraint came from.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 # Values quoted in messages are cut to this many characters: a refusal must not echo a 1 MB
 # `tools` array back to the client.
@@ -159,11 +162,18 @@ class QueueFullError(GclmError):
 
 class CompilerBusyError(QueueFullError):
     """Compiles are queued past the compile queue's size, or one waited in the queue until
-    its time was spent: both clear by waiting, so the answer is a 429 with Retry-After."""
+    its time was spent: both clear by waiting, so the answer is a 429 with Retry-After.
 
-    def __init__(self, message: str, retry_after: float = 1.0):
+    `compiling` is the Future of the compile when it goes on in the background (its table
+    or its failure is worth remembering), None when nothing is compiling.
+    """
+
+    def __init__(
+        self, message: str, retry_after: float = 1.0, compiling: Future[Any] | None = None
+    ):
         GclmError.__init__(self, message, code="compiler_busy")
         self.retry_after = retry_after
+        self.compiling = compiling
 
 
 class KeyLimitError(QueueFullError):

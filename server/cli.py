@@ -63,6 +63,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--compile-queue", type=int, help="compiles waiting before 429 (64)")
     serve.add_argument("--compile-memory", type=int, help="MiB per compile process (4096)")
+    serve.add_argument(
+        "--compile-cpu-limit",
+        type=float,
+        help="CPU seconds a compile may use, in the background too; past it a 400 from then on "
+        "(60)",
+    )
     serve.add_argument("--cache-memory", type=int, help="MiB of compiled tables in memory (512)")
     serve.add_argument("--cache-disk", type=int, help="MiB of compiled tables on disk (2048)")
     serve.add_argument("--max-body-size", type=int, help="MiB per request body (16)")

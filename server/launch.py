@@ -7,12 +7,16 @@ import importlib.util
 import logging
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import Future
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gclm.compiler.cache import TableCache
+from gclm.compiler.constraint import Constraint
 from gclm.compiler.pool import START_TIMEOUT_S, CompilerPool
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.compiler.worker import CompileLimits
+from gclm.errors import CompilerBusyError
 from gclm.masking.masks import table_memory
 from gclm.server.engine.transformers.engine import DRAFT_TOKENS, BatchEngine
 from gclm.server.settings import ServerSettings
@@ -21,6 +25,9 @@ if TYPE_CHECKING:
     from gclm.server.engine.vllm import VllmEngine
 
 log = logging.getLogger("gclm.server")
+
+# Compiled at start-up (see `precompile`).
+COMMON_CONSTRAINTS = (Constraint.json_object(),)
 
 
 class BuiltEngine(NamedTuple):
@@ -80,7 +87,9 @@ def build_compiler(
 ) -> tuple[CompilerPool, TableCache]:
     """The compile workers and the table cache both engines compile through."""
     limits = CompileLimits(
-        timeout_s=settings.compile_timeout, memory_bytes=settings.compile_memory << 20
+        timeout_s=settings.compile_timeout,
+        memory_bytes=settings.compile_memory << 20,
+        cpu_s=settings.compile_cpu_limit,
     )
     pool = CompilerPool(
         vocab, limits, workers=settings.compile_workers or None, queue_size=settings.compile_queue
@@ -92,8 +101,31 @@ def build_compiler(
         disk_dir=settings.cache_dir / "tables" if settings.cache_disk else None,
         disk_max_bytes=max(1, settings.cache_disk) << 20,
         measure=table_memory,
+        limits_tag=repr(limits),
     )
+    precompile(cache)
     return pool, cache
+
+
+def precompile(cache: TableCache) -> None:
+    """Start compiling the constraints almost every deployment sees, in the background.
+
+    Nothing waits for them (/health included): a request for one meanwhile joins its
+    compile, and after the first start they are disk-cache hits. The tool-call wrapper is
+    not among them: it is built from each request's own tools.
+    """
+    for constraint in COMMON_CONSTRAINTS:
+        cache.fetch(constraint).add_done_callback(partial(_precompiled, constraint))
+
+
+def _precompiled(constraint: Constraint, future: Future[Any]) -> None:
+    error = future.exception()
+    if error is None:
+        log.info("precompiled the %s constraint", constraint.kind)
+    elif isinstance(error, CompilerBusyError) and error.compiling is not None:
+        log.info("the %s constraint is still compiling, in the background", constraint.kind)
+    else:  # not fatal: a request for it compiles it again
+        log.warning("could not precompile the %s constraint: %s", constraint.kind, error)
 
 
 def build_vllm_engine(settings: ServerSettings) -> BuiltEngine:

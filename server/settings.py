@@ -77,6 +77,9 @@ class ServerSettings:
     compile_workers: int = 0  # compile processes at normal priority; 0: one per CPU core, 2-8
     compile_queue: int = 64  # compiles waiting for a worker before a 429
     compile_memory: int = 4096  # MiB of address space per compile process
+    # CPU seconds one compile may use, in the background past its request's timeout too;
+    # past it the constraint is refused (400 compile_limit) at once from then on
+    compile_cpu_limit: float = 60.0
     cache_memory: int = 512  # MiB for compiled tables + their mask rows + failures, in memory
     cache_disk: int = 2048  # MiB of compiled tables on disk (under cache_dir/tables); 0: none
     max_body_size: int = 16  # MiB; larger request bodies get 413
@@ -155,6 +158,11 @@ class ServerSettings:
         if self.compile_workers < 0:
             raise ValueError(
                 f"compile_workers must be 0 (one per core) or more, got {self.compile_workers}."
+            )
+        if not self.compile_cpu_limit > 0:
+            raise ValueError(
+                "compile_cpu_limit must be a positive number of seconds, "
+                f"got {self.compile_cpu_limit}."
             )
         if self.compile_memory < 256:
             raise ValueError(f"compile_memory must be at least 256 MiB, got {self.compile_memory}.")

@@ -73,8 +73,28 @@ _KNOWN_STATS = {
     "compiles_running": ("gclm_compiles_running", "Compiles running in workers.", False),
     "compiles_demoted": (
         "gclm_compiles_demoted",
-        "Slow compiles running at the lowest CPU priority.",
+        "Slow compiles running at a lower CPU priority.",
         False,
+    ),
+    "compiles_background": (
+        "gclm_compiles_background",
+        "Compiles going on after their request's deadline (429), for the cache.",
+        False,
+    ),
+    "compiles_sent_to_background": (
+        "gclm_compiles_sent_to_background",
+        "Compiles that went on after their request's deadline.",
+        True,
+    ),
+    "compile_cpu_seconds": (
+        "gclm_compile_cpu_seconds",
+        "CPU seconds used by ended compiles in the worker processes.",
+        True,
+    ),
+    "compiles_cpu_limited": (
+        "gclm_compiles_cpu_limited",
+        "Compiles stopped at the CPU ceiling (--compile-cpu-limit), then remembered.",
+        True,
     ),
     "compile_processes": ("gclm_compile_processes", "Live compile worker processes.", False),
     "compile_workers_idle": (

@@ -12,7 +12,7 @@ from gclm.compiler.cache import TableCache, cache_key
 from gclm.compiler.compile import compile_constraint
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.errors import CompilerBusyError, ConstraintError
+from gclm.errors import CompileLimitError, CompilerBusyError, ConstraintError
 
 ABC = TokenVocabulary((b"a", b"b", b"ab", None), 3, "plain")
 
@@ -177,3 +177,82 @@ def test_fetch_never_waits_behind_a_compile(tmp_path):
     assert restarted.fetch(Constraint.regex("b")).done()  # a disk hit is done at once too
     pending.set_result(compile_constraint(Constraint.regex("a"), ABC))
     assert slow.result(timeout=5).min_tokens == 1
+
+
+def test_a_busy_refusal_whose_compile_goes_on_lands_in_the_cache(tmp_path):
+    # The pool answers a request 429 at its deadline while the compile goes on; the table
+    # it ends with must be found by the retry, from memory and after a restart from disk.
+    compiling: Future = Future()
+    calls = []
+
+    def compile_fn(constraint):
+        calls.append(constraint)
+        refused: Future = Future()
+        refused.set_exception(CompilerBusyError("still compiling", 3.0, compiling=compiling))
+        return refused
+
+    cache = TableCache(compile_fn, ABC.fingerprint, disk_dir=tmp_path)
+    with pytest.raises(CompilerBusyError) as caught:
+        cache.get(Constraint.regex("ab"))
+    assert caught.value.retry_after == 3.0
+    table = compile_constraint(Constraint.regex("ab"), ABC)
+    compiling.set_result(table)
+    deadline = time.monotonic() + 5
+    while cache.gauges()["table_cache_entries"] == 0:
+        assert time.monotonic() < deadline, "the background table never landed"
+        time.sleep(0.02)
+    assert cache.get(Constraint.regex("ab")) is table and len(calls) == 1
+    restarted = TableCache(compile_fn, ABC.fingerprint, disk_dir=tmp_path)
+    assert restarted.fetch(Constraint.regex("ab")).result().min_tokens == 1
+
+
+def test_a_background_compile_past_its_limit_is_remembered_for_good():
+    compiling: Future = Future()
+    calls = []
+
+    def compile_fn(constraint):
+        calls.append(constraint)
+        refused: Future = Future()
+        refused.set_exception(CompilerBusyError("still compiling", compiling=compiling))
+        return refused
+
+    # A TTL of 0 forgets other failures at once; a compile limit does not depend on load.
+    cache = TableCache(compile_fn, ABC.fingerprint, negative_ttl_s=0)
+    with pytest.raises(CompilerBusyError):
+        cache.get(Constraint.regex("ab"))
+    compiling.set_exception(CompileLimitError("more than 10 s of CPU time"))
+    deadline = time.monotonic() + 5
+    while cache.gauges()["table_cache_negative_entries"] == 0:
+        assert time.monotonic() < deadline, "the failure was never remembered"
+        time.sleep(0.02)
+    for _ in range(3):
+        with pytest.raises(CompileLimitError, match="CPU time"):
+            cache.get(Constraint.regex("ab"))
+    assert len(calls) == 1
+
+
+def test_a_compile_limit_is_remembered_on_disk_under_the_same_limits(tmp_path):
+    calls = []
+
+    def compile_fn(constraint):
+        calls.append(constraint)
+        raise CompileLimitError("used more than 60 s of CPU time")
+
+    bomb = Constraint.regex("ab")
+    first = TableCache(compile_fn, ABC.fingerprint, disk_dir=tmp_path, limits_tag="cpu=60")
+    with pytest.raises(CompileLimitError):
+        first.get(bomb)
+    # After a restart: refused at once, without compiling again.
+    restarted = TableCache(compile_fn, ABC.fingerprint, disk_dir=tmp_path, limits_tag="cpu=60")
+    refused = restarted.fetch(bomb)
+    assert refused.done() and "60 s of CPU" in refused.exception().message
+    assert len(calls) == 1
+    # Other constraints, and the same one under raised limits, compile.
+    raised = TableCache(compile_fn, ABC.fingerprint, disk_dir=tmp_path, limits_tag="cpu=600")
+    with pytest.raises(CompileLimitError):
+        raised.get(bomb)
+    with pytest.raises(CompileLimitError):
+        restarted.get(Constraint.regex("ba"))
+    assert len(calls) == 3
+    # One small file per (constraint, limits).
+    assert sum(1 for _ in (tmp_path / "failures").iterdir()) == 3

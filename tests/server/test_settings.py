@@ -49,6 +49,7 @@ def test_overrides_win_and_none_falls_through() -> None:
         ({"fast_forward": "maybe"}, "fast_forward must be on or off"),
         ({"queue_size": 0}, "queue_size must be at least 1"),
         ({"compile_timeout": 0}, "compile_timeout must be a positive"),
+        ({"compile_cpu_limit": 0}, "compile_cpu_limit must be a positive"),
         ({"api_key": " "}, "api_key must not be blank"),
         ({"default_max_tokens": 0}, "default_max_tokens must be at least 1"),
         ({"compile_workers": -1}, "compile_workers must be 0"),

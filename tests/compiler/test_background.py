@@ -1,0 +1,100 @@
+"""Compiles that finish and are remembered: a compile outlives the request that timed out
+waiting for it, its table lands in the cache for the retry, and a constraint past its CPU
+ceiling is refused at once from then on. Real worker processes, real slow schemas."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gclm.compiler.cache import TableCache
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.pool import CompilerPool
+from gclm.compiler.worker import CompileLimits
+from gclm.errors import CompileLimitError, CompilerBusyError
+
+
+def medium(i: int) -> Constraint:
+    """One bounded free-text field: about 1-2 s of CPU at this vocabulary (20-30 s on the
+    loaded 2-core machine these were written on); `i` makes each one distinct."""
+    return Constraint.json_schema(
+        {"type": "object", "properties": {f"note{i}": {"type": "string", "maxLength": 30}}}
+    )
+
+
+def bomb(i: int) -> Constraint:
+    """Six free-text fields of 400 characters: over 30 s of CPU (two took 36 s)."""
+    props = {f"f{j}_{i}": {"type": "string", "maxLength": 400} for j in range(6)}
+    return Constraint.json_schema({"type": "object", "properties": props})
+
+
+def compiler(vocab, timeout_s: float, cpu_s: float) -> tuple[CompilerPool, TableCache]:
+    pool = CompilerPool(vocab, CompileLimits(timeout_s=timeout_s, cpu_s=cpu_s), workers=1)
+    assert pool.wait_ready(120)
+    return pool, TableCache(pool.submit, vocab.fingerprint)
+
+
+def test_a_timed_out_compile_finishes_in_the_background_and_the_retry_finds_it(
+    embedded_vocab,
+) -> None:
+    pool, cache = compiler(embedded_vocab, timeout_s=0.3, cpu_s=120)
+    try:
+        with pytest.raises(CompilerBusyError) as caught:
+            cache.get(medium(0))
+        busy = caught.value
+        assert busy.code == "compiler_busy" and busy.retry_after >= 1
+        assert "goes on in the background" in busy.message
+        assert pool.gauges()["compiles_background"] == 1
+        # A retry while it still runs joins it (with its own deadline): no second compile.
+        with pytest.raises(CompilerBusyError):
+            cache.get(medium(0))
+        table = busy.compiling.result(timeout=300)
+        deadline = time.monotonic() + 10  # the cache stores it on its own thread
+        while cache.gauges()["table_cache_entries"] == 0:
+            assert time.monotonic() < deadline, "the table never landed in the cache"
+            time.sleep(0.05)
+        hit = cache.fetch(medium(0))
+        assert hit.done() and hit.result() is table  # the retry: at once, from memory
+        assert pool.stats.compiles == 1 and pool.stats.background == 1
+        assert pool.stats.cpu_seconds > 0
+        assert pool.gauges()["compiles_background"] == 0
+    finally:
+        pool.close()
+
+
+def test_a_constraint_past_its_cpu_ceiling_is_refused_at_once_from_then_on(
+    embedded_vocab,
+) -> None:
+    pool, cache = compiler(embedded_vocab, timeout_s=0.3, cpu_s=1.0)
+    try:
+        first = cache.fetch(bomb(0)).exception(timeout=300)
+        if isinstance(first, CompilerBusyError):  # starved by the deadline: goes on
+            final = first.compiling.exception(timeout=300)
+            assert isinstance(final, CompileLimitError)
+            time.sleep(0.5)  # the cache remembers it on its own thread
+        else:
+            assert isinstance(first, CompileLimitError)
+        compiles = pool.stats.compiles + pool.stats.timeouts
+        for _ in range(3):
+            again = cache.fetch(bomb(0))
+            assert again.done(), "a remembered failure must not wait for the compiler"
+            error = again.exception()
+            assert isinstance(error, CompileLimitError) and error.code == "compile_limit"
+            assert "more than 1 s of CPU time" in error.message
+        assert pool.stats.compiles + pool.stats.timeouts == compiles  # no CPU spent again
+        assert pool.stats.timeouts == 1
+        assert pool.gauges()["compiles_cpu_limited"] == 1
+    finally:
+        pool.close()
+
+
+def test_a_retry_of_a_queued_compile_joins_it(embedded_vocab) -> None:
+    pool = CompilerPool(embedded_vocab, CompileLimits(timeout_s=60, cpu_s=120), workers=1)
+    try:
+        assert pool.wait_ready(120)
+        first, second = pool.submit(medium(1)), pool.submit(medium(1))
+        assert first.result(timeout=300) is second.result(timeout=300)
+        assert pool.stats.compiles == 1
+    finally:
+        pool.close()
