@@ -44,6 +44,8 @@ class Sequence:
     output_ids: list[int] = field(default_factory=list, init=False)  # sampled, EOS excluded
     cancelled: bool = False
     finished: bool = False
+    queued_at: float = 0.0  # time.monotonic() when queued, and when given a KV slot
+    admitted_at: float = 0.0
     # Taken but not yet sent: a token that completes no character waits for the next one.
     _unsent_ids: list[int] = field(default_factory=list, init=False)
     _unsent_logprobs: list[TokenLogprob] = field(default_factory=list, init=False)
