@@ -140,12 +140,20 @@ def test_running_streams_decode_between_the_chunks_of_a_long_prompt(tiny_engines
     runner = greedy(prompts(1, 4, seed=3)[0], 60)
 
     async def run() -> None:
+        prefilled = chunked.stats()["prefill_tokens"]
         first = asyncio.ensure_future(ids_of(chunked, runner))
-        while chunked.stats()["batch_size"] == 0:
+        while chunked.stats()["prefill_tokens"] == prefilled:  # the runner's prompt is in
             await asyncio.sleep(0.005)
         passes.clear()
+        before = chunked.stats()
         await ids_of(chunked, greedy(long, 2))
+        after = chunked.stats()
         await first
+        # /metrics' per-step figures: prompt tokens, chunks, steps and their time.
+        assert after["prefill_tokens"] - before["prefill_tokens"] == len(long)
+        steps = after["steps"] - before["steps"]
+        assert steps >= after["prefill_chunks"] - before["prefill_chunks"] >= len(long) // CHUNK
+        assert after["step_seconds"] > before["step_seconds"]
 
     asyncio.run(run())
     chunk_passes = [i for i, p in enumerate(passes) if max(p.values()) > 1]
