@@ -53,7 +53,14 @@ def _parser() -> argparse.ArgumentParser:
         choices=("on", "off"),
         help="check the text a constraint forces in one forward pass (default on)",
     )
-    serve.add_argument("--queue-size", type=int, help="waiting sequences before 429 (default 64)")
+    serve.add_argument(
+        "--queue-size", type=int, help="sequences waiting beyond the free KV slots before 429 (64)"
+    )
+    serve.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        help="positions one step computes; longer prompts prefill in chunks (0: 512 CPU, 2048 GPU)",
+    )
     serve.add_argument("--cache-dir", type=Path, help="model and compiled-table cache")
     serve.add_argument(
         "--compile-timeout", type=float, help="seconds a compile may take, queue included (10)"

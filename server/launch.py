@@ -78,6 +78,7 @@ def build_engine(settings: ServerSettings) -> BuiltEngine:
         kv_memory=(settings.kv_memory << 20) or None,
         queue_size=settings.queue_size,
         draft_tokens=DRAFT_TOKENS if settings.fast_forward == "on" else 0,
+        max_batched_tokens=settings.max_num_batched_tokens or None,
     )
     return BuiltEngine(engine, pool)
 

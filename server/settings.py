@@ -71,7 +71,10 @@ class ServerSettings:
     max_batch: int = 0  # sequences decoded together; 0: as many as kv_memory holds
     kv_memory: int = 0  # MiB for the KV cache; 0: a share of the free memory
     fast_forward: str = "on"  # on | off: feed drafts of forced text (masking/drafts.py)
-    queue_size: int = 64  # waiting sequences before submit answers 429
+    queue_size: int = 64  # sequences waiting beyond the free KV slots before submit answers 429
+    # Positions one engine step computes, running rows and prompt chunks together (a longer
+    # prompt is prefilled over several steps); 0: 512 on the CPU, 2048 on a GPU.
+    max_num_batched_tokens: int = 0
     cache_dir: Path = field(default_factory=default_cache_dir)  # compiled-table disk cache
     compile_timeout: float = 10.0  # seconds a request may wait for its compile, queue included
     compile_workers: int = 0  # compile processes at normal priority; 0: one per CPU core, 2-8
@@ -132,6 +135,11 @@ class ServerSettings:
                 )
         if self.public_metrics not in ("on", "off"):
             raise ValueError(f"public_metrics must be on or off, got {self.public_metrics!r}.")
+        if self.max_num_batched_tokens < 0:
+            raise ValueError(
+                "max_num_batched_tokens must be 0 (the device's default) or more, got "
+                f"{self.max_num_batched_tokens}."
+            )
         if self.fast_forward not in ("on", "off"):
             raise ValueError(f"fast_forward must be on or off, got {self.fast_forward!r}.")
         for name in (

@@ -9,7 +9,7 @@ events, the table cache's and compile pool's gauges) is written once, here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from functools import cached_property
 from typing import Any, Protocol
 
@@ -123,7 +123,7 @@ class TokenizerEngine:
         queue_depth: int,
         batch_size: int,
         batch_slots: int,
-        counters: dict[str, int] | None = None,
+        counters: Mapping[str, float] | None = None,
     ) -> EngineStats:
         """This engine's stats, with the table cache and compile pool read the same way for
         every engine: a hit is a constraint served without compiling (from memory, from

@@ -2,9 +2,10 @@
 
 Counted by the HTTP layer: requests by endpoint and status, prompt and completion tokens,
 rejections by reason, client disconnects, compile time. Read from `engine.stats()` at each
-scrape: queue depth, batch size, compile-cache hits and misses, the table cache's memory and
-disk use against their budgets, the compile pool's queue and processes, and any other
-number the engine reports (as `gclm_engine_<name>`).
+scrape: queue depth and wait, batch size, free KV slots, prefill tokens and steps (rates
+divided give the prefill tokens and the time per step), compile-cache hits and misses, the
+table cache's memory and disk use against their budgets, the compile pool's queue and
+processes, and any other number the engine reports (as `gclm_engine_<name>`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,47 @@ COMPILE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 _KNOWN_STATS = {
     "queue_depth": ("gclm_queue_depth", "Choices waiting for a batch slot.", False),
     "batch_size": ("gclm_batch_size", "Choices in the running batch.", False),
+    "kv_slots_free": (
+        "gclm_kv_slots_free",
+        "KV slots no sequence holds or was promised (after the last step).",
+        False,
+    ),
+    "queue_oldest_wait_seconds": (
+        "gclm_queue_oldest_wait_seconds",
+        "Seconds the oldest waiting choice has waited for a KV slot.",
+        False,
+    ),
+    "queue_wait_seconds": (
+        "gclm_queue_wait_seconds",
+        "Seconds admitted choices waited for a KV slot, summed (over gclm_admitted: the mean).",
+        True,
+    ),
+    "admitted": ("gclm_admitted", "Choices given a KV slot.", True),
+    "queue_full_rejections": (
+        "gclm_queue_full_rejections",
+        "Choices refused because the queue past the free KV slots was full.",
+        True,
+    ),
+    "prefilling": ("gclm_prefilling", "Prompts being prefilled, a chunk per step.", False),
+    "prefill_tokens": ("gclm_prefill_tokens", "Prompt tokens prefilled (all chunks).", True),
+    "prefill_chunks": ("gclm_prefill_chunks", "Prompt chunks prefilled.", True),
+    "steps": ("gclm_engine_steps", "Engine steps (a decode and a prompt chunk each).", True),
+    "step_seconds": (
+        "gclm_engine_step_seconds",
+        "Seconds spent in engine steps (over gclm_engine_steps: the time per step).",
+        True,
+    ),
+    "last_step_seconds": ("gclm_last_step_seconds", "Seconds the last engine step took.", False),
+    "last_step_prefill_tokens": (
+        "gclm_last_step_prefill_tokens",
+        "Prompt tokens the last engine step prefilled.",
+        False,
+    ),
+    "max_batched_tokens": (
+        "gclm_max_batched_tokens",
+        "Positions one engine step may compute (--max-num-batched-tokens).",
+        False,
+    ),
     "cache_hits": ("gclm_compile_cache_hits", "Constraint compilations served from cache.", True),
     "cache_misses": ("gclm_compile_cache_misses", "Constraint compilations run.", True),
     "table_cache_bytes": (

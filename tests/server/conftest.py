@@ -37,9 +37,10 @@ from e2e_server import client, gclm_server  # noqa: E402, F401
 
 @pytest.fixture(scope="session")
 def float32_engine(embedded_vocab):
-    """`float32_engine(draft_tokens)`: a BatchEngine on the embedded model in float32 (a
-    row's logits do not depend on the pass it ran in, so outputs compare to the bit), 4
-    slots; one per draft count, sharing the model and a table cache, shut down at the end."""
+    """`float32_engine(draft_tokens, max_batched_tokens=None)`: a BatchEngine on the embedded
+    model in float32 (a row's logits do not depend on the pass it ran in, so outputs compare
+    to the bit), 4 slots; one per set of arguments, sharing the model and a table cache,
+    shut down at the end."""
     from gclm.compiler.cache import TableCache
     from gclm.compiler.compile import compile_constraint
     from gclm.server.engine.model_loader import load_model
@@ -47,11 +48,12 @@ def float32_engine(embedded_vocab):
 
     loaded = load_model(None, device="cpu", dtype="float32")
     cache = TableCache(lambda c: compile_constraint(c, embedded_vocab), embedded_vocab.fingerprint)
-    built: dict[int, BatchEngine] = {}
+    built: dict[tuple[int, int | None], BatchEngine] = {}
 
-    def get(draft_tokens: int) -> BatchEngine:
-        if draft_tokens not in built:
-            built[draft_tokens] = BatchEngine(
+    def get(draft_tokens: int, max_batched_tokens: int | None = None) -> BatchEngine:
+        key = (draft_tokens, max_batched_tokens)
+        if key not in built:
+            built[key] = BatchEngine(
                 loaded.model,
                 loaded.tokenizer,
                 model_id="smol",
@@ -60,8 +62,9 @@ def float32_engine(embedded_vocab):
                 max_batch=4,
                 kv_memory=256 << 20,
                 draft_tokens=draft_tokens,
+                max_batched_tokens=max_batched_tokens,
             )
-        return built[draft_tokens]
+        return built[key]
 
     yield get
     for engine in built.values():

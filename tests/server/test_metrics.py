@@ -72,6 +72,9 @@ async def test_engine_stats_are_read_at_scrape_time(tmp_path) -> None:
     assert (m["gclm_queue_depth"], m["gclm_batch_size"]) == (5, 3)
     assert m["gclm_engine_kv_blocks_free"] == 12
     assert m["gclm_compile_cache_hits_total"] == 0  # always exported
+    for name in ("gclm_prefill_tokens_total", "gclm_engine_step_seconds_total"):
+        assert m[name] == 0
+    assert m["gclm_queue_oldest_wait_seconds"] == 0
     assert not any("bad" in name for name in m)
 
 

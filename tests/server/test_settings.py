@@ -25,12 +25,14 @@ def test_from_env() -> None:
         "GCLM_CACHE_DIR": "/tmp/tables",
         "GCLM_DEVICE": "cuda:1",
         "GCLM_MODEL": "",  # empty counts as unset
+        "GCLM_MAX_NUM_BATCHED_TOKENS": "256",
     }
     s = ServerSettings.from_env(env)
     assert (s.port, s.api_key, s.compile_timeout) == (9001, "sk-1", 2.5)
     assert s.cache_dir == Path("/tmp/tables")
     assert s.device == "cuda:1"
     assert s.model is None
+    assert s.max_num_batched_tokens == 256
 
 
 def test_overrides_win_and_none_falls_through() -> None:
@@ -46,6 +48,7 @@ def test_overrides_win_and_none_falls_through() -> None:
         ({"dtype": "int4"}, "dtype must be one of"),
         ({"max_batch": -1}, "max_batch must be 0"),
         ({"kv_memory": -5}, "kv_memory must be 0"),
+        ({"max_num_batched_tokens": -1}, "max_num_batched_tokens must be 0"),
         ({"fast_forward": "maybe"}, "fast_forward must be on or off"),
         ({"queue_size": 0}, "queue_size must be at least 1"),
         ({"compile_timeout": 0}, "compile_timeout must be a positive"),

@@ -23,8 +23,8 @@ import asyncio
 import logging
 import os
 import threading
+import time
 import uuid
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from typing import Any
@@ -36,13 +36,7 @@ from gclm.compiler.constraint import Constraint
 from gclm.compiler.pool import CompilerPool
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.errors import (
-    EngineDeadError,
-    GclmError,
-    InternalError,
-    InvalidRequestError,
-    QueueFullError,
-)
+from gclm.errors import EngineDeadError, GclmError, InternalError, InvalidRequestError
 from gclm.masking import (
     allocate_bitmask,
     apply_bitmask,
@@ -55,6 +49,7 @@ from gclm.masking.graceful import GracefulPolicy
 from gclm.masking.policy import BudgetPolicy
 from gclm.server.engine.protocol import EngineStats, GenerationRequest
 from gclm.server.engine.shared import TokenizerEngine
+from gclm.server.engine.transformers.admission import AdmissionQueue
 from gclm.server.engine.transformers.cpu_linear import pack_linears
 from gclm.server.engine.transformers.kv_store import KVStore, plan_slots
 from gclm.server.engine.transformers.logprobs import TokenNames, token_logprobs
@@ -74,6 +69,14 @@ DRAFT_TOKENS = 8
 # bfloat16: 41 ms for one row, 52 for 8, 129 for 32; bench/prepack.py), so admitted prompts
 # join the decode pass when that pads it by no more (`_one_pass_pays`).
 PASS_POSITIONS = 16
+# Positions one step may compute, decode rows and prompt chunks together, when no
+# --max-num-batched-tokens is given (vLLM's flag: a prompt longer than what is left of it
+# is prefilled a chunk per step, each step also decoding the running rows). A step is the
+# longest a running stream waits between two tokens. On 2 CPU cores, float32, the embedded
+# 135M model, a 512-position chunk of a 4k-token prompt takes about 1 s; a GPU does 2,048
+# positions of a small model in tens of milliseconds, and vLLM's own default is 2,048.
+BATCHED_TOKENS = {"cpu": 512, "cuda": 2048}
+DEFAULT_BATCHED_TOKENS = 512
 
 
 class BatchEngine(TokenizerEngine):
@@ -93,9 +96,12 @@ class BatchEngine(TokenizerEngine):
         queue_size: int = 64,
         lookup_threads: int = 4,
         draft_tokens: int = DRAFT_TOKENS,
+        max_batched_tokens: int | None = None,
     ):
         """`max_batch` None: as many slots as `kv_memory` bytes (None: a share of the free
-        memory) hold at a typical length; `draft_tokens` 0: no drafts of forced text."""
+        memory) hold at a typical length; `queue_size`: sequences that may wait beyond the
+        free slots; `draft_tokens` 0: no drafts of forced text; `max_batched_tokens`: the
+        positions a step computes (None: BATCHED_TOKENS for the device)."""
         self.model = model
         self.tokenizer = tokenizer
         self.model_id = model_id
@@ -104,6 +110,11 @@ class BatchEngine(TokenizerEngine):
         self.compiler = compiler  # only read for /metrics: the cache submits to it
         self.queue_size = queue_size
         self.device = next(model.parameters()).device
+        if max_batched_tokens is not None and max_batched_tokens < 1:
+            raise ValueError(f"max_batched_tokens must be at least 1, got {max_batched_tokens}.")
+        self.max_batched_tokens = max_batched_tokens or BATCHED_TOKENS.get(
+            self.device.type, DEFAULT_BATCHED_TOKENS
+        )
         if self.device.type == "cpu":
             _leave_a_core()
             packed = pack_linears(model)
@@ -124,13 +135,27 @@ class BatchEngine(TokenizerEngine):
         # Cache lookups (a disk read, building mask rows) run here; compiles never do, so a
         # cached table is not kept waiting behind them (compiler/pool.py runs compiles).
         self._lookups = ThreadPoolExecutor(lookup_threads, thread_name_prefix="gclm-lookup")
-        self._waiting: deque[Sequence] = deque()
+        self._queue = AdmissionQueue(self.max_batch, queue_size)
         self._running: list[Sequence] = []
+        # Admitted prompts not yet prefilled, a chunk per step: each distinct prompt's
+        # tokens left to feed, and the other choices of the same prompt (n > 1), each
+        # promised a slot that copies the prompt's once it is prefilled.
+        self._prefilling: dict[Sequence, list[int]] = {}
+        self._followers: dict[Sequence, Sequence] = {}
         self._kv = KVStore(model, self.max_batch)
-        self._slot: dict[Sequence, int] = {}  # the KV slot each running sequence owns
+        self._slot: dict[Sequence, int] = {}  # the KV slot each sequence owns
         self._feed: dict[Sequence, list[int]] = {}  # tokens the model has not seen: last, drafts
-        self._counts = {"forward_passes": 0, "tokens_sampled": 0, "draft_tokens_kept": 0}
-        self._wake = threading.Condition()
+        self._counts: dict[str, float] = {
+            "forward_passes": 0,
+            "tokens_sampled": 0,
+            "draft_tokens_kept": 0,
+            "prefill_tokens": 0,
+            "prefill_chunks": 0,
+            "steps": 0,
+            "step_seconds": 0.0,
+        }
+        self._last_step = {"last_step_prefill_tokens": 0, "last_step_seconds": 0.0}
+        self._wake = self._queue.cond
         self._stopping = False
         self._dead: str | None = None  # why the engine thread died (check_health)
         self._thread = threading.Thread(target=self._run, name="gclm-engine", daemon=True)
@@ -179,25 +204,29 @@ class BatchEngine(TokenizerEngine):
         )
         with self._wake:  # under the lock: the thread marks itself dead under it
             self.check_health()
-            if len(self._waiting) >= self.queue_size:
-                raise QueueFullError(self.queue_size, retry_after=1.0)
-            self._waiting.append(seq)
-            self._wake.notify()
+            self._queue.put(seq)
         return seq
 
     def cancel(self, handle: Sequence) -> None:
         with self._wake:
             handle.cancelled = True
-            if handle in self._waiting:
-                self._waiting.remove(handle)
+            self._queue.remove(handle)
             self._wake.notify()
 
     def stats(self) -> EngineStats:
         return self.engine_stats(
-            queue_depth=len(self._waiting),
+            queue_depth=len(self._queue),
             batch_size=len(self._running),
             batch_slots=self.max_batch,
-            counters=self._counts,
+            counters={
+                "queue_oldest_wait_seconds": self._queue.oldest_wait(),
+                "kv_slots_free": self._queue.free,
+                "prefilling": len(self._prefilling),
+                "max_batched_tokens": self.max_batched_tokens,
+                **self._counts,
+                **self._queue.counts,
+                **self._last_step,
+            },
         )
 
     def shutdown(self) -> None:
@@ -220,9 +249,15 @@ class BatchEngine(TokenizerEngine):
             log.exception("the engine thread died")
             with self._wake:
                 self._dead = f"engine thread failed: {e!r}"
-                orphans = [*self._waiting, *self._running]
-                self._waiting.clear()
+                orphans = [
+                    *self._queue.drain(),
+                    *self._running,
+                    *self._prefilling,
+                    *self._followers,
+                ]
                 self._running = []
+                self._prefilling.clear()
+                self._followers.clear()
             for seq in orphans:
                 seq.fail(EngineDeadError(self._dead))
 
@@ -230,7 +265,7 @@ class BatchEngine(TokenizerEngine):
         torch.set_grad_enabled(False)
         while True:
             with self._wake:
-                while not self._stopping and not self._waiting and not self._running:
+                while not self._stopping and not self._queue and not self._busy:
                     self._wake.wait()
                 if self._stopping:
                     return
@@ -241,20 +276,29 @@ class BatchEngine(TokenizerEngine):
                 error = (
                     e if isinstance(e, GclmError) else InternalError(f"Generation failed: {e!r}")
                 )
-                for seq in self._running:
+                for seq in (*self._running, *self._prefilling, *self._followers):
                     seq.fail(error)
                 self._running = []
+                self._prefilling.clear()
+                self._followers.clear()
                 self._slot.clear()
                 self._feed.clear()
                 self._kv.reset()
+                self._queue.free = self.max_batch
+
+    @property
+    def _busy(self) -> bool:
+        return bool(self._running or self._prefilling)
 
     @torch.inference_mode()
     def _step(self) -> None:
+        started = time.perf_counter()
         self._evict([s for s in self._running if s.cancelled])
-        admitted = self._admit()
-        running = self._running
-        fed, logits = self._forward(admitted)  # [B, q, V] for running + admitted rows
-        self._running = running = running + admitted
+        self._drop_cancelled()
+        self._admit()
+        chunks = self._schedule()
+        fed, logits, ready = self._forward(chunks)  # [B, q, V] for running + ready rows
+        self._running = running = self._running + ready
         done: list[Sequence] = []
         rows = list(range(len(running)))
         for position in range(logits.shape[1]):
@@ -280,27 +324,49 @@ class BatchEngine(TokenizerEngine):
             rows = kept
         self._evict(done)
         self._compact()
+        self._record(chunks, time.perf_counter() - started)
 
-    def _admit(self) -> list[Sequence]:
-        with self._wake:
-            room = self._kv.free
-            admitted = []
-            while room > 0 and self._waiting:
-                seq = self._waiting.popleft()
-                if not seq.cancelled:
-                    admitted.append(seq)
-                    room -= 1
-        return admitted
+    def _admit(self) -> None:
+        """Give waiting sequences the free slots: a distinct prompt a slot holding as much
+        of it as the store has (the rest is prefilled a chunk per step), another choice of
+        a prompt being prefilled the promise of a copy of that slot once it is."""
+        for seq in self._queue.take(self._kv.free - len(self._followers)):
+            prompt = seq.request.prompt_ids
+            leader = next((p for p in self._prefilling if p.request.prompt_ids == prompt), None)
+            if leader is not None:
+                self._followers[seq] = leader
+                continue
+            slot = self._slot[seq] = self._kv.claim(prompt)
+            seq.cached_tokens = len(self._kv.tokens[slot])
+            self._prefilling[seq] = prompt[seq.cached_tokens :]
+        self._publish_free()
 
-    def _forward(self, admitted: list[Sequence]) -> tuple[dict[Sequence, list[int]], torch.Tensor]:
-        """Feed every running row its unseen tokens and prefill the admitted prompts (one
-        prefill per distinct prompt: the n choices of a request share theirs), in one pass
-        when that pays (`_one_pass_pays`), else a decode pass and a prefill pass. Returns
-        what each running row was fed, and logits [B, q, V]: row i's logits after each of
-        its tokens (admitted rows: after the prompt, at position 0)."""
+    def _schedule(self) -> dict[Sequence, int]:
+        """How many of its prompt's tokens each prefilling sequence feeds this step, oldest
+        first: the positions the running rows' feeds leave of `max_batched_tokens`."""
+        left = self.max_batched_tokens - sum(map(len, self._feed.values()))
+        chunks: dict[Sequence, int] = {}
+        for seq, rest in self._prefilling.items():
+            if left <= 0:
+                break
+            chunks[seq] = min(len(rest), left)
+            left -= chunks[seq]
+        return chunks
+
+    def _forward(
+        self, chunks: dict[Sequence, int]
+    ) -> tuple[dict[Sequence, list[int]], torch.Tensor, list[Sequence]]:
+        """Feed every running row its unseen tokens and each prefilling prompt its chunk,
+        in one pass when that pays (`_one_pass_pays`), else a decode pass and a prefill
+        pass. Returns what each running row was fed, logits [B, q, V] (row i's logits after
+        each of its tokens; a prompt prefilled in full, and each choice copying its slot:
+        after the prompt, at position 0), and the sequences whose prompt is now in full."""
         fed = {seq: self._feed.pop(seq) for seq in self._running}
         runs = {self._slot[seq]: tokens for seq, tokens in fed.items()}
-        rests, leaders = self._claim(admitted)
+        rests: dict[int, list[int]] = {}
+        for seq, n in chunks.items():
+            rests[self._slot[seq]] = self._prefilling[seq][:n]
+            del self._prefilling[seq][:n]
         decoded = prefilled = None
         if runs and rests and _one_pass_pays(runs, rests):
             logits = self._kv.extend({**runs, **rests}, every_position=True)
@@ -315,34 +381,59 @@ class BatchEngine(TokenizerEngine):
                 prefilled = self._kv.extend(rests)  # [P, V]
             self._counts["forward_passes"] += bool(runs) + bool(rests)
         parts = [] if decoded is None else [decoded]
-        if admitted:
+        ready, rows = self._prefilled(chunks)
+        if ready:
             assert prefilled is not None
-            for seq, leader in leaders.items():  # the n choices of a prompt copy its slot
-                self._slot[seq] = self._kv.claim_copy(leader)
-            order = list(rests)
-            new = prefilled[[order.index(leaders.get(seq, self._slot[seq])) for seq in admitted]]
-            new = new[:, None]  # [A, 1, V]
+            new = prefilled[rows][:, None]  # [A, 1, V]
             if parts and parts[0].shape[1] > 1:
                 new = new.expand(-1, parts[0].shape[1], -1)  # only position 0 is read
             parts.append(new)
-        return fed, torch.cat(parts)
+        if not parts:  # a chunk that did not finish its prompt, nothing running
+            return fed, torch.empty(0, 1, 0), []
+        return fed, torch.cat(parts), ready
 
-    def _claim(self, admitted: list[Sequence]) -> tuple[dict[int, list[int]], dict[Sequence, int]]:
-        """Give each distinct admitted prompt a slot (holding as much of it as the store
-        has): returns each such slot's missing tokens, and for the other choices of the same
-        prompt the slot to copy once it is prefilled."""
-        rests: dict[int, list[int]] = {}
-        slot_of: dict[tuple[int, ...], int] = {}
-        leaders: dict[Sequence, int] = {}
-        for seq in admitted:
-            prompt = seq.request.prompt_ids
-            if tuple(prompt) in slot_of:
-                leaders[seq] = slot_of[tuple(prompt)]
+    def _prefilled(self, chunks: dict[Sequence, int]) -> tuple[list[Sequence], list[int]]:
+        """The sequences whose prompt this step finished, with the choices that copy their
+        slot now, and for each the index of its prompt's chunk in `chunks`."""
+        ready: list[Sequence] = []
+        rows: list[int] = []
+        for i, leader in enumerate(chunks):
+            if self._prefilling[leader]:
                 continue
-            slot = self._slot[seq] = slot_of[tuple(prompt)] = self._kv.claim(prompt)
-            seq.cached_tokens = len(self._kv.tokens[slot])
-            rests[slot] = prompt[seq.cached_tokens :]
-        return rests, leaders
+            del self._prefilling[leader]
+            ready.append(leader)
+            rows.append(i)
+            for seq in [f for f, of in self._followers.items() if of is leader]:
+                del self._followers[seq]
+                self._slot[seq] = self._kv.claim_copy(self._slot[leader])
+                ready.append(seq)
+                rows.append(i)
+        return ready, rows
+
+    def _drop_cancelled(self) -> None:
+        """Forget cancelled choices waiting on a prompt, and cancelled prompts no live
+        choice waits on."""
+        for seq in [f for f in self._followers if f.cancelled]:
+            del self._followers[seq]
+            seq.finish("cancelled")
+        waited = set(self._followers.values())
+        gone = [s for s in self._prefilling if s.cancelled and s not in waited]
+        for seq in gone:
+            del self._prefilling[seq]
+        self._evict(gone)
+
+    def _record(self, chunks: dict[Sequence, int], seconds: float) -> None:
+        tokens = sum(chunks.values())
+        self._counts["prefill_tokens"] += tokens
+        self._counts["prefill_chunks"] += len(chunks)
+        self._counts["steps"] += 1
+        self._counts["step_seconds"] += seconds
+        self._last_step = {"last_step_prefill_tokens": tokens, "last_step_seconds": seconds}
+
+    def _publish_free(self) -> None:
+        """Tell the queue how many slots no sequence holds or was promised."""
+        with self._wake:
+            self._queue.free = self._kv.free - len(self._followers)
 
     def _next_feed(self, seq: Sequence, token: int, unseen: int) -> None:
         """What `seq` feeds next: `token`, then the drafts of what its constraint forces.
@@ -381,11 +472,14 @@ class BatchEngine(TokenizerEngine):
             self._feed.pop(seq, None)
             if seq.cancelled and not seq.finished:
                 seq.finish("cancelled")
+            else:
+                self._queue.finished(seq)
         self._running = [s for s in self._running if s not in gone]
+        self._publish_free()
 
     def _compact(self) -> None:
         """With nobody waiting to fill a freed slot, move the top row into it."""
-        if self._waiting:
+        if self._queue:
             return
         moved = self._kv.compact()
         if moved is not None:

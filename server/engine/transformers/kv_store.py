@@ -342,7 +342,11 @@ class KVStore:
             width=width,
         )
         last = None if every_position else [len(r) - 1 for r in runs]
-        logits = self._run(ids, positions, visible, last)
+        # Prompts that start a slot, all as long: the mask is plain causal, and without one
+        # SDPA runs its causal kernel, which skips the blocks above the diagonal (half the
+        # attention of a prompt, most of its cost past ~2k tokens).
+        fresh = width == q and all(len(r) == q for r in runs)
+        logits = self._run(ids, positions, None if fresh else visible, last)
         for s in given:
             self.tokens[s].extend(inputs[s])
         return logits[[slots.index(s) for s in given]]
@@ -351,13 +355,15 @@ class KVStore:
         self,
         ids: torch.Tensor,
         positions: torch.Tensor,
-        visible: torch.Tensor,
+        visible: torch.Tensor | None,
         last: list[int] | None,
     ) -> torch.Tensor:
         """One forward pass; the logits at index `last[i]` of each row i, [n, V], or (`last`
-        None) at every index, [n, q, V]."""
-        mask = torch.zeros(visible.shape, dtype=self.dtype)
-        mask.masked_fill_(~visible, self._min)
+        None) at every index, [n, q, V]. `visible` None: causal over the run alone."""
+        mask = None
+        if visible is not None:
+            mask = torch.zeros(visible.shape, dtype=self.dtype)
+            mask.masked_fill_(~visible, self._min)
         keep: int | torch.Tensor
         if last is None:
             keep, pick = ids.shape[1], None
@@ -369,7 +375,7 @@ class KVStore:
         pick_t = None if pick is None else self._on(torch.tensor(pick))
         out = self.model(
             input_ids=self._on(ids),
-            attention_mask=self._on(mask[:, None]),
+            attention_mask=None if mask is None else self._on(mask[:, None]),
             position_ids=self._on(positions),
             use_cache=True,
             logits_to_keep=keep,

@@ -45,6 +45,8 @@ class Sequence:
     cancelled: bool = False
     finished: bool = False
     cached_tokens: int = 0  # prompt tokens whose KV the store already held (set on admission)
+    queued_at: float = 0.0  # time.monotonic() when queued, and when given a KV slot
+    admitted_at: float = 0.0
     # Taken but not yet sent: a token that completes no character waits for the next one.
     _unsent_ids: list[int] = field(default_factory=list, init=False)
     _unsent_logprobs: list[TokenLogprob] = field(default_factory=list, init=False)

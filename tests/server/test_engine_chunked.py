@@ -1,0 +1,180 @@
+"""Chunked prefill: a prompt longer than a step's token budget is prefilled over several
+steps, each also decoding the running rows, and every output (greedy, float32) is the token
+for token the one an unchunked engine gives: on a tiny random Llama and on the embedded
+model, with the n choices of a prompt and a prompt whose prefix a slot kept."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from gclm.compiler.cache import TableCache
+from gclm.compiler.compile import compile_constraint
+from gclm.server.engine.protocol import (
+    FinishEvent,
+    GenerationRequest,
+    SamplingParams,
+    TokenEvent,
+)
+from gclm.server.engine.transformers.engine import BatchEngine
+from gclm.server.engine.transformers.kv_store import KVStore
+
+CHUNK = 16
+
+
+@pytest.fixture(scope="module")
+def tiny_engines(embedded_tokenizer, embedded_vocab, tiny_llama):
+    """(chunked, unchunked) engines on one tiny random Llama in float32."""
+    model = tiny_llama(
+        vocab_size=embedded_vocab.size,
+        max_position_embeddings=512,
+        eos_token_id=embedded_tokenizer.eos_token_id,
+    )
+    cache = TableCache(lambda c: compile_constraint(c, embedded_vocab), embedded_vocab.fingerprint)
+
+    def build(budget: int) -> BatchEngine:
+        return BatchEngine(
+            model,
+            embedded_tokenizer,
+            model_id="tiny",
+            vocab=embedded_vocab,
+            cache=cache,
+            max_batch=4,
+            kv_memory=16 << 20,
+            draft_tokens=0,
+            max_batched_tokens=budget,
+        )
+
+    engines = build(CHUNK), build(4096)
+    yield engines
+    for engine in engines:
+        engine.shutdown()
+
+
+@pytest.fixture
+def passes(monkeypatch):
+    """The slots and token counts of every forward pass the KV store runs."""
+    seen: list[dict[int, int]] = []
+    extend = KVStore.extend
+
+    def spy(self, inputs, every_position=False):
+        seen.append({slot: len(tokens) for slot, tokens in inputs.items()})
+        return extend(self, inputs, every_position)
+
+    monkeypatch.setattr(KVStore, "extend", spy)
+    return seen
+
+
+def greedy(prompt: list[int], max_tokens: int = 12) -> GenerationRequest:
+    return GenerationRequest(
+        prompt_ids=prompt, params=SamplingParams(max_tokens=max_tokens, temperature=0.0)
+    )
+
+
+async def ids_of(engine: BatchEngine, request: GenerationRequest) -> list[int]:
+    handle = engine.submit(request)
+    ids: list[int] = []
+    async for event in engine.stream(handle):
+        if isinstance(event, TokenEvent):
+            ids.extend(event.token_ids)
+        elif isinstance(event, FinishEvent):
+            return ids
+        else:
+            raise event.error
+    raise AssertionError("no finish event")
+
+
+async def together(engine: BatchEngine, requests: list[GenerationRequest]) -> list[list[int]]:
+    """Every request's ids; each submitted once the engine sampled a token since the one
+    before it was (a long prompt's later chunks run beside the rows already decoding)."""
+    tasks = []
+    for request in requests:
+        sampled = engine.stats().as_dict()["tokens_sampled"]
+        tasks.append(asyncio.ensure_future(ids_of(engine, request)))
+        while engine.stats().as_dict()["tokens_sampled"] == sampled and not tasks[-1].done():
+            await asyncio.sleep(0.002)
+    return list(await asyncio.gather(*tasks))
+
+
+def prompts(count: int, length: int, seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(10, 40000, (length,), generator=g).tolist() for _ in range(count)]
+
+
+@torch.no_grad()
+def test_chunked_outputs_equal_unchunked_on_a_tiny_model(tiny_engines, passes):
+    chunked, whole = tiny_engines
+    long_a, long_b, short = prompts(3, 90, seed=1)
+    short = short[:5]
+    requests = [greedy(short, 30), greedy(long_a), greedy(long_b), greedy(long_a)]
+    expected = [asyncio.run(ids_of(whole, r)) for r in requests]
+    passes.clear()
+    assert asyncio.run(together(chunked, requests)) == expected
+    # No pass computed more than the budget's positions of prompt.
+    assert max(max(p.values()) for p in passes) <= CHUNK
+    # The n choices of a new long prompt share its chunked prefill, then each decodes.
+    (fresh,) = prompts(1, 90, seed=4)
+    runner, choice = greedy(short, 30), greedy(fresh, 8)
+
+    async def choices() -> list[list[int]]:
+        first = asyncio.ensure_future(ids_of(chunked, runner))
+        while chunked.stats().as_dict()["batch_size"] == 0:
+            await asyncio.sleep(0.002)
+        before = chunked.stats().as_dict()["prefill_tokens"]
+        both = await asyncio.gather(ids_of(chunked, choice), ids_of(chunked, choice))
+        # Prefilled once: the second choice copies the first's slot, whether it came while
+        # the first was prefilling (its last token too) or after (all but its last token).
+        assert chunked.stats().as_dict()["prefill_tokens"] - before in (len(fresh), len(fresh) + 1)
+        await first
+        return list(both)
+
+    assert asyncio.run(choices()) == [asyncio.run(ids_of(whole, choice))] * 2
+
+
+@torch.no_grad()
+def test_running_streams_decode_between_the_chunks_of_a_long_prompt(tiny_engines, passes):
+    chunked, _ = tiny_engines
+    (long,) = prompts(1, 120, seed=2)
+    runner = greedy(prompts(1, 4, seed=3)[0], 60)
+
+    async def run() -> None:
+        prefilled = chunked.stats().as_dict()["prefill_tokens"]
+        first = asyncio.ensure_future(ids_of(chunked, runner))
+        while chunked.stats().as_dict()["prefill_tokens"] == prefilled:  # the runner's prompt is in
+            await asyncio.sleep(0.005)
+        passes.clear()
+        before = chunked.stats()
+        await ids_of(chunked, greedy(long, 2))
+        after = chunked.stats()
+        await first
+        # /metrics' per-step figures: prompt tokens, chunks, steps and their time.
+        assert after["prefill_tokens"] - before["prefill_tokens"] == len(long)
+        steps = after["steps"] - before["steps"]
+        assert steps >= after["prefill_chunks"] - before["prefill_chunks"] >= len(long) // CHUNK
+        assert after["step_seconds"] > before["step_seconds"]
+
+    asyncio.run(run())
+    chunk_passes = [i for i, p in enumerate(passes) if max(p.values()) > 1]
+    assert len(chunk_passes) >= 120 // CHUNK, passes
+    # Between two chunks of the long prompt, the running row was fed (in the same pass or
+    # its own): its slot appears in every step.
+    steps = passes[chunk_passes[0] : chunk_passes[-1] + 1]
+    runner_slots = {s for p in steps for s, n in p.items() if n == 1}
+    assert runner_slots, passes
+    decodes = sum(1 for p in steps if any(s in runner_slots for s in p))
+    assert decodes >= len(chunk_passes) - 1, passes
+
+
+@torch.no_grad()
+def test_chunked_outputs_equal_unchunked_on_the_embedded_model(float32_engine):
+    whole, chunked = float32_engine(0), float32_engine(0, max_batched_tokens=64)
+    text = "Here is a list of rivers and the maps drawn of them, one line each. " * 12
+    prompt = whole.tokenizer.encode(text + "\nName three of them:")
+    assert len(prompt) > 3 * 64
+    requests = [greedy(whole.tokenizer.encode("Count: one, two,"), 24), greedy(prompt, 16)]
+    expected = [asyncio.run(ids_of(whole, r)) for r in requests]
+    before = chunked.stats().as_dict()["prefill_chunks"]
+    assert asyncio.run(together(chunked, requests)) == expected
+    assert chunked.stats().as_dict()["prefill_chunks"] - before >= 4
