@@ -64,9 +64,7 @@ def half_of(name: str) -> str:
     return "tune" if _hash(name) % 2 == 0 else "report"
 
 
-def select(
-    directory: Path, half: str, only: list[str] | None, limit: int | None
-) -> list[Path]:
+def select(directory: Path, half: str, only: list[str] | None, limit: int | None) -> list[Path]:
     """The schema files of `half` ('all' for both) in hash order, filtered and truncated."""
     paths = [p for p in directory.glob("*.json") if half in ("all", half_of(p.name))]
     if only:
@@ -183,7 +181,9 @@ def _serve(conn: Any, name: str) -> None:
                 rejected_valid += 1
             if not test["valid"] and accepted:
                 accepted_invalid += 1
-        conn.send(("done", {"rejected_valid": rejected_valid, "accepted_invalid": accepted_invalid}))
+        conn.send(
+            ("done", {"rejected_valid": rejected_valid, "accepted_invalid": accepted_invalid})
+        )
 
 
 class Worker:
