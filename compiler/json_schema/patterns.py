@@ -33,27 +33,80 @@ _DATE = (
 )
 _HOUR_MINUTE = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]"
 _TIME = _HOUR_MINUTE + r":[0-5][0-9](?:\.[0-9]{1,6})?(?:Z|[+\-]" + _HOUR_MINUTE + ")"
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?"
-_HOSTNAME = _LABEL + r"(?:\." + _LABEL + r")*"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9\-]{0,60}[A-Za-z0-9])?"
+# The last label starts with a letter (an all-numeric top-level domain is refused by FQDN
+# checkers), and at most 4 labels of at most 62 characters keep the name under 253.
+_TOP_LABEL = r"[A-Za-z](?:[A-Za-z0-9\-]{0,60}[A-Za-z0-9])?"
+_HOSTNAME = rf"(?:{_LABEL}\.){{0,3}}{_TOP_LABEL}"
 _URI_CHAR = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/]|%[0-9A-Fa-f]{2})"
 _QUERY_CHAR = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?]|%[0-9A-Fa-f]{2})"
+_SEGMENT_NC = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=@]|%[0-9A-Fa-f]{2})+"  # no ':' (path-noscheme)
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_URI = (
+    rf"(?:https?|ftp)://{_HOSTNAME}(?::[0-9]{{1,5}})?(?:/{_URI_CHAR}*)?(?:\?{_QUERY_CHAR}*)?"
+    rf"(?:#{_QUERY_CHAR}*)?"
+)
+# A relative reference that cannot be read as a scheme or an authority: segments without
+# ':' and never two '/' in a row.
+_RELATIVE_REF = (
+    rf"(?:/?{_SEGMENT_NC}(?:/{_SEGMENT_NC})*/?|/)?(?:\?{_QUERY_CHAR}*)?(?:#{_QUERY_CHAR}*)?"
+)
+_H16 = r"[0-9a-fA-F]{1,4}"
+_IPV6 = "|".join(
+    [
+        rf"(?:{_H16}:){{7}}{_H16}",
+        rf"(?:{_H16}:){{1,7}}:",
+        rf"(?:{_H16}:){{1,6}}:{_H16}",
+        *(rf"(?:{_H16}:){{1,{7 - n}}}(?::{_H16}){{1,{n}}}" for n in range(2, 7)),
+        rf"::(?:{_H16}:){{0,6}}{_H16}",
+        "::",
+    ]
+)
+_DURATION_TIME = (
+    r"T(?:[0-9]{1,9}H(?:[0-9]{1,9}M)?(?:[0-9]{1,9}S)?|[0-9]{1,9}M(?:[0-9]{1,9}S)?|[0-9]{1,9}S)"
+)
+_DURATION = (
+    r"P(?:[0-9]{1,9}W"
+    rf"|[0-9]{{1,9}}Y(?:[0-9]{{1,9}}M)?(?:[0-9]{{1,9}}D)?(?:{_DURATION_TIME})?"
+    rf"|[0-9]{{1,9}}M(?:[0-9]{{1,9}}D)?(?:{_DURATION_TIME})?"
+    rf"|[0-9]{{1,9}}D(?:{_DURATION_TIME})?"
+    rf"|{_DURATION_TIME})"
+)
+_JSON_POINTER = r"(?:/(?:[^~/]|~[01])*)*"
 
-# Formats gclm enforces. Each is a subset of what RFC 3339 / 3986 / 5321 allow, written
-# without characters that JSON would escape, so the text between the quotes is the value.
+# Formats gclm enforces. Each is a subset of what RFC 3339 / 3986 / 3987 / 4291 / 5321 /
+# 6901 allow, written as patterns (`string_regex` JSON-encodes them), so every string one
+# matches passes a format-checking validator; none takes every valid value (see README).
 FORMATS: dict[str, str] = {
     "date-time": _DATE + "T" + _TIME,
     "date": _DATE,
     "time": _TIME,
+    "duration": _DURATION,
     "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
     "email": r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~\-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~\-]+)*@"
     + _LABEL
     + r"(?:\."
     + _LABEL
-    + r")+",
-    "uri": rf"(?:https?|ftp)://{_HOSTNAME}(?::[0-9]{{1,5}})?(?:/{_URI_CHAR}*)?(?:\?{_QUERY_CHAR}*)?",
+    + r"){1,3}",
+    "uri": _URI,
+    "uri-reference": f"(?:{_URI}|{_RELATIVE_REF})",
+    # IRIs extend URIs with non-ASCII characters: the ASCII URIs are a subset.
+    "iri": _URI,
+    "iri-reference": f"(?:{_URI}|{_RELATIVE_REF})",
     "hostname": _HOSTNAME,
     "ipv4": rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}",
+    "ipv6": f"(?:{_IPV6})",
+    "json-pointer": _JSON_POINTER,
+    "relative-json-pointer": rf"(?:0|[1-9][0-9]{{0,8}})(?:#|{_JSON_POINTER})",
+}
+# Formats that format-checking validators (Draft 2019-09/2020-12's format vocabulary) check.
+# One of these that is not in FORMATS is refused, never ignored: ignoring it would let an
+# invalid value through. Any other format is an annotation that no validator checks.
+CHECKED_FORMATS = set(FORMATS) | {
+    "idn-email",
+    "idn-hostname",
+    "uri-template",
+    "regex",
 }
 
 _MAX_CHAR = 0x10FFFF
@@ -339,9 +392,9 @@ def _fold_lengths(
 def string_regex(node: dict[str, Any], pointer: str, top_level: bool = False) -> str | None:
     """Regex for a normalised string node with a `pattern` or `format`, quotes included.
 
-    A format is an annotation under Draft 2020-12, so it gives way: to a pattern, and to
-    length bounds it cannot be folded with. Returns None for nodes outlines-core handles
-    itself (plain strings, length bounds), except at the top level.
+    A format is enforced (validators check it), so a format with a pattern, or with length
+    bounds that cannot be folded into it, is refused rather than ignored. Returns None for
+    nodes outlines-core handles itself (plain strings, length bounds), except at the top level.
 
     `top_level`: the string is the whole output. outlines-core builds an unanchored DFA as
     well, and there every `\\"` inside a counted repetition may start a new match: its
@@ -349,18 +402,31 @@ def string_regex(node: dict[str, Any], pointer: str, top_level: bool = False) ->
     top-level string is therefore generated without `"` in it.
 
     Raises:
-        UnsupportedSchemaError: a pattern this module cannot translate or fold lengths into.
+        UnsupportedSchemaError: a pattern this module cannot translate or fold lengths into,
+            or a format with a pattern or with such lengths.
     """
     min_len, max_len = node.get("minLength", 0), node.get("maxLength")
     quotes = not top_level
+    if "pattern" in node and "format" in node:
+        raise UnsupportedSchemaError(
+            "format",
+            pointer,
+            f"format {node['format']!r} together with a pattern: one regex cannot enforce "
+            "both; keep one of them",
+        )
     if "pattern" in node:
         return '"' + pattern_regex(node["pattern"], pointer, min_len, max_len, quotes) + '"'
     if "format" in node:
         fmt = f"^(?:{FORMATS[node['format']]})$"
         try:
             return '"' + pattern_regex(fmt, pointer, min_len, max_len, quotes) + '"'
-        except UnsupportedSchemaError:
-            pass  # the format gives way to the length bounds
+        except UnsupportedSchemaError as e:
+            raise UnsupportedSchemaError(
+                "format",
+                pointer,
+                f"format {node['format']!r} cannot be combined with minLength/maxLength in one "
+                "regex; drop the length bounds or the format",
+            ) from e
     if top_level:
         count = f"{{{min_len},{'' if max_len is None else max_len}}}"
         return f'"{JSON_CHAR_NO_QUOTE}{count}"'

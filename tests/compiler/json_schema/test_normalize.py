@@ -55,8 +55,21 @@ def test_unknown_format_is_dropped_and_reported():
     assert node == {"type": "object", "properties": {"date": {"type": "string"}}, "required": []}
     assert rewrites == [
         "/properties/date/format: unknown format 'datetime' treated as a plain string "
-        "(an annotation under Draft 2020-12)"
+        "(an annotation: validators do not check it)"
     ]
+
+
+@pytest.mark.parametrize("fmt", ["idn-hostname", "idn-email", "uri-template", "regex"])
+def test_checked_format_gclm_cannot_enforce_is_refused(fmt):
+    e = refused({"type": "object", "properties": {"x": {"type": "string", "format": fmt}}})
+    assert e.keyword == "format"
+    assert "/properties/x" in e.message and repr(fmt) in e.message
+
+
+def test_iri_is_enforced():
+    accepts = matcher({"type": "string", "format": "iri"})
+    assert accepts("https://example.com/a?b=c")
+    assert not accepts("not an iri")
 
 
 def test_known_format_is_enforced():
