@@ -22,10 +22,17 @@ from outlines_core.json_schema import STRING_INNER
 
 from gclm.errors import UnsupportedSchemaError
 
-# One JSON string character, encoded: outlines-core's own definition, so free text and
-# pattern text accept the same escapes.
-JSON_CHAR = STRING_INNER
-JSON_CHAR_NO_QUOTE = r'(?:[^"\\\x00-\x1F\x7F-\x9F]|\\[\\/bfnrt])'
+# One JSON string character, encoded, as RFC 8259 allows it: any character but `"`, `\`
+# and U+0000..U+001F raw, or an escape. `\uXXXX` leaves out the surrogates: a pair is one
+# character to a validator but would count as two here, which a minLength could not honour.
+# outlines-core's own STRING_INNER (no `\u`, no raw U+007F..U+009F) is replaced by this in
+# its regexes (see `compiler/json_schema/regex.py`), so free text and pattern text agree.
+OUTLINES_JSON_CHAR = STRING_INNER
+JSON_CHAR = (
+    r'(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]'
+    r"|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))"
+)
+JSON_CHAR_NO_QUOTE = JSON_CHAR.replace('\\\\["', "\\\\[")  # no `\"` (see `string_regex`)
 
 _DATE = (
     r"[12][0-9]{3}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
@@ -146,7 +153,7 @@ _JSON_ESCAPES = {
     0x0C: "\\f",
     0x0D: "\\r",
 }
-_RAW_FORBIDDEN = [(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x7F, 0x9F)]
+_RAW_FORBIDDEN = [(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C)]
 
 
 def escape_literal(text: str) -> str:

@@ -72,6 +72,33 @@ def test_iri_is_enforced():
     assert not accepts("not an iri")
 
 
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "string"},
+        {"type": "string", "maxLength": 2},
+        {"type": "object", "properties": {"s": {"type": "string"}}, "required": ["s"]},
+    ],
+)
+def test_every_json_string_escape_is_accepted(schema):
+    regex = re.compile(to_regex(Constraint.json_schema(schema)).regex)
+
+    def text(s):
+        return json.dumps({"s": s} if schema["type"] == "object" else s, separators=(",", ":"))
+
+    assert regex.fullmatch(text("é").replace("\\u00e9", "\\u00E9"))  # `\u00E9`
+    assert regex.fullmatch(text("\x85").replace("\\u0085", "\x85"))  # raw U+0085
+    assert regex.fullmatch(text("\x01"))  # `\u0001`
+    assert not regex.fullmatch(text("\ud800"))  # a lone surrogate
+    assert not regex.fullmatch(text("\x01").replace("\\u0001", "\x01"))  # raw control
+
+
+def test_pattern_characters_may_be_raw_u007f_to_u009f():
+    accepts = matcher({"type": "string", "pattern": "^.$"})
+    assert accepts("\x85") and accepts("é")
+    assert not accepts("\n")  # `.` excludes line terminators
+
+
 def test_known_format_is_enforced():
     accepts = matcher({"type": "string", "format": "date"})
     assert accepts("2024-02-28")
