@@ -321,9 +321,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rows.append(row)
             verdicts = " ".join(f"{n}={outcome(row[n])}" for n in workers)
             print(f"[{i + 1}/{len(paths)}] {path.name}: {verdicts}", file=sys.stderr, flush=True)
+            if args.json:  # after every schema, so that a run cut short still reports
+                write(report(args, rows, list(workers)), Path(args.json))
     finally:
         for worker in workers.values():
             worker.close()
+    result = report(args, rows, list(workers))
+    print(markdown(result))
+    return result
+
+
+def report(args: argparse.Namespace, rows: list[dict[str, Any]], engines: list[str]) -> dict:
+    """The run's metadata, per-engine summary and rows."""
     meta = {
         "dir": str(args.dir),
         "half": args.half,
@@ -333,13 +342,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "instances": sum(r["tests"] for r in rows),
         "timeout_s": args.timeout,
     }
-    result = {"meta": meta, "summary": summarize(rows, list(workers)), "rows": rows}
-    print(markdown(result))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
-        Path(args.json).with_suffix(".md").write_text(markdown(result))
-    return result
+    return {"meta": meta, "summary": summarize(rows, engines), "rows": rows}
+
+
+def write(result: dict[str, Any], path: Path) -> None:
+    """The JSON at `path` and its markdown summary beside it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    path.with_suffix(".md").write_text(markdown(result))
 
 
 if __name__ == "__main__":
