@@ -23,11 +23,14 @@ from outlines_core.json_schema import STRING_INNER
 from gclm.errors import UnsupportedSchemaError
 
 # One JSON string character, encoded, as RFC 8259 allows it: any character but `"`, `\`
-# and U+0000..U+001F raw, or an escape. `\uXXXX` leaves out the surrogates: a pair is one
-# character to a validator but would count as two here, which a minLength could not honour.
-# outlines-core's own STRING_INNER (no `\u`, no raw U+007F..U+009F) is replaced by this in
-# its regexes (see `compiler/json_schema/regex.py`), so free text and pattern text agree.
+# and U+0000..U+001F raw, or an escape. JSON_CHAR_SHORT has the short escapes only; it is
+# the one used under a count (`{0,256}`), where `\uXXXX` would add five DFA states per
+# counted character (+60% states on a bounded string). JSON_CHAR adds `\uXXXX` for free
+# text, leaving out the surrogates: a pair is one character to a validator. outlines-core's
+# own STRING_INNER (no `\u`, no raw U+007F..U+009F) is replaced by these in its regexes
+# (see `compiler/json_schema/regex.py`), so free text and pattern text agree.
 OUTLINES_JSON_CHAR = STRING_INNER
+JSON_CHAR_SHORT = r'(?:[^"\\\x00-\x1F]|\\["\\/bfnrt])'
 JSON_CHAR = (
     r'(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]'
     r"|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))"
@@ -436,5 +439,6 @@ def string_regex(node: dict[str, Any], pointer: str, top_level: bool = False) ->
             ) from e
     if top_level:
         count = f"{{{min_len},{'' if max_len is None else max_len}}}"
-        return f'"{JSON_CHAR_NO_QUOTE}{count}"'
+        char = JSON_CHAR_NO_QUOTE if max_len is None else JSON_CHAR_SHORT.replace('\\\\["', "\\\\[")
+        return f'"{char}{count}"'
     return None

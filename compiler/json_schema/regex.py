@@ -14,7 +14,12 @@ from outlines_core.json_schema import build_regex_from_schema
 from gclm.compiler.constraint import DEFAULT_WHITESPACE
 from gclm.compiler.json_schema.numbers import number_regex
 from gclm.compiler.json_schema.ops import any_node, escape_pointer
-from gclm.compiler.json_schema.patterns import JSON_CHAR, OUTLINES_JSON_CHAR, string_regex
+from gclm.compiler.json_schema.patterns import (
+    JSON_CHAR,
+    JSON_CHAR_SHORT,
+    OUTLINES_JSON_CHAR,
+    string_regex,
+)
 from gclm.errors import CompileLimitError, ConstraintError
 
 # json_object allows this many levels of arrays and objects, the outer object included:
@@ -67,8 +72,9 @@ def schema_regex(schema: dict[str, Any], whitespace: str = DEFAULT_WHITESPACE) -
         regex = build_regex_from_schema(json.dumps(prepared, ensure_ascii=False), whitespace)
     except (ValueError, RuntimeError) as e:
         raise ConstraintError(f"outlines-core could not turn the schema into a regex: {e}") from e
-    # outlines-core's strings lack `\uXXXX` and raw U+007F..U+009F, both valid JSON.
-    regex = regex.replace(OUTLINES_JSON_CHAR, JSON_CHAR)
+    # outlines-core's strings lack raw U+007F..U+009F and, unbounded, `\uXXXX`: valid JSON.
+    regex = regex.replace(OUTLINES_JSON_CHAR + "*", JSON_CHAR + "*")
+    regex = regex.replace(OUTLINES_JSON_CHAR, JSON_CHAR_SHORT)
     for placeholder, leaf in leaves.items():
         quoted = f'"{placeholder}"'
         if quoted not in regex:
