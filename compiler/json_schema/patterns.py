@@ -20,6 +20,7 @@ from typing import Any
 
 from outlines_core.json_schema import STRING_INNER
 
+from gclm.compiler.json_schema.lengths import ANY_CHARS, fold_lengths, width
 from gclm.errors import UnsupportedSchemaError
 
 # One JSON string character, encoded, as RFC 8259 allows it: any character but `"`, `\`
@@ -309,9 +310,17 @@ def _emit(items: list[tuple[Any, Any]], pattern: str, pointer: str, quotes: bool
 
 
 def _alternatives(parsed: list[tuple[Any, Any]]) -> list[list[tuple[Any, Any]]]:
-    """Split a top-level alternation so that each branch can carry its own anchors."""
-    if len(parsed) == 1 and parsed[0][0] is sre.BRANCH:
-        return [list(b) for b in parsed[0][1][1]]
+    """Split a top-level alternation so that each branch can carry its own anchors.
+
+    Plain groups around the whole pattern or a whole branch are looked into
+    (`^$|(^[a-z]+$)`), and a prefix Python's parser factored out of the branches (`^a|^b`
+    parses as `^(?:a|b)`) is put back in front of each.
+    """
+    if len(parsed) == 1 and parsed[0][0] is sre.SUBPATTERN and not any(parsed[0][1][1:3]):
+        return _alternatives(list(parsed[0][1][3]))
+    if parsed and parsed[-1][0] is sre.BRANCH:
+        prefix = parsed[:-1]
+        return [alt for b in parsed[-1][1][1] for alt in _alternatives(prefix + list(b))]
     return [list(parsed)]
 
 
@@ -335,68 +344,33 @@ def pattern_regex(
 
     A JSON Schema pattern is an unanchored search: `ab` accepts `xaby`. Each unanchored
     side is padded with any JSON characters; `^...$` makes the pattern the whole string.
-    Length bounds are folded into the pattern when they can be (see `_fold_lengths`).
+    Length bounds are folded into the pattern when they can be (see `lengths.py`); a
+    branch of an alternation they cannot be folded into is left out.
     `quotes=False` generates no `"` inside the string (see `string_regex`).
 
     Raises:
         UnsupportedSchemaError: look-around, backreferences, inline flags, anchors inside
             the pattern, or length bounds that cannot be combined with it.
     """
-    branches = []
+    branches, failures = [], []
     lengths_needed = min_length > 0 or max_length is not None
     for items in _alternatives(list(_parse_pattern(pattern, pointer))):
         start, body, end = _strip_anchors(items)
-        if lengths_needed:
-            body = _fold_lengths(body, start and end, min_length, max_length, pattern, pointer)
+        if lengths_needed and not (max_length is None and width(body)[0] >= min_length):
+            # The unanchored sides become explicit repeats the length bounds can narrow.
+            body = ([] if start else [ANY_CHARS]) + body + ([] if end else [ANY_CHARS])
+            start = end = True
+            try:
+                body = fold_lengths(body, min_length, max_length, pattern, pointer)
+            except UnsupportedSchemaError as e:
+                failures.append(e)  # this branch is left out; the others may still do
+                continue
         text = _emit(body, pattern, pointer, quotes)
         pad = JSON_CHAR if quotes else JSON_CHAR_NO_QUOTE
         branches.append(("" if start else f"{pad}*") + text + ("" if end else f"{pad}*"))
+    if not branches:
+        raise failures[0]
     return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
-
-
-def _width(items: list[tuple[Any, Any]]) -> tuple[int, int | None]:
-    lo, hi = sre_parse.SubPattern(sre_parse.State(), items).getwidth()
-    return lo, (None if hi >= sre.MAXREPEAT - 1 else hi)
-
-
-def _fold_lengths(
-    body: list[tuple[Any, Any]],
-    anchored: bool,
-    min_len: int,
-    max_len: int | None,
-    pattern: str,
-    pointer: str,
-) -> list[tuple[Any, Any]]:
-    """Make `minLength`/`maxLength` part of an anchored pattern, or raise.
-
-    Works when the bounds are implied by the pattern, or when the pattern is fixed-width
-    pieces around one repeat of a single character (`^[a-z][a-z0-9_]*$`), whose counts
-    are then narrowed. A regex cannot intersect two arbitrary languages.
-    """
-    lo, hi = _width(body)
-    if anchored and lo >= min_len and hi is not None and (max_len is None or hi <= max_len):
-        return body
-    if not anchored and max_len is None and lo >= min_len:
-        return body
-    widths = [_width([item]) for item in body]
-    varying = [i for i, (a, b) in enumerate(widths) if a != b]
-    if anchored and len(varying) == 1:
-        i = varying[0]
-        op, av = body[i]
-        if op in (sre.MAX_REPEAT, sre.MIN_REPEAT) and _width(list(av[2])) == (1, 1):
-            fixed = sum(a for j, (a, _) in enumerate(widths) if j != i)
-            rep_lo = max(av[0], min_len - fixed)
-            rep_hi = av[1] if max_len is None else min(av[1], max_len - fixed)
-            if rep_lo > rep_hi:
-                raise UnsupportedSchemaError(
-                    "pattern",
-                    pointer,
-                    f"no string matching {pattern!r} has the length minLength/maxLength require",
-                )
-            return body[:i] + [(op, (rep_lo, rep_hi, av[2]))] + body[i + 1 :]
-    raise UnsupportedSchemaError(
-        "pattern", pointer, f"{pattern!r} cannot be combined with minLength/maxLength in one regex"
-    )
 
 
 def string_regex(node: dict[str, Any], pointer: str, top_level: bool = False) -> str | None:
