@@ -283,7 +283,7 @@ def markdown(result: dict[str, Any]) -> str:
         p = s["compile_ms"]
         times = " / ".join("-" if p[k] is None else f"{p[k]:.1f}" for k in ("p50", "p90", "p99"))
         lines.append(
-            f"| {name} | {s['pass']} ({100 * s['pass_rate']:.1f}%) | {s['compile_error']} "
+            f"| {name} | {s['pass']} ({100 * (s['pass_rate'] or 0):.1f}%) | {s['compile_error']} "
             f"| {s['timeout']} | {s['validation_error']} ({s['valid_rejected']} instances) "
             f"| {s['invalidation_error']} ({s['invalid_accepted']} instances) | {times} |"
         )
