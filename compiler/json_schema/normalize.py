@@ -36,7 +36,7 @@ from gclm.compiler.json_schema.ops import (
     number_of,
     union,
 )
-from gclm.compiler.json_schema.patterns import FORMATS, string_regex
+from gclm.compiler.json_schema.patterns import CHECKED_FORMATS, FORMATS, string_regex
 from gclm.compiler.json_schema.proofs import Prover
 from gclm.compiler.json_schema.refs import Refs
 from gclm.errors import CompileLimitError, ConstraintError, UnsupportedSchemaError, cut, quote
@@ -266,15 +266,18 @@ class Normalizer:
                 raise ConstraintError(f"'pattern' at {ptr or '/'} must be a string.")
             node["pattern"] = s["pattern"]
         fmt = s.get("format")
-        if fmt is not None and fmt not in FORMATS:
+        if fmt is not None and fmt not in CHECKED_FORMATS:
             self.note(
                 f"{ptr}/format",
                 f"unknown format {quote(fmt)} treated as a plain string "
-                "(an annotation under Draft 2020-12)",
+                "(an annotation: validators do not check it)",
             )
-        elif fmt is not None and "pattern" in node:
-            self.note(
-                f"{ptr}/format", f"format {quote(fmt)} not enforced: the pattern applies instead"
+        elif fmt is not None and fmt not in FORMATS:
+            raise UnsupportedSchemaError(
+                "format",
+                ptr,
+                f"validators check format {quote(fmt)} and gclm cannot enforce it; replace it with "
+                f"a pattern, or use one of {', '.join(sorted(FORMATS))}",
             )
         elif fmt is not None:
             node["format"] = fmt

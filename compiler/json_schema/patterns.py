@@ -20,13 +20,24 @@ from typing import Any
 
 from outlines_core.json_schema import STRING_INNER
 
+from gclm.compiler.json_schema.lengths import ANY_CHARS, fold_lengths, width
 from gclm.compiler.rust_regex import parse_problem
 from gclm.errors import UnsupportedSchemaError, quote
 
-# One JSON string character, encoded: outlines-core's own definition, so free text and
-# pattern text accept the same escapes.
-JSON_CHAR = STRING_INNER
-JSON_CHAR_NO_QUOTE = r'(?:[^"\\\x00-\x1F\x7F-\x9F]|\\[\\/bfnrt])'
+# One JSON string character, encoded, as RFC 8259 allows it: any character but `"`, `\`
+# and U+0000..U+001F raw, or an escape. JSON_CHAR_SHORT has the short escapes only; it is
+# the one used under a count (`{0,256}`), where `\uXXXX` would add five DFA states per
+# counted character (+60% states on a bounded string). JSON_CHAR adds `\uXXXX` for free
+# text, leaving out the surrogates: a pair is one character to a validator. outlines-core's
+# own STRING_INNER (no `\u`, no raw U+007F..U+009F) is replaced by these in its regexes
+# (see `compiler/json_schema/regex.py`), so free text and pattern text agree.
+OUTLINES_JSON_CHAR = STRING_INNER
+JSON_CHAR_SHORT = r'(?:[^"\\\x00-\x1F]|\\["\\/bfnrt])'
+JSON_CHAR = (
+    r'(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]'
+    r"|\\u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))"
+)
+JSON_CHAR_NO_QUOTE = JSON_CHAR.replace('\\\\["', "\\\\[")  # no `\"` (see `string_regex`)
 
 _DATE = (
     r"[12][0-9]{3}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
@@ -34,27 +45,80 @@ _DATE = (
 )
 _HOUR_MINUTE = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]"
 _TIME = _HOUR_MINUTE + r":[0-5][0-9](?:\.[0-9]{1,6})?(?:Z|[+\-]" + _HOUR_MINUTE + ")"
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9\-]{0,61}[A-Za-z0-9])?"
-_HOSTNAME = _LABEL + r"(?:\." + _LABEL + r")*"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9\-]{0,60}[A-Za-z0-9])?"
+# The last label starts with a letter (an all-numeric top-level domain is refused by FQDN
+# checkers), and at most 4 labels of at most 62 characters keep the name under 253.
+_TOP_LABEL = r"[A-Za-z](?:[A-Za-z0-9\-]{0,60}[A-Za-z0-9])?"
+_HOSTNAME = rf"(?:{_LABEL}\.){{0,3}}{_TOP_LABEL}"
 _URI_CHAR = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/]|%[0-9A-Fa-f]{2})"
 _QUERY_CHAR = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?]|%[0-9A-Fa-f]{2})"
+_SEGMENT_NC = r"(?:[A-Za-z0-9\-._~!$&'()*+,;=@]|%[0-9A-Fa-f]{2})+"  # no ':' (path-noscheme)
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_URI = (
+    rf"(?:https?|ftp)://{_HOSTNAME}(?::[0-9]{{1,5}})?(?:/{_URI_CHAR}*)?(?:\?{_QUERY_CHAR}*)?"
+    rf"(?:#{_QUERY_CHAR}*)?"
+)
+# A relative reference that cannot be read as a scheme or an authority: segments without
+# ':' and never two '/' in a row.
+_RELATIVE_REF = (
+    rf"(?:/?{_SEGMENT_NC}(?:/{_SEGMENT_NC})*/?|/)?(?:\?{_QUERY_CHAR}*)?(?:#{_QUERY_CHAR}*)?"
+)
+_H16 = r"[0-9a-fA-F]{1,4}"
+_IPV6 = "|".join(
+    [
+        rf"(?:{_H16}:){{7}}{_H16}",
+        rf"(?:{_H16}:){{1,7}}:",
+        rf"(?:{_H16}:){{1,6}}:{_H16}",
+        *(rf"(?:{_H16}:){{1,{7 - n}}}(?::{_H16}){{1,{n}}}" for n in range(2, 7)),
+        rf"::(?:{_H16}:){{0,6}}{_H16}",
+        "::",
+    ]
+)
+_DURATION_TIME = (
+    r"T(?:[0-9]{1,9}H(?:[0-9]{1,9}M)?(?:[0-9]{1,9}S)?|[0-9]{1,9}M(?:[0-9]{1,9}S)?|[0-9]{1,9}S)"
+)
+_DURATION = (
+    r"P(?:[0-9]{1,9}W"
+    rf"|[0-9]{{1,9}}Y(?:[0-9]{{1,9}}M)?(?:[0-9]{{1,9}}D)?(?:{_DURATION_TIME})?"
+    rf"|[0-9]{{1,9}}M(?:[0-9]{{1,9}}D)?(?:{_DURATION_TIME})?"
+    rf"|[0-9]{{1,9}}D(?:{_DURATION_TIME})?"
+    rf"|{_DURATION_TIME})"
+)
+_JSON_POINTER = r"(?:/(?:[^~/]|~[01])*)*"
 
-# Formats gclm enforces. Each is a subset of what RFC 3339 / 3986 / 5321 allow, written
-# without characters that JSON would escape, so the text between the quotes is the value.
+# Formats gclm enforces. Each is a subset of what RFC 3339 / 3986 / 3987 / 4291 / 5321 /
+# 6901 allow, written as patterns (`string_regex` JSON-encodes them), so every string one
+# matches passes a format-checking validator; none takes every valid value (see README).
 FORMATS: dict[str, str] = {
     "date-time": _DATE + "T" + _TIME,
     "date": _DATE,
     "time": _TIME,
+    "duration": _DURATION,
     "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
     "email": r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~\-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~\-]+)*@"
     + _LABEL
     + r"(?:\."
     + _LABEL
-    + r")+",
-    "uri": rf"(?:https?|ftp)://{_HOSTNAME}(?::[0-9]{{1,5}})?(?:/{_URI_CHAR}*)?(?:\?{_QUERY_CHAR}*)?",
+    + r"){1,3}",
+    "uri": _URI,
+    "uri-reference": f"(?:{_URI}|{_RELATIVE_REF})",
+    # IRIs extend URIs with non-ASCII characters: the ASCII URIs are a subset.
+    "iri": _URI,
+    "iri-reference": f"(?:{_URI}|{_RELATIVE_REF})",
     "hostname": _HOSTNAME,
     "ipv4": rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}",
+    "ipv6": f"(?:{_IPV6})",
+    "json-pointer": _JSON_POINTER,
+    "relative-json-pointer": rf"(?:0|[1-9][0-9]{{0,8}})(?:#|{_JSON_POINTER})",
+}
+# Formats that format-checking validators (Draft 2019-09/2020-12's format vocabulary) check.
+# One of these that is not in FORMATS is refused, never ignored: ignoring it would let an
+# invalid value through. Any other format is an annotation that no validator checks.
+CHECKED_FORMATS = set(FORMATS) | {
+    "idn-email",
+    "idn-hostname",
+    "uri-template",
+    "regex",
 }
 
 _MAX_CHAR = 0x10FFFF
@@ -94,7 +158,7 @@ _JSON_ESCAPES = {
     0x0C: "\\f",
     0x0D: "\\r",
 }
-_RAW_FORBIDDEN = [(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x7F, 0x9F)]
+_RAW_FORBIDDEN = [(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C)]
 
 
 def escape_literal(text: str) -> str:
@@ -251,9 +315,17 @@ def _emit(items: list[tuple[Any, Any]], pattern: str, pointer: str, quotes: bool
 
 
 def _alternatives(parsed: list[tuple[Any, Any]]) -> list[list[tuple[Any, Any]]]:
-    """Split a top-level alternation so that each branch can carry its own anchors."""
-    if len(parsed) == 1 and parsed[0][0] is sre.BRANCH:
-        return [list(b) for b in parsed[0][1][1]]
+    """Split a top-level alternation so that each branch can carry its own anchors.
+
+    Plain groups around the whole pattern or a whole branch are looked into
+    (`^$|(^[a-z]+$)`), and a prefix Python's parser factored out of the branches (`^a|^b`
+    parses as `^(?:a|b)`) is put back in front of each.
+    """
+    if len(parsed) == 1 and parsed[0][0] is sre.SUBPATTERN and not any(parsed[0][1][1:3]):
+        return _alternatives(list(parsed[0][1][3]))
+    if parsed and parsed[-1][0] is sre.BRANCH:
+        prefix = parsed[:-1]
+        return [alt for b in parsed[-1][1][1] for alt in _alternatives(prefix + list(b))]
     return [list(parsed)]
 
 
@@ -277,79 +349,41 @@ def pattern_regex(
 
     A JSON Schema pattern is an unanchored search: `ab` accepts `xaby`. Each unanchored
     side is padded with any JSON characters; `^...$` makes the pattern the whole string.
-    Length bounds are folded into the pattern when they can be (see `_fold_lengths`).
+    Length bounds are folded into the pattern when they can be (see `lengths.py`); a
+    branch of an alternation they cannot be folded into is left out.
     `quotes=False` generates no `"` inside the string (see `string_regex`).
 
     Raises:
         UnsupportedSchemaError: look-around, backreferences, inline flags, anchors inside
             the pattern, or length bounds that cannot be combined with it.
     """
-    branches = []
+    branches, failures = [], []
     lengths_needed = min_length > 0 or max_length is not None
     for items in _alternatives(list(_parse_pattern(pattern, pointer))):
         start, body, end = _strip_anchors(items)
-        if lengths_needed:
-            body = _fold_lengths(body, start and end, min_length, max_length, pattern, pointer)
+        if lengths_needed and not (max_length is None and width(body)[0] >= min_length):
+            # The unanchored sides become explicit repeats the length bounds can narrow.
+            body = ([] if start else [ANY_CHARS]) + body + ([] if end else [ANY_CHARS])
+            start = end = True
+            try:
+                body = fold_lengths(body, min_length, max_length, pattern, pointer)
+            except UnsupportedSchemaError as e:
+                failures.append(e)  # this branch is left out; the others may still do
+                continue
         text = _emit(body, pattern, pointer, quotes)
         pad = JSON_CHAR if quotes else JSON_CHAR_NO_QUOTE
         branches.append(("" if start else f"{pad}*") + text + ("" if end else f"{pad}*"))
+    if not branches:
+        raise failures[0]
     return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
-
-
-def _width(items: list[tuple[Any, Any]]) -> tuple[int, int | None]:
-    lo, hi = sre_parse.SubPattern(sre_parse.State(), items).getwidth()
-    return lo, (None if hi >= sre.MAXREPEAT - 1 else hi)
-
-
-def _fold_lengths(
-    body: list[tuple[Any, Any]],
-    anchored: bool,
-    min_len: int,
-    max_len: int | None,
-    pattern: str,
-    pointer: str,
-) -> list[tuple[Any, Any]]:
-    """Make `minLength`/`maxLength` part of an anchored pattern, or raise.
-
-    Works when the bounds are implied by the pattern, or when the pattern is fixed-width
-    pieces around one repeat of a single character (`^[a-z][a-z0-9_]*$`), whose counts
-    are then narrowed. A regex cannot intersect two arbitrary languages.
-    """
-    lo, hi = _width(body)
-    if anchored and lo >= min_len and hi is not None and (max_len is None or hi <= max_len):
-        return body
-    if not anchored and max_len is None and lo >= min_len:
-        return body
-    widths = [_width([item]) for item in body]
-    varying = [i for i, (a, b) in enumerate(widths) if a != b]
-    if anchored and len(varying) == 1:
-        i = varying[0]
-        op, av = body[i]
-        if op in (sre.MAX_REPEAT, sre.MIN_REPEAT) and _width(list(av[2])) == (1, 1):
-            fixed = sum(a for j, (a, _) in enumerate(widths) if j != i)
-            rep_lo = max(av[0], min_len - fixed)
-            rep_hi = av[1] if max_len is None else min(av[1], max_len - fixed)
-            if rep_lo > rep_hi:
-                raise UnsupportedSchemaError(
-                    "pattern",
-                    pointer,
-                    f"no string matching {quote(pattern)} has the length "
-                    "minLength/maxLength require",
-                )
-            return body[:i] + [(op, (rep_lo, rep_hi, av[2]))] + body[i + 1 :]
-    raise UnsupportedSchemaError(
-        "pattern",
-        pointer,
-        f"{quote(pattern)} cannot be combined with minLength/maxLength in one regex",
-    )
 
 
 def string_regex(node: dict[str, Any], pointer: str, top_level: bool = False) -> str | None:
     """Regex for a normalised string node with a `pattern` or `format`, quotes included.
 
-    A format is an annotation under Draft 2020-12, so it gives way: to a pattern, and to
-    length bounds it cannot be folded with. Returns None for nodes outlines-core handles
-    itself (plain strings, length bounds), except at the top level.
+    A format is enforced (validators check it), so a format with a pattern, or with length
+    bounds that cannot be folded into it, is refused rather than ignored. Returns None for
+    nodes outlines-core handles itself (plain strings, length bounds), except at the top level.
 
     `top_level`: the string is the whole output. outlines-core builds an unanchored DFA as
     well, and there every `\\"` inside a counted repetition may start a new match: its
@@ -357,19 +391,33 @@ def string_regex(node: dict[str, Any], pointer: str, top_level: bool = False) ->
     top-level string is therefore generated without `"` in it.
 
     Raises:
-        UnsupportedSchemaError: a pattern this module cannot translate or fold lengths into.
+        UnsupportedSchemaError: a pattern this module cannot translate or fold lengths into,
+            or a format with a pattern or with such lengths.
     """
     min_len, max_len = node.get("minLength", 0), node.get("maxLength")
     quotes = not top_level
+    if "pattern" in node and "format" in node:
+        raise UnsupportedSchemaError(
+            "format",
+            pointer,
+            f"format {quote(node['format'])} together with a pattern: one regex cannot enforce "
+            "both; keep one of them",
+        )
     if "pattern" in node:
         return '"' + pattern_regex(node["pattern"], pointer, min_len, max_len, quotes) + '"'
     if "format" in node:
         fmt = f"^(?:{FORMATS[node['format']]})$"
         try:
             return '"' + pattern_regex(fmt, pointer, min_len, max_len, quotes) + '"'
-        except UnsupportedSchemaError:
-            pass  # the format gives way to the length bounds
+        except UnsupportedSchemaError as e:
+            raise UnsupportedSchemaError(
+                "format",
+                pointer,
+                f"format {quote(node['format'])} cannot be combined with minLength/maxLength "
+                "in one regex; drop the length bounds or the format",
+            ) from e
     if top_level:
         count = f"{{{min_len},{'' if max_len is None else max_len}}}"
-        return f'"{JSON_CHAR_NO_QUOTE}{count}"'
+        char = JSON_CHAR_NO_QUOTE if max_len is None else JSON_CHAR_SHORT.replace('\\\\["', "\\\\[")
+        return f'"{char}{count}"'
     return None

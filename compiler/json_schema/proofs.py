@@ -8,6 +8,7 @@ None from `holds`), and the caller then keeps less or refuses the schema.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,7 @@ from gclm.compiler.json_schema.ops import (
     number_ok,
     string_ok,
 )
+from gclm.compiler.json_schema.patterns import CHECKED_FORMATS, FORMATS
 
 
 class Prover:
@@ -105,8 +107,13 @@ class Prover:
             "array": {"minItems", "maxItems"},
             "object": {"required", "minProperties", "maxProperties"},
         }
-        rest = (s.keys() & ASSERTIONS) - handled - {"format"}  # format is an annotation
+        rest = (s.keys() & ASSERTIONS) - handled - {"format"}
         relevant = {k for k in rest if _applies(k, t)}
+        fmt = s.get("format")
+        if t == "string" and fmt in CHECKED_FORMATS:
+            # FORMATS are subsets of their formats: a match proves validity, a miss proves nothing.
+            if fmt not in FORMATS or not re.fullmatch(FORMATS[fmt], v):
+                return None
         if relevant - simple.get(t, set()) - {"properties", "items", "additionalProperties"}:
             return None
         if t in ("integer", "number"):

@@ -15,7 +15,12 @@ from outlines_core.json_schema import build_regex_from_schema
 from gclm.compiler.constraint import DEFAULT_WHITESPACE
 from gclm.compiler.json_schema.numbers import number_regex
 from gclm.compiler.json_schema.ops import any_node, escape_pointer
-from gclm.compiler.json_schema.patterns import string_regex
+from gclm.compiler.json_schema.patterns import (
+    JSON_CHAR,
+    JSON_CHAR_SHORT,
+    OUTLINES_JSON_CHAR,
+    string_regex,
+)
 from gclm.errors import CompileLimitError, ConstraintError
 
 log = logging.getLogger("gclm.compiler")
@@ -96,6 +101,9 @@ def schema_regex(schema: dict[str, Any], whitespace: str = DEFAULT_WHITESPACE) -
         raise ConstraintError(
             "outlines-core could not turn the schema into a regex. Simplify the schema."
         ) from e
+    # outlines-core's strings lack raw U+007F..U+009F and, unbounded, `\uXXXX`: valid JSON.
+    regex = regex.replace(OUTLINES_JSON_CHAR + "*", JSON_CHAR + "*")
+    regex = regex.replace(OUTLINES_JSON_CHAR, JSON_CHAR_SHORT)
     for placeholder, leaf in leaves.items():
         quoted = f'"{placeholder}"'
         if quoted not in regex:

@@ -55,8 +55,50 @@ def test_unknown_format_is_dropped_and_reported():
     assert node == {"type": "object", "properties": {"date": {"type": "string"}}, "required": []}
     assert rewrites == [
         "/properties/date/format: unknown format 'datetime' treated as a plain string "
-        "(an annotation under Draft 2020-12)"
+        "(an annotation: validators do not check it)"
     ]
+
+
+@pytest.mark.parametrize("fmt", ["idn-hostname", "idn-email", "uri-template", "regex"])
+def test_checked_format_gclm_cannot_enforce_is_refused(fmt):
+    e = refused({"type": "object", "properties": {"x": {"type": "string", "format": fmt}}})
+    assert e.keyword == "format"
+    assert "/properties/x" in e.message and repr(fmt) in e.message
+
+
+def test_iri_is_enforced():
+    accepts = matcher({"type": "string", "format": "iri"})
+    assert accepts("https://example.com/a?b=c")
+    assert not accepts("not an iri")
+
+
+@pytest.mark.parametrize(
+    ("schema", "bounded"),
+    [
+        ({"type": "string"}, False),
+        ({"type": "object", "properties": {"s": {"type": "string"}}, "required": ["s"]}, False),
+        ({"type": "string", "maxLength": 2}, True),
+    ],
+)
+def test_json_string_escapes(schema, bounded):
+    regex = re.compile(to_regex(Constraint.json_schema(schema)).regex)
+
+    def text(s):
+        return json.dumps({"s": s} if schema["type"] == "object" else s, separators=(",", ":"))
+
+    assert regex.fullmatch(text("\x85").replace("\\u0085", "\x85"))  # raw U+0085
+    assert regex.fullmatch(text("\n\\"))  # short escapes
+    assert not regex.fullmatch(text("\x01").replace("\\u0001", "\x01"))  # raw control
+    assert not regex.fullmatch(text("\ud800"))  # a lone surrogate
+    # `\uXXXX` in free text; a counted string keeps to the short escapes (fewer states).
+    assert bool(regex.fullmatch(text("é").replace("\\u00e9", "\\u00E9"))) is not bounded
+    assert bool(regex.fullmatch(text("\x01"))) is not bounded  # `\u0001`
+
+
+def test_pattern_characters_may_be_raw_u007f_to_u009f():
+    accepts = matcher({"type": "string", "pattern": "^.$"})
+    assert accepts("\x85") and accepts("é")
+    assert not accepts("\n")  # `.` excludes line terminators
 
 
 def test_known_format_is_enforced():
@@ -309,6 +351,50 @@ def test_pattern_and_length_fold_together():
     assert accepts("ab1") and not accepts("ab12")
 
 
+def test_unanchored_pattern_with_lengths_narrows_its_padding():
+    accepts = matcher({"type": "string", "pattern": "[0-9]{10}", "minLength": 10, "maxLength": 10})
+    assert accepts("0123456789")
+    assert not accepts("a0123456789") and not accepts("01234567890")
+    accepts = matcher({"type": "string", "pattern": "(a|b)+c", "maxLength": 4})
+    assert accepts("abc") and accepts("bc")  # counts are shared out: a subset of the rest
+    assert not accepts("ababc") and not accepts("c")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "inside", "too_long"),
+    [
+        (
+            "^data:image/(jpg|png|svg\\+xml);base64,[0-9a-zA-Z+/=]*$",
+            "data:image/png;base64,AA",
+            None,
+        ),
+        ("^(\\d+\\.\\d+\\.\\d+.*)$", "1.2.3", "1.2.3-beta.45678"),
+        ("^[a-z]+:[a-z0-9]+$", "ab:c1", "abcdefghijklmnop:q"),
+    ],
+)
+def test_several_repeats_share_the_max_length(pattern, inside, too_long):
+    accepts = matcher({"type": "string", "pattern": pattern, "minLength": 3, "maxLength": 30})
+    assert accepts(inside)
+    assert not accepts("-" + inside)
+    assert not accepts(inside + "=" * 24)
+    if too_long:
+        assert not accepts(too_long + "x" * 14)
+
+
+def test_min_length_raises_repeat_counts():
+    accepts = matcher({"type": "string", "pattern": "^[a-z]+-[0-9]+$", "minLength": 6})
+    assert accepts("abcd-1") or accepts("a-12345")
+    assert not accepts("ab-1")
+
+
+def test_anchors_inside_an_alternation_or_a_group():
+    accepts = matcher({"type": "string", "pattern": "^$|(^[0-9]{3}$)"})
+    assert accepts("") and accepts("123")
+    assert not accepts("12") and not accepts("x123")
+    accepts = matcher({"type": "string", "pattern": "^ab$|^cd$"})
+    assert accepts("ab") and accepts("cd") and not accepts("abcd")
+
+
 # ----------------------------------------------------------------------------- refusals
 
 
@@ -329,7 +415,7 @@ def test_pattern_and_length_fold_together():
         ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, "oneOf", "/"),
         ({"type": "integer", "multipleOf": 3}, "multipleOf", "/"),
         ({"type": "string", "pattern": "^(?=a)b$"}, "pattern", "/"),
-        ({"type": "string", "pattern": "(a|b)+c", "maxLength": 4}, "pattern", "/"),
+        ({"type": "string", "pattern": "^(ab|c)+$", "maxLength": 4}, "pattern", "/"),
         ({"type": "object", "propertyNames": {"maxLength": 3}}, "propertyNames", "/"),
         (
             {
@@ -348,3 +434,22 @@ def test_unsupported_keyword_names_keyword_and_pointer(schema, keyword, pointer)
     error = refused(schema)
     assert (error.keyword, error.pointer) == (keyword, pointer)
     assert f"{keyword!r} at {pointer}" in error.message
+
+
+@pytest.mark.parametrize(
+    ("pattern", "min_len", "max_len"),
+    [("a+:[0-9]*", 2, 4), ("^(a|1)+-?$", 3, 5), ("^$|(^a+1*$)", 1, 3), ("1", 0, 2)],
+)
+def test_folded_lengths_never_accept_an_invalid_string(pattern, min_len, max_len):
+    import itertools
+
+    schema = {"type": "string", "pattern": pattern, "minLength": min_len, "maxLength": max_len}
+    accepts = matcher(schema)
+    accepted = 0
+    for n in range(7):
+        for chars in itertools.product("a1:-", repeat=n):
+            value = "".join(chars)
+            if accepts(value):
+                accepted += 1
+                assert min_len <= len(value) <= max_len and re.search(pattern, value), value
+    assert accepted

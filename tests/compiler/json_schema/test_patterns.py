@@ -90,16 +90,47 @@ VALID_FORMATS = {
     "uuid": ["123e4567-e89b-12d3-a456-426614174000"],
     "email": ["a.b+c@example.co.uk"],
     "uri": ["https://example.com/a/b?x=1&y=%20", "ftp://host:21/"],
-    "hostname": ["example.com", "a-b.c"],
+    "hostname": ["example.com", "a-b.c", "localhost"],
     "ipv4": ["192.168.0.1", "255.255.255.255"],
+    "ipv6": ["::1", "::", "2001:db8::8a2e:370:7334", "fe80:0:0:0:0:0:0:1", "1:2:3:4:5:6:7::"],
+    "duration": ["P1D", "PT1H30M", "P1Y2M3DT4H5M6S", "P2W", "PT0S"],
+    "uri-reference": ["https://example.com/x#top", "a/b?c=d", "/root", "", "#frag", "../up"],
+    "iri": ["https://example.com/a"],
+    "iri-reference": ["docs/index.html"],
+    "json-pointer": ["", "/a/b", "/a~1b/~0", "/é"],
+    "relative-json-pointer": ["0", "1/a", "2#"],
 }
+
+INVALID_FORMATS = {
+    "ipv6": ["1:2:3:4:5:6:7:8:9", "1::2::3", ":1", "12345::", "::g"],
+    "duration": ["P", "PT", "P1DT", "1D", "P1H"],
+    "uri-reference": ["//host/a", "a:b c", "http://x y"],
+    "iri": ["not an iri", "http://exa mple.com/é"],
+    "hostname": ["-a.com", "a..b", "1.2.3.4", "a" * 64],
+    "json-pointer": ["a", "/~2"],
+    "relative-json-pointer": ["01", "-1", "/a"],
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(INVALID_FORMATS))
+def test_formats_reject_invalid_values(fmt):
+    regex = string_regex({"type": "string", "format": fmt}, "")
+    for value in INVALID_FORMATS[fmt]:
+        assert not re.fullmatch(regex, json.dumps(value, ensure_ascii=False)), value
+
+
+def test_ipv6_values_parse():
+    import ipaddress
+
+    for value in VALID_FORMATS["ipv6"]:
+        ipaddress.IPv6Address(value)
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_formats_accept_typical_values(fmt):
     regex = string_regex({"type": "string", "format": fmt}, "")
     for value in VALID_FORMATS[fmt]:
-        assert re.fullmatch(regex, json.dumps(value)), value
+        assert re.fullmatch(regex, json.dumps(value, ensure_ascii=False)), value
 
 
 def test_format_values_parse():
@@ -111,6 +142,16 @@ def test_format_values_parse():
     assert datetime.fromisoformat("2024-02-28T13:45:00+00:00")
 
 
-def test_pattern_wins_over_format():
-    regex = string_regex({"type": "string", "pattern": "^x$", "format": "date"}, "")
-    assert re.fullmatch(regex, '"x"')
+def test_format_with_a_pattern_is_refused_not_ignored():
+    with pytest.raises(UnsupportedSchemaError) as e:
+        string_regex({"type": "string", "pattern": "^x$", "format": "date"}, "/p")
+    assert e.value.keyword == "format" and "/p" in e.value.message
+
+
+def test_format_with_unfoldable_lengths_is_refused_not_ignored():
+    with pytest.raises(UnsupportedSchemaError) as e:
+        string_regex({"type": "string", "format": "email", "maxLength": 10}, "/e")
+    assert e.value.keyword == "format" and "minLength/maxLength" in e.value.message
+    # A bound the format already implies is kept.
+    regex = string_regex({"type": "string", "format": "date", "maxLength": 10}, "")
+    assert re.fullmatch(regex, '"2024-01-31"')

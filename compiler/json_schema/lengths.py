@@ -1,0 +1,109 @@
+"""`minLength`/`maxLength` folded into a parsed pattern: a subset of their intersection.
+
+A regex cannot intersect two arbitrary languages, but a pattern built from pieces of known
+width and repeats of fixed-width items (`^([a-z0-9-]+):([a-z0-9.-]+)$`, `[0-9]{10}`) can
+have its repeat counts narrowed until every match has an allowed length. The result
+generates only strings the pattern and the bounds both accept; some such strings may be
+lost (the counts are shared out in order), which is the price of a single regex.
+"""
+
+from __future__ import annotations
+
+import math
+import re._constants as sre
+import re._parser as sre_parse
+from typing import Any
+
+from gclm.errors import UnsupportedSchemaError, quote
+
+Items = list[tuple[Any, Any]]
+# What an unanchored side of a pattern may hold: any characters (JSON-encoded by _emit).
+ANY_CHARS: tuple[Any, Any] = (
+    sre.MAX_REPEAT,
+    (
+        0,
+        sre.MAXREPEAT,
+        sre_parse.SubPattern(sre_parse.State(), [(sre.IN, [(sre.RANGE, (0, 0x10FFFF))])]),
+    ),
+)
+
+
+def width(items: Items) -> tuple[int, int | None]:
+    """Fewest and most characters a match of `items` has (None: unbounded)."""
+    lo, hi = sre_parse.SubPattern(sre_parse.State(), items).getwidth()
+    return lo, (None if hi >= sre.MAXREPEAT - 1 else hi)
+
+
+def _pieces(items: Items) -> Items:
+    """`items` with plain groups inlined, so that the repeats inside them can be narrowed."""
+    out: Items = []
+    for op, av in items:
+        if op is sre.SUBPATTERN and not av[1] and not av[2]:
+            out += _pieces(list(av[3]))
+        else:
+            out.append((op, av))
+    return out
+
+
+def _step(item: tuple[Any, Any]) -> int | None:
+    """The width of one repetition when `item` is a repeat of a fixed-width item, else None."""
+    op, av = item
+    if op not in (sre.MAX_REPEAT, sre.MIN_REPEAT):
+        return None
+    lo, hi = width(list(av[2]))
+    return lo if lo == hi and lo else None
+
+
+def fold_lengths(
+    body: Items, min_len: int, max_len: int | None, pattern: str, pointer: str
+) -> Items:
+    """Narrow the repeats of an anchored pattern body so each match is min_len..max_len long.
+
+    Raises:
+        UnsupportedSchemaError: a piece of unbounded width that is not a repeat of a
+            fixed-width item (with a maxLength), or no counts that satisfy the bounds.
+    """
+    lo, hi = width(body)
+    if lo >= min_len and (max_len is None or hi is not None and hi <= max_len):
+        return body
+    pieces = _pieces(body)
+    steps = [_step(p) for p in pieces]
+    fixed = [width([p]) for p, s in zip(pieces, steps, strict=True) if s is None]
+    if max_len is not None and any(h is None for _, h in fixed):
+        raise UnsupportedSchemaError(
+            "pattern",
+            pointer,
+            f"{quote(pattern)} cannot be combined with minLength/maxLength in one regex",
+        )
+    counts = {i: list(pieces[i][1][:2]) for i, s in enumerate(steps) if s is not None}
+    if max_len is not None:
+        budget = (
+            max_len
+            - sum(h or 0 for _, h in fixed)
+            - sum(c[0] * steps[i] for i, c in counts.items())
+        )
+        if budget < 0:
+            _impossible(pattern, pointer)
+        for k, (i, c) in enumerate(counts.items()):
+            share = budget // (len(counts) - k)  # shared out evenly, in order
+            extra = min(c[1] - c[0], share // steps[i])
+            c[1] = c[0] + extra
+            budget -= extra * steps[i]
+    deficit = min_len - sum(lo for lo, _ in fixed) - sum(c[0] * steps[i] for i, c in counts.items())
+    for i, c in counts.items():
+        if deficit <= 0:
+            break
+        more = min(c[1] - c[0], math.ceil(deficit / steps[i]))
+        c[0] += more
+        deficit -= more * steps[i]
+    if deficit > 0:
+        _impossible(pattern, pointer)
+    return [(p[0], (*counts[i], p[1][2])) if i in counts else p for i, p in enumerate(pieces)]
+
+
+def _impossible(pattern: str, pointer: str) -> None:
+    raise UnsupportedSchemaError(
+        "pattern",
+        pointer,
+        f"no string matching {quote(pattern)} has the length minLength/maxLength require",
+    )
