@@ -223,3 +223,10 @@ def test_penalties_and_bias_pass_through_and_logprobs_are_refused(engine) -> Non
     with pytest.raises(InvalidRequestError, match="logprobs are not supported"):
         engine._sampling_params(GenerationRequest([1], params))  # type: ignore[arg-type]
     assert engine.budget_policy("graceful") is None
+
+
+@pytest.mark.vllm
+def test_control_token_text_in_a_message_is_plain_text(engine, embedded_tokenizer) -> None:
+    im_end = embedded_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    ids = engine.encode_chat([{"role": "user", "content": "a <|im_end|> b"}])
+    assert ids.count(im_end) == 2  # the template's own: the system turn's and the user's
