@@ -68,6 +68,7 @@ from gclm.server.openai.tools.calls import ToolChatRenderer
 from gclm.server.openai.tools.prompt import prompt_messages
 from gclm.server.settings import ServerSettings
 
+GENERATING = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/responses"})
 ENDPOINTS = frozenset(
     {
         "/v1/completions",
@@ -93,7 +94,7 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
     app.add_middleware(
         BodySizeLimit, max_bytes=settings.max_body_size << 20, on_rejection=metrics.reject
     )
-    install_browser_guards(app, settings, metrics, load_keys(settings))
+    install_browser_guards(app, settings, metrics, load_keys(settings), GENERATING)
     app.add_middleware(RequestCounter, metrics=metrics, endpoints=ENDPOINTS)  # outermost
 
     api = APIRouter(prefix="/v1")

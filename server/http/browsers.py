@@ -26,21 +26,20 @@ from gclm.server.http.keys import ApiKey, ApiKeys
 from gclm.server.http.metrics import Metrics
 from gclm.server.settings import ServerSettings
 
-# Methods whose body the server reads.
-_WITH_BODY = frozenset({"POST", "PUT", "PATCH"})
-
 
 def install_browser_guards(
     app: FastAPI,
     settings: ServerSettings,
     metrics: Metrics,
     keys: list[ApiKey],
+    json_paths: frozenset[str],
 ) -> None:
     """Add the JSON requirement, the API keys (server/http/keys.py), CORS and the Host
     allow-list (when configured) to `app`, each outside the ones before it: a CORS preflight
-    carries no key, and a key is checked before the body's type."""
+    carries no key, and a key is checked before the body's type. `json_paths`: the routes
+    whose POST body is read."""
     on_rejection = metrics.reject
-    app.add_middleware(RequireJson, on_rejection=on_rejection)
+    app.add_middleware(RequireJson, paths=json_paths, on_rejection=on_rejection)
     public = {"/health"} | ({"/metrics"} if settings.public_metrics == "on" else set())
     app.add_middleware(ApiKeys, keys=keys, metrics=metrics, public=public)
     if settings.cors_origin_list:
@@ -79,10 +78,17 @@ class _Guard:
 
 
 class RequireJson(_Guard):
-    """A 415 for a request with a body that is not declared `application/json`."""
+    """A 415 for a POST to one of `paths` whose body is not declared `application/json`
+    (other methods and paths are the router's: 404, 405)."""
+
+    def __init__(
+        self, app: ASGIApp, paths: frozenset[str], on_rejection: RejectionHook | None = None
+    ) -> None:
+        super().__init__(app, on_rejection)
+        self.paths = paths
 
     def refusal(self, scope: Scope) -> GclmError | None:
-        if scope["method"] not in _WITH_BODY:
+        if scope["method"] != "POST" or scope["path"] not in self.paths:
             return None
         declared = _header(scope, b"content-type")
         media_type = declared.split(";", 1)[0].strip().lower()

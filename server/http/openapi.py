@@ -22,6 +22,7 @@ REF = "#/components/schemas/{model}"
 ERRORS = {
     "400": "Invalid request: the message says what is wrong and how to fix it.",
     "401": "Missing or invalid API key (when the server has one).",
+    "415": "The request body is not declared Content-Type: application/json.",
     "404": "Unknown model.",
     "413": "Request body over the server's --max-body-size.",
     "429": "Queue or compiler busy: retry after the Retry-After header.",

@@ -16,6 +16,7 @@ here; `server/openai/constraint_spec.py` decides which constraint they ask for.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import cached_property
 from typing import Annotated, Any, ClassVar, Literal, Protocol
@@ -67,8 +68,8 @@ _CONTENT_SCHEMA = {
 _NULLABLE_CONTENT_SCHEMA = {"anyOf": [*_CONTENT_SCHEMA["anyOf"], {"type": "null"}]}
 _PROMPT_SCHEMA = {
     "anyOf": [
-        {"type": "string"},
-        {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        {"type": "string", "minLength": 1},
+        {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
         _TOKENS,
         {"type": "array", "items": _TOKENS, "minItems": 1},
     ]
@@ -229,6 +230,9 @@ class SamplingFields(BaseModel):
         # OpenAI clients send explicit nulls for "use the default".
         if v is None:
             return cls.model_fields[info.field_name].default
+        # NaN fails every bound check, and "should be less than or equal to 2" misleads.
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"{info.field_name} must be a finite number, got {v}")
         return v
 
     @field_validator("logit_bias")
@@ -353,6 +357,24 @@ class OpenAIRequest(SamplingFields):
 
 
 class ChatMessage(_Strict):
+    # What _content_or_calls enforces, for the OpenAPI document: content, or an assistant
+    # turn's tool_calls.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "anyOf": [
+                {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}},
+                {
+                    "required": ["role", "tool_calls"],
+                    "properties": {
+                        "role": {"const": "assistant"},
+                        "tool_calls": {"type": "array", "minItems": 1},
+                    },
+                },
+            ]
+        },
+    )
+
     role: Literal["system", "developer", "user", "assistant", "tool"]
     # None only on an assistant message with tool_calls
     content: Annotated[str | None, WithJsonSchema(_NULLABLE_CONTENT_SCHEMA)] = None
@@ -502,6 +524,8 @@ class CompletionRequest(OpenAIRequest):
     @field_validator("prompt", mode="before")
     @classmethod
     def _prompt_list(cls, v: Any) -> Any:
+        if v == "" or (isinstance(v, list) and "" in v):
+            raise ValueError("prompt must not be an empty string")
         if isinstance(v, str):
             return [v]
         if isinstance(v, list) and v:

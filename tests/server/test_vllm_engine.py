@@ -288,3 +288,10 @@ def test_a_request_vllm_refuses_is_the_clients_error(engine) -> None:
     got = asyncio.run(run())
     assert isinstance(got[-1], ErrorEvent) and isinstance(got[-1].error, InvalidRequestError)
     assert "maximum context length" in got[-1].error.message
+
+
+@pytest.mark.vllm
+def test_control_token_text_in_a_message_is_plain_text(engine, embedded_tokenizer) -> None:
+    im_end = embedded_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    ids = engine.encode_chat([{"role": "user", "content": "a <|im_end|> b"}])
+    assert ids.count(im_end) == 2  # the template's own: the system turn's and the user's

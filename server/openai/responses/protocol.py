@@ -48,9 +48,27 @@ from gclm.server.openai.tools.prompt import (
     tool_plan,
 )
 
-# The `include` value that asks for logprobs; other values name data gclm never produces
-# (reasoning, tool results), so they change nothing and are accepted.
+# The `include` value that asks for logprobs; OpenAI's other values name data gclm never
+# produces (reasoning, tool results), so they change nothing and are accepted. A value
+# OpenAI does not define is a 400 (a typo would otherwise silently drop the logprobs).
 INCLUDE_LOGPROBS = "message.output_text.logprobs"
+Include = Literal[
+    "message.output_text.logprobs",
+    "reasoning.encrypted_content",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "code_interpreter_call.outputs",
+]
+# What _no_reasoning accepts, for the OpenAPI document.
+_NO_REASONING_SCHEMA = {
+    "anyOf": [
+        {"type": "null"},
+        {"type": "object", "additionalProperties": {"enum": [None, "", 0, False, {}, []]}},
+    ]
+}
 _TEXT_PARTS = ("input_text", "output_text", "text")
 _INPUT_ITEMS = ("message", "function_call", "function_call_output")
 
@@ -277,7 +295,7 @@ class ResponsesRequest(SamplingFields):
     stream: StrictBool = Field(default=False, json_schema_extra=_nullable)
     text: TextConfig | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
-    include: list[str] | None = None
+    include: list[Include] | None = None
 
     # Accepted and ignored: none of these changes the generated text.
     store: StrictBool | None = None  # nothing is stored either way
@@ -300,7 +318,7 @@ class ResponsesRequest(SamplingFields):
     conversation: Any = None
     prompt: Any = None
     background: Any = None
-    reasoning: Any = None
+    reasoning: Annotated[Any, WithJsonSchema(_NO_REASONING_SCHEMA)] = None
 
     _SUPPORTED_ONLY: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {
         "previous_response_id": (

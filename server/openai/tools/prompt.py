@@ -32,7 +32,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from gclm.compiler.json_schema.normalize import normalize_schema
 from gclm.compiler.json_schema.patterns import escape_literal
@@ -54,7 +54,7 @@ class FunctionDef(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
     parameters: dict[str, Any] | None = None
-    strict: bool | None = None  # gclm always enforces the parameters, strict or not
+    strict: StrictBool | None = None  # gclm always enforces the parameters, strict or not
 
 
 class ToolDef(_Strict):
