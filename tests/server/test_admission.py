@@ -98,7 +98,7 @@ def test_a_burst_larger_than_the_queue_waits_for_free_slots(engine) -> None:
 
     taken, reasons = asyncio.run(burst())
     assert taken == 56 and len(reasons) == 56
-    stats = engine.stats()
+    stats = engine.stats().as_dict()
     assert stats["queue_full_rejections"] == 1
     assert stats["admitted"] >= 56
     assert stats["kv_slots_free"] == 48

@@ -145,9 +145,9 @@ def test_running_streams_decode_between_the_chunks_of_a_long_prompt(tiny_engines
         while chunked.stats().as_dict()["prefill_tokens"] == prefilled:  # the runner's prompt is in
             await asyncio.sleep(0.005)
         passes.clear()
-        before = chunked.stats()
+        before = chunked.stats().as_dict()
         await ids_of(chunked, greedy(long, 2))
-        after = chunked.stats()
+        after = chunked.stats().as_dict()
         await first
         # /metrics' per-step figures: prompt tokens, chunks, steps and their time.
         assert after["prefill_tokens"] - before["prefill_tokens"] == len(long)
