@@ -233,7 +233,7 @@ class FunctionTool(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
     parameters: dict[str, Any] | None = None
-    strict: bool | None = None  # gclm always enforces the parameters, strict or not
+    strict: StrictBool | None = None  # gclm always enforces the parameters, strict or not
 
     def as_chat(self) -> ToolDef:
         function = FunctionDef(
