@@ -11,8 +11,8 @@ built by `ResponsesRenderer` (responses_render.py).
 Function tools (`tools`, `tool_choice`, `parallel_tool_calls`) are chat's tool calling
 (server/openai/tools/): the Responses shapes are turned into chat's `ToolDef` and tool_choice,
 so the prompt, the constraint and its budget guarantee are the same. Earlier `function_call`
-items and `function_call_output` items in `input` become the assistant calls and tool results
-of chat's history.
+items and `function_call_output` items in `input` (responses/input_items.py) become the
+assistant calls and tool results of chat's history.
 
 gclm is stateless: nothing is stored, so `previous_response_id`, `conversation`, `prompt`
 (a stored template) and `background` are a 400; `store` is accepted and has no effect (the
@@ -39,6 +39,13 @@ from typing_extensions import Self
 
 from gclm.errors import InvalidRequestError
 from gclm.server.openai.protocol import MAX_TOP_LOGPROBS, SamplingFields, _nullable
+from gclm.server.openai.responses.input_items import (
+    INPUT_ITEMS,
+    INPUT_SCHEMA,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    InputItem,
+)
 from gclm.server.openai.tools.prompt import (
     NAME_PATTERN,
     FunctionDef,
@@ -69,8 +76,6 @@ _NO_REASONING_SCHEMA = {
         {"type": "object", "additionalProperties": {"enum": [None, "", 0, False, {}, []]}},
     ]
 }
-_TEXT_PARTS = ("input_text", "output_text", "text")
-_INPUT_ITEMS = ("message", "function_call", "function_call_output")
 
 
 class _Strict(BaseModel):
@@ -102,147 +107,6 @@ class TextConfig(_Strict):
     verbosity: Literal["medium"] | None = None
 
 
-# What the "before" validators below accept, for the OpenAPI document (server/http/openapi.py).
-_PARTS_SCHEMA = {
-    "type": "array",
-    "items": {
-        "type": "object",
-        "properties": {"type": {"enum": sorted(_TEXT_PARTS)}, "text": {"type": "string"}},
-        "required": ["type", "text"],
-    },
-}
-_MESSAGE_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "type": {"const": "message"},
-        "role": {"enum": ["user", "assistant", "system", "developer"]},
-        "content": {"anyOf": [{"type": "string"}, _PARTS_SCHEMA]},
-        "id": {"type": ["string", "null"]},
-        "status": {"type": ["string", "null"]},
-        "phase": {"type": ["string", "null"]},
-    },
-    "required": ["role", "content"],
-    "additionalProperties": False,
-}
-_FUNCTION_CALL_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "type": {"const": "function_call"},
-        "call_id": {"type": "string"},
-        "name": {"type": "string"},
-        "arguments": {"type": "string"},
-        "id": {"type": ["string", "null"]},
-        "status": {"type": ["string", "null"]},
-        "namespace": {"type": ["string", "null"]},
-        "caller": {},
-        "async": {},
-    },
-    "required": ["type", "call_id", "name", "arguments"],
-    "additionalProperties": False,
-}
-_FUNCTION_CALL_OUTPUT_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "type": {"const": "function_call_output"},
-        "call_id": {"type": "string"},
-        "output": {"anyOf": [{"type": "string"}, _PARTS_SCHEMA]},
-        "id": {"type": ["string", "null"]},
-        "status": {"type": ["string", "null"]},
-        "name": {"type": ["string", "null"]},
-        "namespace": {"type": ["string", "null"]},
-        "caller": {},
-    },
-    "required": ["type", "call_id", "output"],
-    "additionalProperties": False,
-}
-_INPUT_SCHEMA = {
-    "anyOf": [
-        {"type": "string"},
-        {
-            "type": "array",
-            "items": {
-                "anyOf": [_MESSAGE_SCHEMA, _FUNCTION_CALL_SCHEMA, _FUNCTION_CALL_OUTPUT_SCHEMA]
-            },
-            "minItems": 1,
-        },
-    ]
-}
-
-
-def _flatten_parts(v: Any) -> Any:
-    """Content parts (a list) as their text joined by newlines; anything else unchanged."""
-    if not isinstance(v, list):
-        return v
-    texts = []
-    for part in v:
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "refusal":
-            continue  # an earlier refusal, as chat's `refusal` field: not model input
-        if kind not in _TEXT_PARTS or not isinstance(part.get("text"), str):
-            raise ValueError(
-                f"content part of type {kind!r} is not supported; gclm accepts text and "
-                "{'type': 'input_text', 'text': ...} parts only"
-            )
-        texts.append(part["text"])
-    return "\n".join(texts)
-
-
-class InputMessage(_Strict):
-    """A message item of `input`; content parts are flattened to their text."""
-
-    type: Literal["message"] = "message"
-    role: Literal["user", "assistant", "system", "developer"]
-    content: str
-    # An earlier output item sent back as input carries these; they change nothing.
-    id: str | None = None
-    status: str | None = None
-    phase: str | None = None
-
-    @field_validator("content", mode="before")
-    @classmethod
-    def _text_parts(cls, v: Any) -> Any:
-        return _flatten_parts(v)
-
-
-class FunctionCallItem(_Strict):
-    """An earlier turn's `function_call` output item, sent back as input."""
-
-    type: Literal["function_call"]
-    call_id: str
-    name: str
-    arguments: str  # JSON text, as the output item had it
-    # An earlier output item sent back carries these; they change nothing.
-    id: str | None = None
-    status: str | None = None
-    namespace: str | None = None
-    caller: Any = None
-    async_: Any = Field(default=None, alias="async")
-
-
-class FunctionCallOutputItem(_Strict):
-    """The result of a function call, for the model's next turn."""
-
-    type: Literal["function_call_output"]
-    call_id: str
-    output: str
-    # Echoes of the call it answers; they change nothing.
-    id: str | None = None
-    status: str | None = None
-    name: str | None = None
-    namespace: str | None = None
-    caller: Any = None
-
-    @field_validator("output", mode="before")
-    @classmethod
-    def _text_parts(cls, v: Any) -> Any:
-        return _flatten_parts(v)
-
-
-InputItem = Annotated[
-    InputMessage | FunctionCallItem | FunctionCallOutputItem, Field(discriminator="type")
-]
-
-
 class FunctionTool(_Strict):
     """A function tool, Responses-style: name, description and parameters at the top level
     (chat nests them under "function")."""
@@ -251,7 +115,7 @@ class FunctionTool(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
     parameters: dict[str, Any] | None = None
-    strict: bool | None = None  # gclm always enforces the parameters, strict or not
+    strict: StrictBool | None = None  # gclm always enforces the parameters, strict or not
 
     def as_chat(self) -> ToolDef:
         function = FunctionDef(
@@ -289,7 +153,7 @@ class ResponsesRequest(SamplingFields):
     n: ClassVar[int] = 1  # one output per response
 
     model: str | None = None
-    input: Annotated[list[InputItem], WithJsonSchema(_INPUT_SCHEMA)] = Field(min_length=1)
+    input: Annotated[list[InputItem], WithJsonSchema(INPUT_SCHEMA)] = Field(min_length=1)
     instructions: str | None = None
     max_output_tokens: int | None = Field(default=None, ge=1, strict=True)
     stream: StrictBool = Field(default=False, json_schema_extra=_nullable)
@@ -350,7 +214,7 @@ class ResponsesRequest(SamplingFields):
             items = []
             for item in v:
                 kind = item.get("type", "message") if isinstance(item, dict) else None
-                if kind not in _INPUT_ITEMS:
+                if kind not in INPUT_ITEMS:
                     raise ValueError(
                         f"input items of type {kind!r} are not supported; gclm accepts "
                         "messages ({'role': ..., 'content': ...}), function_call and "

@@ -1,0 +1,160 @@
+"""The Responses API's `input` items: messages, and the function calls and their outputs of
+earlier turns (responses/protocol.py turns them into chat messages for the template).
+
+Content parts are flattened to their text; the fields an earlier output item carries when it
+is sent back (`id`, `status`, ...) are accepted and change nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+_TEXT_PARTS = ("input_text", "output_text", "text")
+INPUT_ITEMS = ("message", "function_call", "function_call_output")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# What the "before" validators below accept, for the OpenAPI document (server/http/openapi.py).
+_PARTS_SCHEMA = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {"type": {"enum": sorted(_TEXT_PARTS)}, "text": {"type": "string"}},
+        "required": ["type", "text"],
+    },
+}
+_MESSAGE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "type": {"const": "message"},
+        "role": {"enum": ["user", "assistant", "system", "developer"]},
+        "content": {"anyOf": [{"type": "string"}, _PARTS_SCHEMA]},
+        "id": {"type": ["string", "null"]},
+        "status": {"type": ["string", "null"]},
+        "phase": {"type": ["string", "null"]},
+    },
+    "required": ["role", "content"],
+    "additionalProperties": False,
+}
+_FUNCTION_CALL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "type": {"const": "function_call"},
+        "call_id": {"type": "string"},
+        "name": {"type": "string"},
+        "arguments": {"type": "string"},
+        "id": {"type": ["string", "null"]},
+        "status": {"type": ["string", "null"]},
+        "namespace": {"type": ["string", "null"]},
+        "caller": {},
+        "async": {},
+    },
+    "required": ["type", "call_id", "name", "arguments"],
+    "additionalProperties": False,
+}
+_FUNCTION_CALL_OUTPUT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "type": {"const": "function_call_output"},
+        "call_id": {"type": "string"},
+        "output": {"anyOf": [{"type": "string"}, _PARTS_SCHEMA]},
+        "id": {"type": ["string", "null"]},
+        "status": {"type": ["string", "null"]},
+        "name": {"type": ["string", "null"]},
+        "namespace": {"type": ["string", "null"]},
+        "caller": {},
+    },
+    "required": ["type", "call_id", "output"],
+    "additionalProperties": False,
+}
+INPUT_SCHEMA = {
+    "anyOf": [
+        {"type": "string"},
+        {
+            "type": "array",
+            "items": {
+                "anyOf": [_MESSAGE_SCHEMA, _FUNCTION_CALL_SCHEMA, _FUNCTION_CALL_OUTPUT_SCHEMA]
+            },
+            "minItems": 1,
+        },
+    ]
+}
+
+
+def _flatten_parts(v: Any) -> Any:
+    """Content parts (a list) as their text joined by newlines; anything else unchanged."""
+    if not isinstance(v, list):
+        return v
+    texts = []
+    for part in v:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "refusal":
+            continue  # an earlier refusal, as chat's `refusal` field: not model input
+        if kind not in _TEXT_PARTS or not isinstance(part.get("text"), str):
+            raise ValueError(
+                f"content part of type {kind!r} is not supported; gclm accepts text and "
+                "{'type': 'input_text', 'text': ...} parts only"
+            )
+        texts.append(part["text"])
+    return "\n".join(texts)
+
+
+class InputMessage(_Strict):
+    """A message item of `input`; content parts are flattened to their text."""
+
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str
+    # An earlier output item sent back as input carries these; they change nothing.
+    id: str | None = None
+    status: str | None = None
+    phase: str | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts(cls, v: Any) -> Any:
+        return _flatten_parts(v)
+
+
+class FunctionCallItem(_Strict):
+    """An earlier turn's `function_call` output item, sent back as input."""
+
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str  # JSON text, as the output item had it
+    # An earlier output item sent back carries these; they change nothing.
+    id: str | None = None
+    status: str | None = None
+    namespace: str | None = None
+    caller: Any = None
+    async_: Any = Field(default=None, alias="async")
+
+
+class FunctionCallOutputItem(_Strict):
+    """The result of a function call, for the model's next turn."""
+
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str
+    # Echoes of the call it answers; they change nothing.
+    id: str | None = None
+    status: str | None = None
+    name: str | None = None
+    namespace: str | None = None
+    caller: Any = None
+
+    @field_validator("output", mode="before")
+    @classmethod
+    def _text_parts(cls, v: Any) -> Any:
+        return _flatten_parts(v)
+
+
+InputItem = Annotated[
+    InputMessage | FunctionCallItem | FunctionCallOutputItem, Field(discriminator="type")
+]
