@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import BudgetTooSmallError, InternalError
 from gclm.masking.masks import MaskTable, mask_table
@@ -43,6 +45,12 @@ class ConstraintState:
         )
 
     @property
+    def thinking(self) -> bool:
+        """Whether the sequence is in a reasoning phase before its constraint (always False
+        here; masking/reasoning.py's ReasoningState has one)."""
+        return False
+
+    @property
     def is_accepting(self) -> bool:
         """Whether the text so far is a complete output of the constraint."""
         return self.mask_table.is_accepting(self.state)
@@ -60,6 +68,20 @@ class ConstraintState:
         if not self.is_accepting:
             return False
         return tokens_left <= 0 or not self.mask_table.has_tokens(self.state)
+
+    def allowed_row(self, tokens_left: int | None) -> np.ndarray:
+        """int32 [W]: the tokens this sequence may sample next, with `tokens_left` left
+        (counting this one; ignored, may be None, when it is not budget-aware).
+
+        Raises:
+            InternalError: no token is allowed (the budget was not checked).
+            ValueError: a budget-aware sequence without tokens_left.
+        """
+        if not self.budget_aware:
+            return self.mask_table.forward_row(self.state)
+        if tokens_left is None:
+            raise ValueError("A budget-aware sequence needs tokens_left.")
+        return self.mask_table.row(self.state, tokens_left)
 
     def advance(self, token_id: int, tokens_left: int | None = None) -> None:
         """Consume one sampled token: one gather over the state's successor groups.
