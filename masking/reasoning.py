@@ -23,7 +23,7 @@ Both say the same thing: after `v`, the marker and the answer (or the marker wit
 still fit. When every token but the marker's next one would break them, only that one is
 allowed: the close is forced, token by token, and the answer starts with exactly its
 minimum left (or more, under a cap). A request needs `L + d0` tokens at least
-(`check_reasoning_budget`), which holds `r - 1 >= close(0) + d0` at the first step; each
+(`check_budget(..., thinking=spec)`), which holds `r - 1 >= close(0) + d0` at the first step; each
 step keeps it, so a row is never empty.
 """
 
@@ -36,7 +36,7 @@ from functools import lru_cache
 import numpy as np
 
 from gclm.compiler.tables import CompiledTable
-from gclm.errors import BudgetTooSmallError, InternalError
+from gclm.errors import InternalError
 from gclm.masking.masks import num_words, set_bit
 from gclm.masking.state import ConstraintState
 
@@ -60,19 +60,6 @@ class ThinkingSpec:
         return len(self.end_ids) + table.min_tokens
 
 
-def check_reasoning_budget(
-    table: CompiledTable, spec: ThinkingSpec, budget: int, param: str = "max_tokens"
-) -> None:
-    """Refuse up front a budget that cannot hold the end marker plus the answer's minimum.
-
-    Raises:
-        BudgetTooSmallError: naming `spec.min_tokens(table)` and `param`.
-    """
-    need = spec.min_tokens(table)
-    if budget < need:
-        raise BudgetTooSmallError(need, budget, param=param)
-
-
 def _failure(ids: Sequence[int]) -> list[int]:
     """KMP failure function: fail[i] is the longest proper prefix of ids[:i + 1] that is
     also its suffix."""
@@ -85,6 +72,37 @@ def _failure(ids: Sequence[int]) -> list[int]:
             k += 1
         fail[i] = k
     return fail
+
+
+def _step(ids: Sequence[int], fail: Sequence[int], matched: int, token: int) -> int:
+    """How many marker tokens the text ends with after `token`, when it ended with
+    `matched` of them (one KMP step)."""
+    while matched and ids[matched] != token:
+        matched = fail[matched - 1]
+    return matched + 1 if ids[matched] == token else 0
+
+
+class ThinkingWatch:
+    """Where an unmasked sequence (no constraint) stands in its thinking: the same marker
+    tracking as ReasoningState, without a mask (the model closes when it likes)."""
+
+    __slots__ = ("end_ids", "thinking", "matched", "thinking_tokens", "_fail")
+
+    def __init__(self, end_ids: Sequence[int]) -> None:
+        self.end_ids = tuple(end_ids)
+        self.thinking = True
+        self.matched = 0
+        self.thinking_tokens = 0
+        self._fail = _failure(self.end_ids)
+
+    def advance(self, token_id: int, tokens_left: int | None = None) -> None:
+        """Take one token; thinking ends with the marker's last one."""
+        if not self.thinking:
+            return
+        self.thinking_tokens += 1
+        self.matched = _step(self.end_ids, self._fail, self.matched, token_id)
+        if self.matched == len(self.end_ids):
+            self.thinking = False
 
 
 @lru_cache(maxsize=16)
@@ -156,10 +174,7 @@ class ReasoningState(ConstraintState):
 
     def after(self, token: int) -> int:
         """How many marker tokens the thinking ends with after `token` (KMP step)."""
-        ids, m = self.spec.end_ids, self.matched
-        while m and ids[m] != token:
-            m = self._fail[m - 1]
-        return m + 1 if ids[m] == token else 0
+        return _step(self.spec.end_ids, self._fail, self.matched, token)
 
     def slack(self, tokens_left: int | None) -> int:
         """The most tokens the marker may still take after the next token (the module
@@ -189,7 +204,7 @@ class ReasoningState(ConstraintState):
             raise InternalError(
                 f"No token is allowed while thinking: {tokens_left} tokens left cannot hold "
                 f"the end marker's last {ends - self.matched} tokens and the answer's "
-                f"{self.table.min_tokens}. The budget was not checked (check_reasoning_budget)."
+                f"{self.table.min_tokens}. The budget was not checked (check_budget with thinking)."
             )
         return row
 

@@ -2,21 +2,33 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import BudgetTooSmallError, InternalError
 from gclm.masking.masks import MaskTable, mask_table
 
+if TYPE_CHECKING:
+    from gclm.masking.reasoning import ThinkingSpec
 
-def check_budget(table: CompiledTable, budget: int, param: str = "max_tokens") -> None:
-    """Refuse a request up front when `budget` tokens cannot complete the constraint.
+
+def check_budget(
+    table: CompiledTable,
+    budget: int,
+    param: str = "max_tokens",
+    thinking: ThinkingSpec | None = None,
+) -> None:
+    """Refuse a request up front when `budget` tokens cannot complete the constraint (after
+    closing its thinking, for a request that thinks first: masking/reasoning.py).
 
     Raises:
-        BudgetTooSmallError: `budget < table.min_tokens`; the message names `param`.
+        BudgetTooSmallError: `budget` is below the minimum; the message names `param`.
     """
-    if budget < table.min_tokens:
-        raise BudgetTooSmallError(table.min_tokens, budget, param=param)
+    need = table.min_tokens if thinking is None else thinking.min_tokens(table)
+    if budget < need:
+        raise BudgetTooSmallError(need, budget, param=param)
 
 
 class ConstraintState:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.tables import CompiledTable
 from gclm.masking.policy import BudgetPolicy
+from gclm.masking.reasoning import ThinkingSpec
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ class GenerationRequest:
     budget_aware: bool = True  # False: forward-only DFA mask (comparisons only)
     request_id: str = ""
     policy: BudgetPolicy | None = None  # reweights a budget-aware row's masked logits
+    # A reasoning phase before the output (masking/reasoning.py); None: no thinking.
+    thinking: ThinkingSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,8 @@ class TokenEvent:
     token_ids: tuple[int, ...]  # the tokens since the previous event (EOS excluded)
     # One per token in token_ids when the request asked for logprobs, else empty.
     logprobs: tuple[TokenLogprob, ...] = ()
+    # Thinking text (the end marker left out), before the answer, of a thinking request.
+    reasoning: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,7 @@ class FinishEvent:
     finish_reason: str  # "stop" | "length" | "cancelled"
     prompt_tokens: int
     completion_tokens: int
+    reasoning_tokens: int | None = None  # of completion_tokens; None: not a thinking request
 
 
 @dataclass(frozen=True)
@@ -128,8 +134,9 @@ class Engine(Protocol):
 
     def encode_prompt(self, prompt: str) -> list[int]: ...
 
-    def render_chat(self, messages: list[dict[str, Any]]) -> str:
-        """Apply the tokenizer's chat template, ending with the assistant turn's start."""
+    def render_chat(self, messages: list[dict[str, Any]], **template_kwargs: Any) -> str:
+        """Apply the tokenizer's chat template, ending with the assistant turn's start;
+        `template_kwargs` go to the template (`enable_thinking`)."""
         ...
 
     def budget_policy(self, name: str) -> BudgetPolicy | None:

@@ -174,10 +174,10 @@ class VllmEngine:
     def encode_prompt(self, prompt: str) -> list[int]:
         return list(self.tokenizer.encode(prompt, add_special_tokens=True))
 
-    def render_chat(self, messages: list[dict[str, Any]]) -> str:
+    def render_chat(self, messages: list[dict[str, Any]], **template_kwargs: Any) -> str:
         try:
             return self.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
+                messages, tokenize=False, add_generation_prompt=True, **template_kwargs
             )
         except Exception as e:  # the template's own checks (roles, order)
             raise InvalidRequestError(

@@ -45,6 +45,8 @@ class ChoiceOutput:
     text: str = ""
     finish_reason: str = "stop"
     logprobs: list[TokenLogprob] | None = None  # None: not asked for
+    reasoning: str = ""  # a thinking request's thinking (server/openai/reasoning.py)
+    reasoning_tokens: int = 0
 
 
 class TopLogprob(BaseModel):
@@ -207,6 +209,10 @@ class Renderer:
         """A piece of text (logprobs: one per token in it, None when not asked for); None
         when there is nothing to send yet (a tool call's text held back)."""
         raise NotImplementedError
+
+    def reasoning_delta(self, index: int, text: str) -> BaseModel | None:
+        """A piece of thinking text (server/openai/reasoning.py); None: not sent."""
+        return None
 
     def finish(self, index: int, finish_reason: str) -> list[BaseModel]:
         raise NotImplementedError

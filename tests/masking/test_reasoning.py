@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from gclm.errors import BudgetTooSmallError, InternalError
 from gclm.masking import allocate_bitmask, apply_bitmask, fill_bitmask
 from gclm.masking.drafts import Drafter
-from gclm.masking.reasoning import ReasoningState, ThinkingSpec, check_reasoning_budget
+from gclm.masking.reasoning import ReasoningState, ThinkingSpec
+from gclm.masking.state import check_budget
 
 V, EOS, A, B = 40, 39, 0, 1
 # A marker that overlaps itself ("x y x z"): after "x y x", a "y" leaves "x y" matched.
@@ -55,9 +56,9 @@ def run(state: ReasoningState, budget: int, pick) -> tuple[list[int], list[int]]
 def test_min_tokens_counts_marker_and_answer(aa_b):
     spec = ThinkingSpec(MARKER)
     assert spec.min_tokens(aa_b) == 4 + 2
-    check_reasoning_budget(aa_b, spec, 6)
+    check_budget(aa_b, 6, thinking=spec)
     with pytest.raises(BudgetTooSmallError, match="needs 6 tokens") as e:
-        check_reasoning_budget(aa_b, spec, 5, param="max_completion_tokens")
+        check_budget(aa_b, 5, "max_completion_tokens", thinking=spec)
     assert e.value.param == "max_completion_tokens" and e.value.min_tokens == 6
 
 

@@ -148,7 +148,7 @@ class FakeEngine:
     def encode_prompt(self, prompt: str) -> list[int]:
         return list(prompt.encode())
 
-    def render_chat(self, messages: list[dict[str, Any]]) -> str:
+    def render_chat(self, messages: list[dict[str, Any]], **template_kwargs: Any) -> str:
         turns = "".join(f"<|{m['role']}|>{m['content']}\n" for m in messages)
         return turns + "<|assistant|>"
 

@@ -150,11 +150,11 @@ class BatchEngine:
         self._check_chars(len(prompt), "prompt")
         return list(self.tokenizer.encode(prompt, add_special_tokens=True))
 
-    def render_chat(self, messages: list[dict[str, Any]]) -> str:
+    def render_chat(self, messages: list[dict[str, Any]], **template_kwargs: Any) -> str:
         self._check_chars(sum(len(str(m.get("content", ""))) for m in messages), "messages")
         try:
             return self.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True
+                messages, tokenize=False, add_generation_prompt=True, **template_kwargs
             )
         except Exception as e:  # the template's own checks (roles, order)
             raise InvalidRequestError(
@@ -195,7 +195,7 @@ class BatchEngine:
             )
         table = request.table
         if table is not None and request.budget_aware:
-            check_budget(table, request.params.max_tokens)
+            check_budget(table, request.params.max_tokens, thinking=request.thinking)
         if max(request.prompt_ids) >= self.vocab.size or min(request.prompt_ids) < 0:
             raise InvalidRequestError(
                 f"Prompt token ids must be in [0, {self.vocab.size}).", param="prompt"
