@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -10,15 +10,20 @@ from gclm.compiler.tables import CompiledTable
 from gclm.errors import BudgetTooSmallError, InternalError
 from gclm.masking.masks import MaskTable, mask_table
 
-if TYPE_CHECKING:
-    from gclm.masking.reasoning import ThinkingSpec
+
+class Prelude(Protocol):
+    """What comes before the constraint (masking/reasoning.py's ThinkingSpec: thinking)."""
+
+    def min_tokens(self, table: CompiledTable) -> int:
+        """The fewest tokens the prelude plus the constraint take."""
+        ...
 
 
 def check_budget(
     table: CompiledTable,
     budget: int,
     param: str = "max_tokens",
-    thinking: ThinkingSpec | None = None,
+    thinking: Prelude | None = None,
 ) -> None:
     """Refuse a request up front when `budget` tokens cannot complete the constraint (after
     closing its thinking, for a request that thinks first: masking/reasoning.py).
