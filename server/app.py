@@ -208,7 +208,9 @@ class _Service:
         return self.engine.encode_prompt(text)
 
     def responses_prompt(self, body: ResponsesRequest) -> list[int]:
-        return self.engine.encode_prompt(self.engine.render_chat(body.messages()))
+        # No reasoning items on /v1/responses yet: a reasoning model answers without thinking.
+        no_thinking = {"enable_thinking": False} if self.reasoning is not None else {}
+        return self.engine.encode_prompt(self.engine.render_chat(body.messages(), **no_thinking))
 
     def completion_prompts(self, body: CompletionRequest) -> list[list[int]]:
         return [p if isinstance(p, list) else self.engine.encode_prompt(p) for p in body.prompt]

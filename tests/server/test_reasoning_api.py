@@ -116,6 +116,15 @@ async def test_thinking_off(engine: FakeEngine, tmp_path, extra: dict[str, Any])
     assert engine.template_kwargs[-1] == {"enable_thinking": False}
 
 
+async def test_responses_answer_without_thinking(engine: FakeEngine, tmp_path) -> None:
+    engine.script = lambda request: ["Hello"]
+    async with http_client(app_for(engine, tmp_path)) as http:
+        response = await http.post("/v1/responses", json={"input": "Hi"})
+    assert response.status_code == 200, response.text
+    assert engine.template_kwargs[-1] == {"enable_thinking": False}
+    assert engine.submits[-1].thinking is None
+
+
 async def test_include_reasoning_false(engine: FakeEngine, tmp_path) -> None:
     app = app_for(engine, tmp_path)
     response = await post(app, max_tokens=20, include_reasoning=False)
