@@ -81,6 +81,8 @@ def minimum(url: str) -> int:
         "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}},
     }
     error = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=600).json()["error"]
+    if error.get("code") != "budget_too_small":
+        raise RuntimeError(f"expected the budget 400, got: {error}")
     return int(error["message"].split("needs ")[1].split(" tokens")[0])
 
 
@@ -110,6 +112,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
     extra = ("--reasoning-parser", "deepseek_r1", "--chat-template", str(TEMPLATE))
+    extra += ("--compile-timeout", "120")  # a shared machine: do not time the compile out
     with GclmServer(max_batch=8, extra_args=extra) as server:
         low = minimum(server.url)
         steps = [0, 20, 100] if args.quick else [0, 5, 10, 20, 40, 60, 100, 150, 200]

@@ -36,6 +36,7 @@ MESSAGES = [{"role": "user", "content": "Invent a person. Think first, then answ
 @pytest.fixture(scope="module")
 def client() -> Iterator[openai.OpenAI]:
     args = ("--reasoning-parser", "deepseek_r1", "--chat-template", str(TEMPLATE))
+    args += ("--compile-timeout", "120")  # a loaded machine must not time the compile out
     with GclmServer(max_batch=8, extra_args=args) as server:
         with openai.OpenAI(
             base_url=f"{server.url}/v1", api_key="x", timeout=300.0, max_retries=0
