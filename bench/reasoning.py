@@ -56,9 +56,11 @@ def request(url: str, budget: int, mode: str, seed: int) -> dict[str, Any]:
     }
     if mode == "fixed":
         body["thinking_token_budget"] = FIXED_CAP
-        body["structured_outputs"] = {"budget_aware": False}
+        del body["response_format"]
+        body["structured_outputs"] = {"json": SCHEMA, "budget_aware": False}
     r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=600)
-    r.raise_for_status()
+    if r.status_code != 200:
+        raise RuntimeError(f"{mode} at max_tokens={budget}: {r.status_code} {r.text}")
     out = r.json()
     choice = out["choices"][0]
     try:
