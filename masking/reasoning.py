@@ -23,8 +23,8 @@ Both say the same thing: after `v`, the marker and the answer (or the marker wit
 still fit. When every token but the marker's next one would break them, only that one is
 allowed: the close is forced, token by token, and the answer starts with exactly its
 minimum left (or more, under a cap). A request needs `L + d0` tokens at least
-(`check_budget(..., thinking=spec)`), which holds `r - 1 >= close(0) + d0` at the first step; each
-step keeps it, so a row is never empty.
+(`check_budget(..., thinking=spec)`), which holds `r - 1 >= close(0) + d0` at the first
+step; each step keeps it, so a row is never empty.
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ class ReasoningState(ConstraintState):
             raise InternalError(
                 f"No token is allowed while thinking: {tokens_left} tokens left cannot hold "
                 f"the end marker's last {ends - self.matched} tokens and the answer's "
-                f"{self.table.min_tokens}. The budget was not checked (check_budget with thinking)."
+                f"{self.table.min_tokens}: check_budget(..., thinking=...) did not run."
             )
         return row
 
