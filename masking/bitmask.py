@@ -74,12 +74,7 @@ def fill_bitmask(
         )
     if seq.finished:
         raise InternalError("The sequence already emitted EOS; evict it instead of masking it.")
-    if seq.budget_aware:
-        if tokens_left is None:
-            raise ValueError("A budget-aware sequence needs tokens_left.")
-        buf[row] = masks.row(seq.state, tokens_left)
-    else:
-        buf[row] = masks.forward_row(seq.state)
+    buf[row] = seq.allowed_row(tokens_left)
 
 
 @lru_cache(maxsize=8)

@@ -37,6 +37,8 @@ class Drafter:
     def draft(self, state: ConstraintState, tokens_left: int, limit: int) -> list[int]:
         """Up to `limit` tokens the constraint forces after `state`, each leaving enough of
         the `tokens_left` budget (counting the first draft) to finish."""
+        if state.thinking:  # free text: nothing is forced (a forced close is one token a step)
+            return []
         masks, s = state.mask_table, state.state
         out: list[int] = []
         left = tokens_left if state.budget_aware else 1 << 30

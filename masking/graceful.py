@@ -254,6 +254,8 @@ class GracefulPolicy:
         Cost: nothing past the horizon; else at most one pass over the row plus the token
         lists of the state's smaller groups.
         """
+        if state.thinking:  # free text before the constraint: nothing to pace yet
+            return
         table = state.table
         sets, pens, blanks, empty = self.penalties(table, state.state, tokens_left, budget)
         if not sets and not blanks and not empty:

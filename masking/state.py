@@ -2,19 +2,38 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
+import numpy as np
+
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import BudgetTooSmallError, InternalError
 from gclm.masking.masks import MaskTable, mask_table
 
 
-def check_budget(table: CompiledTable, budget: int, param: str = "max_tokens") -> None:
-    """Refuse a request up front when `budget` tokens cannot complete the constraint.
+class Prelude(Protocol):
+    """What comes before the constraint (masking/reasoning.py's ThinkingSpec: thinking)."""
+
+    def min_tokens(self, table: CompiledTable) -> int:
+        """The fewest tokens the prelude plus the constraint take."""
+        ...
+
+
+def check_budget(
+    table: CompiledTable,
+    budget: int,
+    param: str = "max_tokens",
+    thinking: Prelude | None = None,
+) -> None:
+    """Refuse a request up front when `budget` tokens cannot complete the constraint (after
+    closing its thinking, for a request that thinks first: masking/reasoning.py).
 
     Raises:
-        BudgetTooSmallError: `budget < table.min_tokens`; the message names `param`.
+        BudgetTooSmallError: `budget` is below the minimum; the message names `param`.
     """
-    if budget < table.min_tokens:
-        raise BudgetTooSmallError(table.min_tokens, budget, param=param)
+    need = table.min_tokens if thinking is None else thinking.min_tokens(table)
+    if budget < need:
+        raise BudgetTooSmallError(need, budget, param=param)
 
 
 class ConstraintState:
@@ -43,6 +62,12 @@ class ConstraintState:
         )
 
     @property
+    def thinking(self) -> bool:
+        """Whether the sequence is in a reasoning phase before its constraint (always False
+        here; masking/reasoning.py's ReasoningState has one)."""
+        return False
+
+    @property
     def is_accepting(self) -> bool:
         """Whether the text so far is a complete output of the constraint."""
         return self.mask_table.is_accepting(self.state)
@@ -60,6 +85,20 @@ class ConstraintState:
         if not self.is_accepting:
             return False
         return tokens_left <= 0 or not self.mask_table.has_tokens(self.state)
+
+    def allowed_row(self, tokens_left: int | None) -> np.ndarray:
+        """int32 [W]: the tokens this sequence may sample next, with `tokens_left` left
+        (counting this one; ignored, may be None, when it is not budget-aware).
+
+        Raises:
+            InternalError: no token is allowed (the budget was not checked).
+            ValueError: a budget-aware sequence without tokens_left.
+        """
+        if not self.budget_aware:
+            return self.mask_table.forward_row(self.state)
+        if tokens_left is None:
+            raise ValueError("A budget-aware sequence needs tokens_left.")
+        return self.mask_table.row(self.state, tokens_left)
 
     def advance(self, token_id: int, tokens_left: int | None = None) -> None:
         """Consume one sampled token: one gather over the state's successor groups.

@@ -28,6 +28,7 @@ from gclm.errors import (
     ModelNotFoundError,
 )
 from gclm.masking import check_budget
+from gclm.masking.reasoning import ThinkingSpec
 from gclm.server.engine.protocol import (
     Engine,
     FinishEvent,
@@ -49,6 +50,13 @@ from gclm.server.http.streaming import (
 )
 from gclm.server.openai.constraint_spec import ConstraintSpec, constraint_spec, with_param
 from gclm.server.openai.protocol import ChatCompletionRequest, CompletionRequest, GenerationBody
+from gclm.server.openai.reasoning import (
+    ReasoningChatRenderer,
+    ReasoningFields,
+    ReasoningParser,
+    check_reasoning,
+    with_reasoning_tokens,
+)
 from gclm.server.openai.render import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -81,11 +89,15 @@ ENDPOINTS = frozenset(
 )
 
 
-def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAPI:
-    """Build the FastAPI app serving `engine` (the engine's lifetime is the caller's)."""
+def create_app(
+    engine: Engine, settings: ServerSettings | None = None, reasoning: ReasoningParser | None = None
+) -> FastAPI:
+    """Build the FastAPI app serving `engine` (the engine's lifetime is the caller's);
+    `reasoning`: the served model's thinking markers (server/openai/reasoning.py)."""
     settings = settings or ServerSettings()
     metrics = Metrics(engine)
     service = _Service(engine, settings, metrics)
+    service.reasoning = reasoning
     started = int(time.time())
 
     app = FastAPI(title="gclm", summary="Constrained generation, OpenAI-compatible.")
@@ -103,11 +115,16 @@ def create_app(engine: Engine, settings: ServerSettings | None = None) -> FastAP
     async def chat_completions(request: Request) -> Response:
         body = ChatCompletionRequest.parse(await request.body())
         service.check_model(body)
+        check_reasoning(body, service.reasoning)
         plan = body.tool_plan
         prompt = await run_in_threadpool(service.chat_prompt, body)
         renderer = ChatRenderer(engine.model_id)
         if plan is not None and plan.calls_allowed:
             renderer = ToolChatRenderer(engine.model_id)
+        elif service.reasoning is not None and service.thinks(body):
+            renderer = ReasoningChatRenderer(
+                engine.model_id, service.reasoning, body.include_reasoning
+            )
         return await service.generate(request, body, [prompt], renderer)
 
     @api.post("/completions")
@@ -170,19 +187,31 @@ class _Service:
         self.engine = engine
         self.settings = settings
         self.metrics = metrics
+        self.reasoning: ReasoningParser | None = None
 
     # Templating and tokenizing run in a worker thread (run_in_threadpool): a long prompt must
     # not stop the event loop, which answers every other request and /health.
     def chat_prompt(self, body: ChatCompletionRequest) -> list[int]:
         messages = [m.for_template() for m in body.messages]
-        return self.engine.encode_chat(prompt_messages(messages, body.tools, body.tool_plan))
+        messages = prompt_messages(messages, body.tools, body.tool_plan)
+        return self.engine.encode_chat(messages, **body.template_kwargs())
 
     def responses_prompt(self, body: ResponsesRequest) -> list[int]:
         messages = prompt_messages(body.messages(), body.chat_tools, body.tool_plan)
-        return self.engine.encode_chat(messages)
+        # No reasoning items on /v1/responses yet: a reasoning model answers without thinking.
+        no_thinking = {"enable_thinking": False} if self.reasoning is not None else {}
+        return self.engine.encode_chat(messages, **no_thinking)
 
     def completion_prompts(self, body: CompletionRequest) -> list[list[int]]:
         return [p if isinstance(p, list) else self.engine.encode_prompt(p) for p in body.prompt]
+
+    def thinks(self, body: GenerationBody) -> bool:
+        """Whether the request thinks before its output (a reasoning model's chat)."""
+        return (
+            self.reasoning is not None
+            and isinstance(body, ReasoningFields)
+            and body.wants_thinking()
+        )
 
     def check_model(self, body: GenerationBody) -> None:
         if body.model is not None and body.model != self.engine.model_id:
@@ -204,7 +233,12 @@ class _Service:
         spec = constraint_spec(body)
         table = await self.compile(spec) if spec is not None else None
         budget_aware = spec.budget_aware if spec is not None else True
-        max_tokens = self.budget(body, table, budget_aware)
+        parser = self.reasoning if self.thinks(body) else None
+        marker = ThinkingSpec(parser.end_ids) if parser is not None else None
+        max_tokens = self.budget(body, table, budget_aware, marker)
+        thinking = None
+        if parser is not None and isinstance(body, ReasoningFields):
+            thinking = parser.thinking(body, table, max_tokens)
         policy = self.engine.budget_policy(spec.budget_policy) if spec and budget_aware else None
         requests = [
             GenerationRequest(
@@ -213,6 +247,7 @@ class _Service:
                 table=table,
                 budget_aware=budget_aware,
                 policy=policy,
+                thinking=thinking,
                 request_id=f"{renderer.id}-{p * body.n + i}",
             )
             for p, prompt in enumerate(prompts)
@@ -237,6 +272,8 @@ class _Service:
         finally:
             sequences.close()
         usage = Usage.of(prompt_tokens, completion_tokens, cached_tokens)
+        if thinking is not None:
+            usage = with_reasoning_tokens(usage, sum(out.reasoning_tokens for out in outputs))
         final = renderer.final(outputs, usage)
         return Response(final.model_dump_json(), media_type="application/json")
 
@@ -263,8 +300,15 @@ class _Service:
         finally:
             self.metrics.compile_seconds.observe(time.perf_counter() - started)
 
-    def budget(self, body: GenerationBody, table: CompiledTable | None, budget_aware: bool) -> int:
-        """max_tokens for every choice: the user's, or a default that fits the constraint.
+    def budget(
+        self,
+        body: GenerationBody,
+        table: CompiledTable | None,
+        budget_aware: bool,
+        thinking: ThinkingSpec | None = None,
+    ) -> int:
+        """max_tokens for every choice: the user's, or a default that fits the constraint
+        (after the end of thinking, for a request that thinks first).
 
         Raises BudgetTooSmallError when a budget-aware constraint cannot finish within the
         user's budget. budget_aware=False skips the check: that mode exists to show what
@@ -275,11 +319,10 @@ class _Service:
         if requested is None:
             if table is None:
                 return s.default_max_tokens
-            return max(
-                s.constrained_max_tokens_floor, s.constrained_max_tokens_factor * table.min_tokens
-            )
+            need = table.min_tokens if thinking is None else thinking.min_tokens(table)
+            return max(s.constrained_max_tokens_floor, s.constrained_max_tokens_factor * need)
         if table is not None and budget_aware:
-            check_budget(table, requested, param)
+            check_budget(table, requested, param, thinking=thinking)
         return requested
 
     def submit_all(self, requests: list[GenerationRequest]) -> list[Handle]:
@@ -304,23 +347,26 @@ class _Service:
         """
         n = len(sequences.handles)
         pieces: list[list[str]] = [[] for _ in range(n)]
+        thoughts: list[list[str]] = [[] for _ in range(n)]
         outputs = [ChoiceOutput(logprobs=[] if with_logprobs else None) for _ in range(n)]
         completion_tokens = cached_tokens = 0
         async with aclosing(sequences.events()) as events:
             async for index, event in events:
                 if isinstance(event, TokenEvent):
-                    pieces[index].append(event.text)
+                    (thoughts if event.reasoning else pieces)[index].append(event.text)
                     if with_logprobs:
                         outputs[index].logprobs.extend(event.logprobs)  # type: ignore[union-attr]
                 elif isinstance(event, FinishEvent):
                     outputs[index].finish_reason = renderer.finish_reason(event)
+                    outputs[index].reasoning_tokens = event.reasoning_tokens or 0
                     completion_tokens += event.completion_tokens
                     cached_tokens += event.cached_tokens if index % n == 0 else 0
                     self.metrics.completion_tokens.inc(event.completion_tokens)
                 else:
                     raise as_gclm_error(event.error)
-        for out, texts in zip(outputs, pieces, strict=True):
+        for out, texts, thought in zip(outputs, pieces, thoughts, strict=True):
             out.text = "".join(texts)
+            out.reasoning = "".join(thought)
         return outputs, completion_tokens, cached_tokens
 
     async def stream(
@@ -340,9 +386,14 @@ class _Service:
             yield frame(chunk)
         with_logprobs = body.logprobs_count is not None
         completion_tokens = cached_tokens = 0
+        reasoning_tokens: int | None = None
         async with aclosing(sequences.events()) as events:
             async for index, event in events:
-                if isinstance(event, TokenEvent):
+                if isinstance(event, TokenEvent) and event.reasoning:
+                    chunk = renderer.reasoning_delta(index, event.text)
+                    if chunk is not None:
+                        yield frame(chunk)
+                elif isinstance(event, TokenEvent):
                     # A token that completes no character yet sends nothing (its logprob
                     # goes with the text that completes it).
                     if event.text or (with_logprobs and event.logprobs):
@@ -352,6 +403,8 @@ class _Service:
                 elif isinstance(event, FinishEvent):
                     completion_tokens += event.completion_tokens
                     cached_tokens += event.cached_tokens if index % body.n == 0 else 0
+                    if event.reasoning_tokens is not None:
+                        reasoning_tokens = (reasoning_tokens or 0) + event.reasoning_tokens
                     self.metrics.completion_tokens.inc(event.completion_tokens)
                     for chunk in renderer.finish(index, renderer.finish_reason(event)):
                         yield frame(chunk)
@@ -362,6 +415,7 @@ class _Service:
                         yield line
                     return
         usage = Usage.of(prompt_tokens, completion_tokens, cached_tokens)
+        usage = with_reasoning_tokens(usage, reasoning_tokens)
         for chunk in renderer.closing(usage, body.include_usage):
             yield frame(chunk)
         if renderer.done is not None:

@@ -111,6 +111,17 @@ def _parser() -> argparse.ArgumentParser:
         choices=("transformers", "vllm"),
         help="generation engine (default transformers)",
     )
+    serve.add_argument(
+        "--reasoning-parser",
+        choices=("deepseek_r1", "qwen3"),
+        help="the model thinks between <think> and </think> before it answers (default: off)",
+    )
+    serve.add_argument(
+        "--chat-template",
+        type=Path,
+        metavar="FILE",
+        help="Jinja chat template to use instead of the model's",
+    )
     vllm = serve.add_argument_group("vLLM engine options (with --engine vllm)")
     vllm.add_argument("--tensor-parallel-size", type=int, help="GPUs per model replica (default 1)")
     vllm.add_argument("--pipeline-parallel-size", type=int, help="pipeline stages (default 1)")

@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gclm.compiler.cache import TableCache
@@ -19,6 +20,7 @@ from gclm.compiler.worker import CompileLimits
 from gclm.errors import CompilerBusyError
 from gclm.masking.masks import table_memory
 from gclm.server.engine.transformers.engine import DRAFT_TOKENS, BatchEngine
+from gclm.server.openai.reasoning import ReasoningParser
 from gclm.server.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -61,6 +63,7 @@ def build_engine(settings: ServerSettings) -> BuiltEngine:
         loaded.dtype,
         time.perf_counter() - started,
     )
+    replace_chat_template(loaded.tokenizer, settings.chat_template)
     vocab = TokenVocabulary.from_tokenizer(loaded.tokenizer)
     pool, cache = build_compiler(settings, vocab)
     if not pool.wait_ready(START_TIMEOUT_S):
@@ -148,6 +151,7 @@ def build_vllm_engine(settings: ServerSettings) -> BuiltEngine:
         )
     configure_cpu_defaults(settings.cache_dir)
     tokenizer = load_tokenizer(settings.model, settings.cache_dir)
+    replace_chat_template(tokenizer, settings.chat_template)
     vocab = TokenVocabulary.from_tokenizer(tokenizer)
     pool, cache = build_compiler(settings, vocab)
     switch = {"auto": None, "on": True, "off": False}
@@ -198,6 +202,26 @@ def server_config(app: Any, settings: ServerSettings, **options: Any) -> Any:
     )
 
 
+def replace_chat_template(tokenizer: Any, path: Path | None) -> None:
+    """Serve with the Jinja template in `path` instead of the model's (vLLM's
+    --chat-template). Raises ModelLoadError when the file cannot be read."""
+    if path is None:
+        return
+    from gclm.errors import ModelLoadError
+
+    try:
+        tokenizer.chat_template = path.read_text()
+    except OSError as e:
+        raise ModelLoadError(f"--chat-template {path} cannot be read: {e}") from e
+
+
+def reasoning_parser(settings: ServerSettings, engine: Any) -> ReasoningParser | None:
+    """The served model's thinking markers (--reasoning-parser), or None."""
+    if settings.reasoning_parser is None:
+        return None
+    return ReasoningParser.named(settings.reasoning_parser, engine.tokenizer)
+
+
 def serve(settings: ServerSettings) -> None:
     """Run until interrupted."""
     import uvicorn
@@ -218,7 +242,7 @@ def serve(settings: ServerSettings) -> None:
             built.close()
 
     try:
-        app = create_app(engine, settings)
+        app = create_app(engine, settings, reasoning=reasoning_parser(settings, engine))
         app.router.lifespan_context = lifespan
         log.info("serving %s on http://%s:%d/v1", engine.model_id, settings.host, settings.port)
         uvicorn.Server(server_config(app, settings)).run()

@@ -24,6 +24,7 @@ DTYPES = ("auto", "float32", "float16", "bfloat16")
 ENGINES = ("transformers", "vllm")
 SWITCHES = ("auto", "on", "off")
 EXECUTOR_BACKENDS = ("mp", "ray", "uni", "external_launcher")
+REASONING_PARSERS = ("deepseek_r1", "qwen3")  # server/openai/reasoning.py PARSERS' names
 
 
 def check_vllm_options(options: Any) -> None:
@@ -106,6 +107,9 @@ class ServerSettings:
     default_max_tokens: int = 256
     constrained_max_tokens_floor: int = 512
     constrained_max_tokens_factor: int = 2
+    # A reasoning model's thinking markers (server/openai/reasoning.py PARSERS); None: off.
+    reasoning_parser: str | None = None
+    chat_template: Path | None = None  # a Jinja file replacing the model's chat template
     # The engine behind the API: gclm's own on transformers, or vLLM (`--engine vllm`,
     # needs vLLM's environment). The options below are vLLM's own and apply only to it.
     engine: str = "transformers"
@@ -186,6 +190,18 @@ class ServerSettings:
         check_vllm_options(self)
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("api_key must not be blank; leave it unset to disable authentication.")
+        if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
+            raise ValueError(
+                f"reasoning_parser must be one of {', '.join(REASONING_PARSERS)}, "
+                f"got {self.reasoning_parser!r}."
+            )
+        if self.reasoning_parser is not None and self.engine == "vllm":
+            raise ValueError(
+                "reasoning_parser is not supported with engine vllm yet; serve the reasoning "
+                "model with the transformers engine (the default)."
+            )
+        if self.chat_template is not None:
+            object.__setattr__(self, "chat_template", Path(self.chat_template).expanduser())
         # A str path from the environment or the CLI is normalised here so callers get a Path.
         object.__setattr__(self, "cache_dir", Path(self.cache_dir).expanduser())
 

@@ -26,14 +26,16 @@ from typing import Any
 from gclm.errors import InvalidRequestError, quote
 
 
-def render_chat(tokenizer: Any, messages: list[dict[str, Any]]) -> str:
+def render_chat(tokenizer: Any, messages: list[dict[str, Any]], **template_kwargs: Any) -> str:
     """The chat template applied to `messages`, ending with the assistant turn's start.
 
     Raises InvalidRequestError when the template refuses the messages (its own checks of
     roles and order), quoting the template's reason cut short.
     """
     try:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, **template_kwargs
+        )
     except Exception as e:  # the template's raise_exception(...) or a Jinja error
         raise InvalidRequestError(
             f"The model's chat template rejected the messages: {quote(str(e), 200)}",
@@ -41,7 +43,9 @@ def render_chat(tokenizer: Any, messages: list[dict[str, Any]]) -> str:
         ) from e
 
 
-def encode_chat(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
+def encode_chat(
+    tokenizer: Any, messages: list[dict[str, Any]], **template_kwargs: Any
+) -> list[int]:
     """The prompt ids of `messages`: control tokens only where the template put them.
 
     Raises InvalidRequestError when the template refuses the messages, or alters a string
@@ -66,7 +70,7 @@ def encode_chat(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
             return [wrap(item) for item in value]
         return value
 
-    text = render_chat(tokenizer, wrap(messages))
+    text = render_chat(tokenizer, wrap(messages), **template_kwargs)
     if not marked:
         return list(tokenizer.encode(text, add_special_tokens=True))
     # Even pieces: the template's text; odd pieces: the wrapped strings, as given.

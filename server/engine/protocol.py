@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.tables import CompiledTable
 from gclm.masking.policy import BudgetPolicy
+from gclm.masking.reasoning import ThinkingSpec
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class GenerationRequest:
     budget_aware: bool = True  # False: forward-only DFA mask (comparisons only)
     request_id: str = ""
     policy: BudgetPolicy | None = None  # reweights a budget-aware row's masked logits
+    # A reasoning phase before the output (masking/reasoning.py); None: no thinking.
+    thinking: ThinkingSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ class TokenEvent:
     token_ids: tuple[int, ...]  # the tokens since the previous event (EOS excluded)
     # One per token in token_ids when the request asked for logprobs, else empty.
     logprobs: tuple[TokenLogprob, ...] = ()
+    # Thinking text (the end marker left out), before the answer, of a thinking request.
+    reasoning: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,7 @@ class FinishEvent:
     # if any, still open). A constrained output cut so is complete and reports "stop"; the
     # HTTP layer reports "length" when that output is free text (a tool_choice "auto" answer).
     budget_cut: bool = False
+    reasoning_tokens: int | None = None  # of completion_tokens; None: not a thinking request
 
 
 @dataclass(frozen=True)
@@ -168,11 +174,12 @@ class Engine(Protocol[HandleT]):
 
     def encode_prompt(self, prompt: str) -> list[int]: ...
 
-    def render_chat(self, messages: list[dict[str, Any]]) -> str:
-        """Apply the tokenizer's chat template, ending with the assistant turn's start."""
+    def render_chat(self, messages: list[dict[str, Any]], **template_kwargs: Any) -> str:
+        """Apply the tokenizer's chat template, ending with the assistant turn's start;
+        `template_kwargs` go to the template (`enable_thinking`)."""
         ...
 
-    def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
+    def encode_chat(self, messages: list[dict[str, Any]], **template_kwargs: Any) -> list[int]:
         """The prompt ids of `messages` (server/engine/chat_template.py): control-token text
         inside a message is plain text, only the template's own control tokens are special."""
         ...

@@ -63,14 +63,15 @@ class TokenizerEngine:
         self._check_chars(len(prompt), "prompt")
         return list(self.tokenizer.encode(prompt, add_special_tokens=True))
 
-    def render_chat(self, messages: list[dict[str, Any]]) -> str:
+    def render_chat(self, messages: list[dict[str, Any]], **template_kwargs: Any) -> str:
         self._check_chars(sum(len(str(m.get("content", ""))) for m in messages), "messages")
-        return render_chat(self.tokenizer, messages)
+        return render_chat(self.tokenizer, messages, **template_kwargs)
 
-    def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
-        """The prompt ids of `messages`; control-token text inside them stays plain text."""
+    def encode_chat(self, messages: list[dict[str, Any]], **template_kwargs: Any) -> list[int]:
+        """The prompt ids of `messages` (`template_kwargs` go to the chat template, e.g.
+        enable_thinking); control-token text inside them stays plain text."""
         self._check_chars(sum(len(str(m.get("content", ""))) for m in messages), "messages")
-        return encode_chat(self.tokenizer, messages)
+        return encode_chat(self.tokenizer, messages, **template_kwargs)
 
     @cached_property
     def _longest_token(self) -> int:
@@ -107,7 +108,7 @@ class TokenizerEngine:
                 param="max_tokens",
             )
         if request.table is not None and request.budget_aware:
-            check_budget(request.table, max_tokens)
+            check_budget(request.table, max_tokens, thinking=request.thinking)
         if max(ids) >= size or min(ids) < 0:
             raise InvalidRequestError(f"Prompt token ids must be in [0, {size}).", param="prompt")
         for token, _ in request.params.logit_bias:

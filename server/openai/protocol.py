@@ -35,6 +35,7 @@ from typing_extensions import Self
 
 from gclm.errors import InvalidRequestError, quote
 from gclm.server.engine.protocol import SamplingParams
+from gclm.server.openai.reasoning import ReasoningFields
 from gclm.server.openai.tools.prompt import (
     NamedToolChoice,
     ToolCallIn,
@@ -422,8 +423,8 @@ class ChatMessage(_Strict):
         return out
 
 
-class ChatCompletionRequest(OpenAIRequest):
-    """POST /v1/chat/completions."""
+class ChatCompletionRequest(OpenAIRequest, ReasoningFields):
+    """POST /v1/chat/completions (reasoning controls: server/openai/reasoning.py)."""
 
     messages: list[ChatMessage] = Field(min_length=1)
     logprobs: StrictBool = Field(default=False, json_schema_extra=_nullable)
@@ -435,7 +436,6 @@ class ChatCompletionRequest(OpenAIRequest):
     function_call: Any = None
     modalities: Any = None
     audio: Any = None
-    reasoning_effort: Any = None
     verbosity: Any = None
     web_search_options: Any = None
     moderation: Any = None
@@ -447,7 +447,6 @@ class ChatCompletionRequest(OpenAIRequest):
         "function_call": (_neutral("none", "auto"), "use tool_choice instead"),
         "modalities": (lambda v: v is None or v == ["text"], 'remove it or set it to ["text"]'),
         "audio": (lambda v: v is None, "remove it; gclm generates text only"),
-        "reasoning_effort": (lambda v: v is None, "remove it"),
         "verbosity": (lambda v: v is None, "remove it"),
         "web_search_options": (lambda v: v is None, "remove it; gclm does not search the web"),
         "moderation": (lambda v: v is None, "remove it"),

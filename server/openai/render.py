@@ -57,6 +57,8 @@ class ChoiceOutput:
     text: str = ""
     finish_reason: str = "stop"
     logprobs: list[TokenLogprob] | None = None  # None: not asked for
+    reasoning: str = ""  # a thinking request's thinking (server/openai/reasoning.py)
+    reasoning_tokens: int = 0
 
 
 class TopLogprob(BaseModel):
@@ -233,6 +235,10 @@ class Renderer:
         budget is complete, so "stop". A renderer of free text under a constraint (tool_choice
         "auto") reports such a cut as "length"."""
         return event.finish_reason
+
+    def reasoning_delta(self, index: int, text: str) -> BaseModel | None:
+        """A piece of thinking text (server/openai/reasoning.py); None: not sent."""
+        return None
 
     def finish(self, index: int, finish_reason: str) -> list[BaseModel]:
         raise NotImplementedError

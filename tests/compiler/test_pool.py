@@ -131,7 +131,6 @@ def test_a_compile_sent_while_the_pool_starts_is_not_charged_for_the_start(
     assert table.min_tokens >= 1
 
 
-
 def test_a_compile_queued_while_every_worker_fails_to_start_gets_the_reason(
     embedded_vocab,
 ) -> None:

@@ -33,7 +33,7 @@ from gclm.server.engine.protocol import (
     TokenLogprob,
 )
 
-Script = Callable[[GenerationRequest], Sequence[str | Exception]]
+Script = Callable[[GenerationRequest], Sequence["str | Thought | Exception"]]
 
 # Multi-byte UTF-8 on purpose: 2-byte ü/ß, 3-byte CJK, 4-byte emoji; "" is a token whose
 # bytes do not yet complete a character.
@@ -84,6 +84,13 @@ class FakePolicy:
         raise AssertionError("the fake engine has no logits")
 
 
+@dataclass(frozen=True)
+class Thought:
+    """A script item sent as thinking text (a TokenEvent with reasoning=True)."""
+
+    text: str
+
+
 @dataclass(eq=False)
 class FakeHandle:
     request_id: str
@@ -122,6 +129,7 @@ class FakeEngine:
         self.submits: list[GenerationRequest] = []
         self.cancels: list[str] = []  # request ids, in order, each once
         self.compiles: list[Constraint] = []
+        self.template_kwargs: list[dict[str, Any]] = []  # render_chat's, per call
         self.cache_hits = 0
         self.cache_misses = 0
         self._tables: dict[str, CompiledTable] = {}
@@ -168,12 +176,13 @@ class FakeEngine:
     def encode_prompt(self, prompt: str) -> list[int]:
         return list(prompt.encode())
 
-    def render_chat(self, messages: list[dict[str, Any]]) -> str:
+    def render_chat(self, messages: list[dict[str, Any]], **template_kwargs: Any) -> str:
+        self.template_kwargs.append(template_kwargs)
         turns = "".join(f"<|{m['role']}|>{m['content']}\n" for m in messages)
         return turns + "<|assistant|>"
 
-    def encode_chat(self, messages: list[dict[str, Any]]) -> list[int]:
-        return self.encode_prompt(self.render_chat(messages))
+    def encode_chat(self, messages: list[dict[str, Any]], **template_kwargs: Any) -> list[int]:
+        return self.encode_prompt(self.render_chat(messages, **template_kwargs))
 
     def submit(self, request: GenerationRequest) -> FakeHandle:
         self.check_health()
@@ -187,7 +196,7 @@ class FakeEngine:
 
     async def stream(self, handle: FakeHandle) -> AsyncIterator[StreamEvent]:
         request = handle.request
-        emitted = 0
+        emitted = thought = 0
         reason, cut = "stop", False
         try:
             for item in self.script(request):
@@ -205,10 +214,20 @@ class FakeEngine:
                     yield ErrorEvent(item)
                     return
                 k = request.params.logprobs
-                logprobs = () if k is None else (fake_token_logprob(emitted, item, k),)
+                text = item.text if isinstance(item, Thought) else item
+                logprobs = () if k is None else (fake_token_logprob(emitted, text, k),)
                 emitted += 1
-                yield TokenEvent(item, (emitted,), logprobs)
-            yield FinishEvent(reason, len(request.prompt_ids), emitted, handle.cached_tokens, cut)
+                thought += isinstance(item, Thought)
+                yield TokenEvent(text, (emitted,), logprobs, reasoning=isinstance(item, Thought))
+            reasoning = thought if request.thinking is not None else None
+            yield FinishEvent(
+                reason,
+                len(request.prompt_ids),
+                emitted,
+                handle.cached_tokens,
+                cut,
+                reasoning_tokens=reasoning,
+            )
         finally:
             handle.finished = True
 

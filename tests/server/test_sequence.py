@@ -10,6 +10,7 @@ import pytest
 
 from gclm.compiler.tables import CompiledTable, build_table
 from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.masking.reasoning import ThinkingSpec
 from gclm.server.engine.protocol import (
     FinishEvent,
     GenerationRequest,
@@ -111,3 +112,55 @@ async def test_a_budget_cut_is_reported_apart_from_an_end() -> None:
     assert await finish_of(loop_table(False), [1], 1) == FinishEvent("stop", 1, 1, 5, False)
     # Free text cut by the budget.
     assert await finish_of(None, [1, 1], 2) == FinishEvent("length", 1, 2, 5, True)
+
+
+# A vocabulary whose end marker "</think>" is three tokens: "</", "think", ">".
+THINK_VOCAB = TokenVocabulary((None, b"a", b"</", b"think", b">", b"{", b"}"), EOS, "plain")
+END_IDS = (2, 3, 4)
+
+
+async def thinking_events(tokens: list[int], constrained: bool) -> list[StreamEvent]:
+    # The answer "{}": "{" then "}".
+    table = build_table(
+        vocab_size=7,
+        eos_token_id=EOS,
+        initial=0,
+        num_states=3,
+        accepting=np.array([False, False, True]),
+        src=np.array([0, 1]),
+        tokens=np.array([5, 6]),
+        dst=np.array([1, 2]),
+    )
+    table = table if constrained else None
+    request = GenerationRequest(
+        prompt_ids=[1],
+        params=SamplingParams(max_tokens=12),
+        table=table,
+        thinking=ThinkingSpec(END_IDS),
+    )
+    seq = Sequence(
+        request=request, request_id="r", loop=asyncio.get_running_loop(), vocab=THINK_VOCAB
+    )
+    for t in tokens:
+        if seq.update(t, frozenset({EOS})):
+            break
+    await asyncio.sleep(0)
+    out = []
+    while not seq.events.empty():
+        out.append(seq.events.get_nowait())
+    return out
+
+
+@pytest.mark.parametrize("constrained", [True, False])
+async def test_thinking_text_leaves_the_end_marker_out(constrained: bool) -> None:
+    """Marker tokens are held back while they may be the marker: sent as thinking when the
+    match breaks ("</" then "a"), dropped when it completes; the answer follows."""
+    events = await thinking_events([1, 2, 1, 2, 3, 4, 5, 6, EOS], constrained)
+    assert events == [
+        TokenEvent("a", (1,), reasoning=True),
+        TokenEvent("</a", (2, 1), reasoning=True),
+        TokenEvent("", (2, 3, 4), reasoning=True),
+        TokenEvent("{", (5,)),
+        TokenEvent("}", (6,)),
+        FinishEvent("stop", 1, 8 if constrained else 9, reasoning_tokens=6),
+    ]

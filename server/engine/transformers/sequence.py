@@ -10,6 +10,7 @@ import torch
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import GclmError
 from gclm.masking import ConstraintState
+from gclm.masking.reasoning import ReasoningState, ThinkingWatch
 from gclm.server.engine.protocol import (
     ErrorEvent,
     FinishEvent,
@@ -47,14 +48,24 @@ class Sequence:
     cached_tokens: int = 0  # prompt tokens whose KV the store already held (set on admission)
     queued_at: float = 0.0  # time.monotonic() when queued, and when given a KV slot
     admitted_at: float = 0.0
+    # A thinking request's phase: its ReasoningState, or a ThinkingWatch without a constraint.
+    thinking: ReasoningState | ThinkingWatch | None = None
+    # The text of the thinking's last tokens that may be the start of its end marker: held
+    # back until the marker completes (dropped) or the match breaks (sent).
+    _held: list[str] = field(default_factory=list, init=False)
     # Taken but not yet sent: a token that completes no character waits for the next one.
     _unsent_ids: list[int] = field(default_factory=list, init=False)
     _unsent_logprobs: list[TokenLogprob] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         req = self.request
-        if req.table is not None:
+        if req.table is not None and req.thinking is not None:
+            state = ReasoningState(req.table, req.thinking, req.budget_aware)
+            self.constraint_state = self.thinking = state
+        elif req.table is not None:
             self.constraint_state = ConstraintState(req.table, budget_aware=req.budget_aware)
+        elif req.thinking is not None:
+            self.thinking = ThinkingWatch(req.thinking.end_ids)
         stop = () if req.table is not None else req.params.stop
         self.text = TextStream(self.vocab.token_bytes, stop)
         if req.params.seed is not None:
@@ -75,12 +86,14 @@ class Sequence:
         self.generated += 1
         self.last_token = token
         c = self.constraint_state
+        think = self.thinking
+        was_thinking = think is not None and think.thinking
         if c is not None:
             c.advance(token, left if c.budget_aware else None)
             if c.finished:  # EOS, allowed only where the output is complete
                 return self.finish("stop")
             self._take(token, logprob)
-            self._emit(self.text.push(token))
+            self._push(token, was_thinking)
             if c.must_stop(self.tokens_left):
                 cut = self.tokens_left <= 0 and c.mask_table.has_tokens(c.state)
                 return self.finish("stop", budget_cut=cut)
@@ -89,8 +102,10 @@ class Sequence:
             return False
         if token in eos_ids:
             return self.finish("stop")
+        if think is not None:
+            think.advance(token)
         self._take(token, logprob)
-        self._emit(self.text.push(token))
+        self._push(token, was_thinking)
         if self.text.stopped:
             return self.finish("stop")
         if self.tokens_left <= 0:
@@ -100,11 +115,41 @@ class Sequence:
     def finish(self, reason: str, budget_cut: bool = False) -> bool:
         if not self.finished:
             self.finished = True
-            self._emit(self.text.flush(), final=True)
+            think = self.thinking
+            if think is not None and think.thinking:  # cut off while thinking
+                self._emit("".join(self._held) + self.text.flush(), final=True, reasoning=True)
+            else:
+                self._emit(self.text.flush(), final=True)
             prompt = len(self.request.prompt_ids)
-            event = FinishEvent(reason, prompt, self.generated, self.cached_tokens, budget_cut)
+            thought = None if think is None else think.thinking_tokens
+            event = FinishEvent(
+                reason,
+                prompt,
+                self.generated,
+                self.cached_tokens,
+                budget_cut,
+                reasoning_tokens=thought,
+            )
             self._send(event)
         return True
+
+    def _push(self, token: int, was_thinking: bool) -> None:
+        """Decode the taken token and send its text: as thinking, holding back what may be
+        the end marker (its text is left out), or as output."""
+        text = self.text.push(token)
+        think = self.thinking
+        if not was_thinking or think is None:
+            self._emit(text)
+            return
+        held = self._held
+        held.append(text)
+        if not think.thinking:  # the marker is complete: its tokens go, its text does not
+            held.clear()
+            self._emit("", final=True, reasoning=True)
+            return
+        sent = len(held) - think.matched
+        self._emit("".join(held[:sent]), reasoning=True)
+        del held[:sent]
 
     def fail(self, error: Exception) -> None:
         if not self.finished:
@@ -119,14 +164,14 @@ class Sequence:
         if logprob is not None:
             self._unsent_logprobs.append(logprob)
 
-    def _emit(self, text: str, final: bool = False) -> None:
+    def _emit(self, text: str, final: bool = False, reasoning: bool = False) -> None:
         """Send `text` with the tokens taken since the last event. A token that completes
         no character waits for the next one; at the end, tokens left are sent anyway."""
         if text or (final and self._unsent_ids):
             ids, logprobs = tuple(self._unsent_ids), tuple(self._unsent_logprobs)
             self._unsent_ids.clear()
             self._unsent_logprobs.clear()
-            self._send(TokenEvent(text, ids, logprobs))
+            self._send(TokenEvent(text, ids, logprobs, reasoning=reasoning))
 
     def _send(self, event: StreamEvent) -> None:
         self.loop.call_soon_threadsafe(self.events.put_nowait, event)

@@ -1,0 +1,203 @@
+"""Reasoning models on the OpenAI API: which requests think, how long, and what comes back.
+
+A server started with `--reasoning-parser NAME` serves a model that thinks before it answers
+(`<think> ... </think>`, then the answer). For each chat request this module decides whether
+it thinks (`reasoning_effort`, `chat_template_kwargs.enable_thinking`) and with which cap
+(`thinking_token_budget`, the effort's share), as a `ThinkingSpec` that the engine's
+ReasoningState (masking/reasoning.py) enforces: the answer's constraint applies from the end
+marker on, and the thinking never eats the tokens the answer needs.
+
+Efforts are shares of the spare budget, `max_tokens` minus the request's minimum (the end
+marker plus the answer's shortest output): `low` 1/4, `medium` 1/2, `high` all of it (the
+default); `none` (and `enable_thinking: false`) renders the prompt with
+`enable_thinking=False` and the request does not think at all. `thinking_token_budget`
+caps the thinking tokens (the end marker not counted) below that.
+
+What comes back: `message.reasoning` (and `reasoning_content`, its older name) beside the
+answer in `content`; stream deltas of each; `usage.completion_tokens_details.
+reasoning_tokens`. `include_reasoning: false` leaves the thinking text out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SerializeAsAny, StrictBool
+
+from gclm.compiler.tables import CompiledTable
+from gclm.errors import InvalidRequestError
+from gclm.masking.reasoning import ThinkingSpec
+from gclm.server.openai.render import (
+    AssistantMessage,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatLogprobs,
+    ChatRenderer,
+    ChoiceOutput,
+    CompletionTokensDetails,
+    Usage,
+)
+
+# vLLM's parser names, and the markers their models think between.
+PARSERS: dict[str, tuple[str, str]] = {
+    "deepseek_r1": ("<think>", "</think>"),
+    "qwen3": ("<think>", "</think>"),
+}
+# Share of the spare budget each effort may think for (see the module docstring).
+EFFORT_SHARES: dict[str, float] = {"minimal": 0.1, "low": 0.25, "medium": 0.5, "high": 1.0}
+Effort = Literal["none", "minimal", "low", "medium", "high"]
+
+
+class ReasoningFields(BaseModel):
+    """The chat request's reasoning controls (vLLM's names)."""
+
+    reasoning_effort: Effort | None = None
+    thinking_token_budget: int | None = Field(default=None, ge=0, strict=True)
+    include_reasoning: StrictBool = True
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """What the chat template is rendered with: the request's kwargs, and
+        `enable_thinking=False` for `reasoning_effort: "none"`."""
+        kwargs = dict(self.chat_template_kwargs or {})
+        if self.reasoning_effort == "none":
+            kwargs["enable_thinking"] = False
+        return kwargs
+
+    def wants_thinking(self) -> bool:
+        return self.template_kwargs().get("enable_thinking", True) is not False
+
+
+@dataclass(frozen=True)
+class ReasoningParser:
+    """The served model's thinking markers, as text and as its token ids."""
+
+    name: str
+    start: str
+    end: str
+    end_ids: tuple[int, ...]
+
+    @classmethod
+    def named(cls, name: str, tokenizer: Any) -> ReasoningParser:
+        """The parser `name` (PARSERS) for a Hugging Face tokenizer.
+
+        Raises ValueError for an unknown name or a marker the tokenizer cannot spell.
+        """
+        if name not in PARSERS:
+            raise ValueError(
+                f"Unknown reasoning parser {name!r}; use one of {', '.join(sorted(PARSERS))}."
+            )
+        start, end = PARSERS[name]
+        end_ids = tuple(tokenizer.encode(end, add_special_tokens=False))
+        if not end_ids or tokenizer.decode(list(end_ids)) != end:
+            raise ValueError(f"The tokenizer does not spell the end marker {end!r} back.")
+        return cls(name, start, end, end_ids)
+
+    def thinking(
+        self, body: ReasoningFields, table: CompiledTable | None, max_tokens: int
+    ) -> ThinkingSpec | None:
+        """How the request thinks (None: it does not): its cap from thinking_token_budget
+        and reasoning_effort's share of the spare budget."""
+        if not body.wants_thinking():
+            return None
+        caps = []
+        if body.thinking_token_budget is not None:
+            caps.append(body.thinking_token_budget)
+        if body.reasoning_effort in EFFORT_SHARES:
+            answer = table.min_tokens if table is not None else 0
+            spare = max(0, max_tokens - len(self.end_ids) - answer)
+            caps.append(int(spare * EFFORT_SHARES[body.reasoning_effort]))
+        return ThinkingSpec(self.end_ids, cap=min(caps) if caps else None)
+
+    def strip_start(self, text: str) -> str:
+        """The thinking text without the start marker the model may have written itself."""
+        head = text.lstrip()
+        return head[len(self.start) :] if head.startswith(self.start) else text
+
+
+def check_reasoning(body: ReasoningFields, parser: ReasoningParser | None) -> None:
+    """Refuse thinking controls on a server that serves no reasoning model."""
+    if parser is not None:
+        return
+    if body.reasoning_effort not in (None, "none") or body.thinking_token_budget is not None:
+        param = "reasoning_effort" if body.reasoning_effort else "thinking_token_budget"
+        raise InvalidRequestError(
+            f"{param} needs a reasoning model: start the server with --reasoning-parser "
+            f"({', '.join(sorted(PARSERS))}), or remove {param}.",
+            param=param,
+            code="unsupported_parameter",
+        )
+
+
+class ReasoningMessage(AssistantMessage):
+    """An assistant message with its thinking (both of vLLM's names)."""
+
+    reasoning: str | None = None
+    reasoning_content: str | None = None
+
+
+def with_reasoning_tokens(usage: Usage, reasoning_tokens: int | None) -> Usage:
+    """`usage` with completion_tokens_details.reasoning_tokens (a thinking request's)."""
+    if reasoning_tokens is None:
+        return usage
+    details = CompletionTokensDetails(reasoning_tokens=reasoning_tokens)
+    return usage.model_copy(update={"completion_tokens_details": details})
+
+
+def reasoning_delta(text: str) -> dict[str, str]:
+    """A stream delta of thinking text, under both names."""
+    return {"reasoning": text, "reasoning_content": text}
+
+
+class ReasoningChatCompletion(ChatCompletion):
+    usage: SerializeAsAny[Usage]
+
+
+class ReasoningChatChunk(ChatCompletionChunk):
+    usage: SerializeAsAny[Usage] | None = None
+
+
+class ReasoningChatRenderer(ChatRenderer):
+    """Chat bodies of a thinking request: the thinking beside the answer, or left out
+    (`include_reasoning: false`)."""
+
+    def __init__(self, model: str, parser: ReasoningParser, include: bool = True) -> None:
+        super().__init__(model)
+        self.parser = parser
+        self.include = include
+        self._started: set[int] = set()  # choices whose thinking has begun streaming
+
+    def _chunk(self, choices: list[ChatChunkChoice], usage: Usage | None = None) -> BaseModel:
+        return ReasoningChatChunk(
+            id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
+        )
+
+    def reasoning_delta(self, index: int, text: str) -> BaseModel | None:
+        if not self.include:
+            return None
+        if index not in self._started:
+            self._started.add(index)
+            text = self.parser.strip_start(text)
+        if not text:
+            return None
+        return self._chunk([ChatChunkChoice(index=index, delta=reasoning_delta(text))])
+
+    def final(self, outputs: list[ChoiceOutput], usage: Usage) -> BaseModel:
+        choices = []
+        for i, out in enumerate(outputs):
+            thought = self.parser.strip_start(out.reasoning) if self.include else None
+            message = ReasoningMessage(
+                content=out.text, reasoning=thought, reasoning_content=thought
+            )
+            logprobs = ChatLogprobs.of(out.logprobs)
+            choices.append(
+                ChatChoice(
+                    index=i, message=message, logprobs=logprobs, finish_reason=out.finish_reason
+                )
+            )
+        return ReasoningChatCompletion(
+            id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
+        )

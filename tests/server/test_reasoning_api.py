@@ -1,0 +1,181 @@
+"""The reasoning controls and shapes on the HTTP layer (server/openai/reasoning.py), over the
+scripted fake engine: which requests think, with which cap, the 400, and what comes back."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from fake_engine import FakeEngine, Thought
+from harness import http_client, sse_events
+
+from gclm.masking.reasoning import ThinkingSpec
+from gclm.server.app import create_app
+from gclm.server.openai.reasoning import ReasoningParser
+from gclm.server.settings import ServerSettings
+
+pytestmark = pytest.mark.anyio
+
+END_IDS = (7, 8, 9)  # a 3-token end marker
+PARSER = ReasoningParser("deepseek_r1", "<think>", "</think>", END_IDS)
+MESSAGES = [{"role": "user", "content": "Hi"}]
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+FORMAT = {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}
+MIN_TOKENS = 3  # the fake engine's tables'
+
+
+def thinking_script(request: Any) -> list[Any]:
+    return [Thought("<think>hm"), Thought(", yes"), '{"a": ', "1}"]
+
+
+@pytest.fixture
+def engine() -> FakeEngine:
+    return FakeEngine(thinking_script, min_tokens=MIN_TOKENS)
+
+
+def app_for(engine: FakeEngine, tmp_path, parser: ReasoningParser | None = PARSER) -> Any:
+    return create_app(engine, ServerSettings(cache_dir=tmp_path), reasoning=parser)
+
+
+async def post(app: Any, **body: Any) -> Any:
+    async with http_client(app) as http:
+        return await http.post("/v1/chat/completions", json={"messages": MESSAGES, **body})
+
+
+async def test_thinking_request_shapes(engine: FakeEngine, tmp_path) -> None:
+    app = app_for(engine, tmp_path)
+    response = await post(app, response_format=FORMAT, max_tokens=20)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    message = body["choices"][0]["message"]
+    assert message["content"] == '{"a": 1}'
+    assert message["reasoning"] == message["reasoning_content"] == "hm, yes"
+    assert body["usage"]["completion_tokens_details"] == {"reasoning_tokens": 2}
+    [request] = engine.submits
+    assert request.thinking == ThinkingSpec(END_IDS)  # high effort: no cap of its own
+
+
+async def test_stream_deltas(engine: FakeEngine, tmp_path) -> None:
+    app = app_for(engine, tmp_path)
+    async with http_client(app) as http:
+        body = {"messages": MESSAGES, "stream": True, "stream_options": {"include_usage": True}}
+        async with http.stream("POST", "/v1/chat/completions", json=body) as response:
+            events = await sse_events(response)
+    chunks = [json.loads(e) for e in events if e != "[DONE]"]
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    thoughts = [d["reasoning"] for d in deltas if "reasoning" in d]
+    assert thoughts == ["hm", ", yes"]
+    assert all(d["reasoning_content"] == d["reasoning"] for d in deltas if "reasoning" in d)
+    assert "".join(d.get("content", "") for d in deltas) == '{"a": 1}'
+    assert chunks[-1]["usage"]["completion_tokens_details"] == {"reasoning_tokens": 2}
+
+
+async def test_budget_below_marker_plus_answer_is_refused(engine: FakeEngine, tmp_path) -> None:
+    app = app_for(engine, tmp_path)
+    need = len(END_IDS) + MIN_TOKENS
+    response = await post(app, response_format=FORMAT, max_tokens=need - 1)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "budget_too_small" and f"at least {need}" in error["message"]
+    assert (await post(app, response_format=FORMAT, max_tokens=need)).status_code == 200
+    # Without thinking, the answer's minimum is enough.
+    ok = await post(app, response_format=FORMAT, max_tokens=MIN_TOKENS, reasoning_effort="none")
+    assert ok.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("extra", "cap"),
+    [
+        ({"reasoning_effort": "low"}, (100 - 6) // 4),
+        ({"reasoning_effort": "medium"}, (100 - 6) // 2),
+        ({"reasoning_effort": "high"}, 100 - 6),
+        ({"thinking_token_budget": 10}, 10),
+        ({"thinking_token_budget": 40, "reasoning_effort": "low"}, 23),
+    ],
+)
+async def test_caps(engine: FakeEngine, tmp_path, extra: dict[str, Any], cap: int) -> None:
+    app = app_for(engine, tmp_path)
+    response = await post(app, response_format=FORMAT, max_tokens=100, **extra)
+    assert response.status_code == 200, response.text
+    assert engine.submits[-1].thinking == ThinkingSpec(END_IDS, cap=cap)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"reasoning_effort": "none"}, {"chat_template_kwargs": {"enable_thinking": False}}],
+)
+async def test_thinking_off(engine: FakeEngine, tmp_path, extra: dict[str, Any]) -> None:
+    engine.script = lambda request: ['{"a": 1}']
+    app = app_for(engine, tmp_path)
+    response = await post(app, max_tokens=20, **extra)
+    message = response.json()["choices"][0]["message"]
+    assert "reasoning" not in message
+    assert "completion_tokens_details" not in response.json()["usage"]
+    assert engine.submits[-1].thinking is None
+    assert engine.template_kwargs[-1] == {"enable_thinking": False}
+
+
+async def test_responses_answer_without_thinking(engine: FakeEngine, tmp_path) -> None:
+    engine.script = lambda request: ["Hello"]
+    async with http_client(app_for(engine, tmp_path)) as http:
+        response = await http.post("/v1/responses", json={"input": "Hi"})
+    assert response.status_code == 200, response.text
+    assert engine.template_kwargs[-1] == {"enable_thinking": False}
+    assert engine.submits[-1].thinking is None
+
+
+async def test_include_reasoning_false(engine: FakeEngine, tmp_path) -> None:
+    app = app_for(engine, tmp_path)
+    response = await post(app, max_tokens=20, include_reasoning=False)
+    body = response.json()
+    assert body["choices"][0]["message"]["reasoning"] is None
+    assert body["usage"]["completion_tokens_details"] == {"reasoning_tokens": 2}
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [({"reasoning_effort": "low"}, "reasoning_effort"), ({"thinking_token_budget": 5}, None)],
+)
+async def test_controls_need_a_reasoning_model(
+    engine: FakeEngine, tmp_path, extra: dict[str, Any], param: str | None
+) -> None:
+    app = app_for(engine, tmp_path, parser=None)
+    response = await post(app, **extra)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == (param or "thinking_token_budget")
+    assert "--reasoning-parser" in error["message"]
+    assert (await post(app, reasoning_effort="none")).status_code == 200
+
+
+async def test_unknown_effort_is_refused(engine: FakeEngine, tmp_path) -> None:
+    response = await post(app_for(engine, tmp_path), reasoning_effort="max")
+    assert response.status_code == 400
+
+
+class _Tokenizer:
+    """Spells "</think>" as three tokens."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return {"</think>": [7, 8, 9]}[text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join({7: "</", 8: "think", 9: ">"}[i] for i in ids)
+
+
+def test_parser_named() -> None:
+    parser = ReasoningParser.named("qwen3", _Tokenizer())
+    assert parser.end_ids == END_IDS and parser.end == "</think>"
+    assert parser.strip_start("\n<think>\nhm") == "\nhm"
+    assert parser.strip_start("hm") == "hm"
+    with pytest.raises(ValueError, match="Unknown reasoning parser"):
+        ReasoningParser.named("nope", _Tokenizer())
+
+
+def test_settings_validate_the_parser(tmp_path) -> None:
+    with pytest.raises(ValueError, match="reasoning_parser must be one of"):
+        ServerSettings(cache_dir=tmp_path, reasoning_parser="nope")
+    assert ServerSettings(cache_dir=tmp_path, reasoning_parser="qwen3").reasoning_parser == "qwen3"
+    with pytest.raises(ValueError, match="not supported with engine vllm"):
+        ServerSettings(cache_dir=tmp_path, reasoning_parser="qwen3", engine="vllm")
