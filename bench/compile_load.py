@@ -238,8 +238,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             load.stop()
         counters = metrics(client)
-    quiet_median = statistics.median(r["latency_s"] for r in quiet)
-    loaded_median = statistics.median(r["latency_s"] for r in loaded)
+    quiet_median = round(statistics.median(r["latency_s"] for r in quiet), 2)
+    loaded_median = round(statistics.median(r["latency_s"] for r in loaded), 2)
     return {
         "settings": {
             "cores": cores,
