@@ -121,14 +121,19 @@ def test_a_compile_sent_while_the_pool_starts_is_not_charged_for_the_start(
 ) -> None:
     # gclm's vLLM plugin builds its pool on the first request; a cold start (numba's cache
     # rebuilt) took over 10 s there, and the first compiles were refused "compiler busy".
-    pool = CompilerPool(embedded_vocab, CompileLimits(timeout_s=0.2), workers=1, max_slow=0)
+    # A timeout longer than the small compile (~0.1 s) and shorter than a worker's start
+    # (forking, reading the vocabulary, warming up: 1 s and more).
+    pool = CompilerPool(embedded_vocab, CompileLimits(timeout_s=0.8), workers=1, max_slow=0)
     try:
+        sent = time.monotonic()
         future = pool.submit(SMALL)
         assert not pool.wait_ready(0), "the pool was warm before the compile was sent"
         table = future.result(timeout=120)
+        waited = time.monotonic() - sent
     finally:
         pool.close()
     assert table.min_tokens >= 1
+    assert waited > 0.8, f"the worker started in {waited:.2f} s: the test proves nothing"
 
 
 def test_a_compile_queued_while_every_worker_fails_to_start_gets_the_reason(
