@@ -20,7 +20,7 @@ one run, and prints the ratios:
                   gclm against vLLM-CPU (target >= 0.8x its speed), best of two prompts.
 
 Scenarios (b) (new schemas under load) and (d) (compile bombs) are the compile pool's:
-bench/load_compile.py.
+bench/compile_load.py.
 """
 
 from __future__ import annotations
