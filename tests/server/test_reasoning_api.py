@@ -111,7 +111,7 @@ async def test_thinking_off(engine: FakeEngine, tmp_path, extra: dict[str, Any])
     response = await post(app, max_tokens=20, **extra)
     message = response.json()["choices"][0]["message"]
     assert "reasoning" not in message
-    assert "completion_tokens_details" not in response.json()["usage"]
+    assert response.json()["usage"]["completion_tokens_details"] == {"reasoning_tokens": 0}
     assert engine.submits[-1].thinking is None
     assert engine.template_kwargs[-1] == {"enable_thinking": False}
 
