@@ -16,10 +16,10 @@ from gclm.errors import CompileLimitError, CompilerBusyError
 
 
 def medium(i: int) -> Constraint:
-    """One bounded free-text field: about 1-2 s of CPU at this vocabulary (20-30 s on the
-    loaded 2-core machine these were written on); `i` makes each one distinct."""
+    """One bounded free-text field: about 2 s of CPU at this vocabulary on a quiet core
+    (maxLength 30 took 0.45 s, inside a 0.3 s timeout's reach); `i` makes each distinct."""
     return Constraint.json_schema(
-        {"type": "object", "properties": {f"note{i}": {"type": "string", "maxLength": 30}}}
+        {"type": "object", "properties": {f"note{i}": {"type": "string", "maxLength": 100}}}
     )
 
 
