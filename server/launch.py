@@ -237,6 +237,7 @@ def serve(settings: ServerSettings) -> None:
         # never runs then; the lifespan's exit does.
         try:
             await engine.start()  # on the serving loop (vLLM's AsyncLLM needs it)
+            log.info("%s engine started", "vLLM" if settings.engine == "vllm" else "transformers")
             yield
         finally:
             built.close()
