@@ -69,3 +69,32 @@ def float32_engine(embedded_vocab):
     yield get
     for engine in built.values():
         engine.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tiny_batch_engine(embedded_tokenizer, embedded_vocab, tiny_llama):
+    """Builds a BatchEngine on a one-layer random Llama over the embedded vocabulary (the
+    caller shuts it down); compiles in process."""
+    from gclm.compiler.cache import TableCache
+    from gclm.compiler.compile import compile_constraint
+    from gclm.server.engine.transformers.engine import BatchEngine
+
+    def build() -> BatchEngine:
+        model = tiny_llama(
+            vocab_size=embedded_vocab.size,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=256,
+            eos_token_id=embedded_tokenizer.eos_token_id,
+        )
+        cache = TableCache(
+            lambda c: compile_constraint(c, embedded_vocab), embedded_vocab.fingerprint
+        )
+        return BatchEngine(
+            model, embedded_tokenizer, model_id="tiny", vocab=embedded_vocab, cache=cache
+        )
+
+    return build

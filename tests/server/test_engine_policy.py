@@ -11,8 +11,6 @@ import asyncio
 import pytest
 import torch
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.compile import compile_constraint
 from gclm.compiler.constraint import Constraint
 from gclm.masking.state import ConstraintState
 from gclm.server.engine.protocol import FinishEvent, GenerationRequest, SamplingParams, TokenEvent
@@ -20,21 +18,8 @@ from gclm.server.engine.transformers.engine import BatchEngine
 
 
 @pytest.fixture(scope="module")
-def engine(embedded_tokenizer, embedded_vocab, tiny_llama):
-    model = tiny_llama(
-        vocab_size=embedded_vocab.size,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=256,
-        eos_token_id=embedded_tokenizer.eos_token_id,
-    )
-    cache = TableCache(lambda c: compile_constraint(c, embedded_vocab), embedded_vocab.fingerprint)
-    engine = BatchEngine(
-        model, embedded_tokenizer, model_id="tiny", vocab=embedded_vocab, cache=cache
-    )
+def engine(tiny_batch_engine):
+    engine = tiny_batch_engine()
     yield engine
     engine.shutdown()
 

@@ -15,7 +15,6 @@ from harness import openai_client
 from gclm.errors import EngineDeadError
 from gclm.server.app import create_app
 from gclm.server.engine.protocol import ErrorEvent, GenerationRequest, SamplingParams
-from gclm.server.engine.transformers.engine import BatchEngine
 from gclm.server.settings import ServerSettings
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
@@ -52,24 +51,8 @@ async def test_a_dead_engine_fails_health_and_requests_with_503(tmp_path) -> Non
 
 
 @pytest.fixture
-def tiny_engine(embedded_tokenizer, embedded_vocab, tiny_llama):
-    from gclm.compiler.cache import TableCache
-    from gclm.compiler.compile import compile_constraint
-
-    model = tiny_llama(
-        vocab_size=embedded_vocab.size,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=256,
-        eos_token_id=embedded_tokenizer.eos_token_id,
-    )
-    cache = TableCache(lambda c: compile_constraint(c, embedded_vocab), embedded_vocab.fingerprint)
-    engine = BatchEngine(
-        model, embedded_tokenizer, model_id="tiny", vocab=embedded_vocab, cache=cache
-    )
+def tiny_engine(tiny_batch_engine):
+    engine = tiny_batch_engine()
     yield engine
     engine.shutdown()
 
