@@ -57,7 +57,10 @@ def test_timeout_covers_the_queue_wait(embedded_vocab) -> None:
     # and they stay queued (their compile is the error's `compiling`).
     for error in errors[1:]:
         assert isinstance(error, CompilerBusyError)
-        assert error.status_code == 429 and "waiting for a compile worker" in error.message
+        # Queued at the deadline, or handed the worker just before it (the first compile
+        # ended at its ceiling): a 429 either way.
+        assert error.status_code == 429
+        assert "waiting for a compile worker" in error.message or "still compiling" in error.message
         assert error.compiling is not None and error.retry_after >= 1
 
 
