@@ -46,10 +46,16 @@ def test_a_timed_out_compile_finishes_in_the_background_and_the_retry_finds_it(
         assert busy.code == "compiler_busy" and busy.retry_after >= 1
         assert "goes on in the background" in busy.message
         assert pool.gauges()["compiles_background"] == 1
-        # A retry while it still runs joins it (with its own deadline): no second compile.
-        with pytest.raises(CompilerBusyError):
-            cache.get(medium(0))
+        # A retry joins the running compile with its own deadline: it times out again or,
+        # on a fast machine where the compile finished meanwhile, gets its table. Either
+        # way no second compile starts (asserted below from the pool's counters).
+        try:
+            retried = cache.get(medium(0))
+        except CompilerBusyError as again:
+            assert again.code == "compiler_busy"
+            retried = None
         table = busy.compiling.result(timeout=300)
+        assert retried is None or retried is table
         deadline = time.monotonic() + 10  # the cache stores it on its own thread
         while cache.gauges()["table_cache_entries"] == 0:
             assert time.monotonic() < deadline, "the table never landed in the cache"
