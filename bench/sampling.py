@@ -32,10 +32,10 @@ import torch
 from transformers import RepetitionPenaltyLogitsProcessor
 
 from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.server.engine.logprobs import TokenNames, token_logprobs
 from gclm.server.engine.model_loader import load_model
 from gclm.server.engine.protocol import GenerationRequest, SamplingParams
 from gclm.server.engine.transformers.kv_store import KVStore
-from gclm.server.engine.transformers.logprobs import TokenNames, token_logprobs
 from gclm.server.engine.transformers.penalties import apply_penalties
 from gclm.server.engine.transformers.sampling import sample
 

@@ -33,7 +33,8 @@ from transformers import (
 from gclm.compiler.constraint import parse_constraint
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import InternalError
-from gclm.masking.bitmask import allocate_bitmask, apply_bitmask, fill_bitmask, fill_unconstrained
+from gclm.masking.apply import MaskRow, mask_rows
+from gclm.masking.bitmask import allocate_bitmask
 from gclm.masking.graceful import POLICY_NAMES, GracefulPolicy
 from gclm.masking.policy import BudgetPolicy
 from gclm.masking.state import ConstraintState, check_budget
@@ -271,19 +272,14 @@ class ConstraintLogitsProcessor(LogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         rows = self.rows
         rows.sync(input_ids, appended=False)
-        bitmask = rows.bitmask(scores.shape[0])  # [B, W]
-        ended: list[int] = []
-        for b, seq in enumerate(rows.seqs):
-            if rows.done(b):
-                ended.append(b)
-                fill_unconstrained(bitmask, b, rows.table.vocab_size)  # overwritten below
-            else:
-                fill_bitmask(bitmask, b, seq, rows.tokens_left(b))
-        apply_bitmask(scores, bitmask)
-        if self.policy is not None:
-            for b, seq in enumerate(rows.seqs):
-                if b not in ended:
-                    self.policy.adjust(scores[b], seq, rows.tokens_left(b), rows.max_new_tokens)
+        ended = [b for b in range(len(rows.seqs)) if rows.done(b)]
+        masks = [
+            MaskRow.free()  # an ended row: its one token is forced below
+            if b in ended
+            else MaskRow(seq, rows.tokens_left(b), rows.max_new_tokens, self.policy)
+            for b, seq in enumerate(rows.seqs)
+        ]
+        mask_rows(scores, rows.bitmask(scores.shape[0]), masks, rows.table.vocab_size)
         if ended:
             # An ended row gets exactly one token, finite whatever earlier processors did:
             # EOS if it has not emitted it (so it stops even without the stopping

@@ -12,6 +12,10 @@ any constraint `gclm.compiler.constraint.parse_constraint` reads (`{"json": sche
 (`vllm_xargs` only carries strings and numbers). Its output is then accepted by the
 constraint and at most `max_tokens` tokens long, EOS excluded; a budget below the shortest
 output is refused by `validate_params`, which vLLM answers with a 400 naming the minimum.
+When the budget is tight, the graceful policy paces the spare tokens over the output
+(masking/graceful.py), as on gclm's own engine; `"gclm_budget_policy": "none"` leaves the
+budget-aware mask alone. Rows are masked by `gclm.masking.apply.mask_rows`, the step every
+gclm engine uses.
 
 Where the work happens:
 - frontend (the API server's process): `validate_params` parses the constraint, compiles
@@ -57,9 +61,12 @@ from gclm.compiler.cache import TableCache
 from gclm.compiler.constraint import Constraint, parse_constraint
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.errors import ConstraintError, GclmError, InternalError
-from gclm.masking.bitmask import allocate_bitmask, apply_bitmask, fill_bitmask
+from gclm.errors import ConstraintError, GclmError, InternalError, cut
+from gclm.masking.apply import MaskRow, mask_rows
+from gclm.masking.bitmask import allocate_bitmask
+from gclm.masking.graceful import POLICY_NAMES, GracefulPolicy
 from gclm.masking.masks import mask_table
+from gclm.masking.policy import BudgetPolicy
 from gclm.masking.state import ConstraintState, check_budget
 
 if TYPE_CHECKING:
@@ -72,13 +79,16 @@ log = logging.getLogger("gclm.vllm")
 EXTRA_ARGS_KEY = "gclm"
 # Optional: 0/false gives the forward-only DFA mask without the budget (comparisons only).
 BUDGET_AWARE_KEY = "gclm_budget_aware"
+# Optional: the budget policy (masking/graceful.py), "graceful" (the default) or "none".
+POLICY_KEY = "gclm_budget_policy"
 
 
 def request_constraint(params: SamplingParams) -> tuple[Constraint, bool] | None:
     """The request's constraint and whether it is budget-aware, or None without one.
 
     Raises:
-        ConstraintError: the value under "gclm" is not a constraint (param "gclm...").
+        ConstraintError: the value under "gclm" is not a constraint (param "gclm..."), or
+            the budget policy is not one of POLICY_NAMES.
     """
     extra = params.extra_args or {}
     spec = extra.get(EXTRA_ARGS_KEY)
@@ -101,7 +111,22 @@ def request_constraint(params: SamplingParams) -> tuple[Constraint, bool] | None
     aware = extra.get(BUDGET_AWARE_KEY, True)
     if isinstance(aware, str):
         aware = aware.strip().lower() not in ("0", "false", "no")
+    request_policy(params)
     return constraint, bool(aware)
+
+
+def request_policy(params: SamplingParams) -> str:
+    """The request's budget policy name (POLICY_NAMES; "graceful" unless it says).
+
+    Raises ConstraintError for another name."""
+    name = (params.extra_args or {}).get(POLICY_KEY, POLICY_NAMES[0])
+    if name not in POLICY_NAMES:
+        raise ConstraintError(
+            f"extra_args[{POLICY_KEY!r}] must be one of {', '.join(POLICY_NAMES)}, got "
+            f"{cut(str(name), 80)!r}.",
+            param=POLICY_KEY,
+        )
+    return str(name)
 
 
 def refuse_conflicts(params: SamplingParams) -> None:
@@ -250,6 +275,7 @@ class _Row:
     state: ConstraintState
     output: list[int]  # vLLM's live list of the request's output tokens
     budget: int  # min(max_tokens, room left in the context)
+    policy: BudgetPolicy | None  # reweights the masked logits (None: the mask alone)
     synced: int = 0  # output tokens already fed to `state`
 
     def sync(self) -> None:
@@ -262,6 +288,10 @@ class _Row:
     @property
     def tokens_left(self) -> int:
         return self.budget - len(self.output)
+
+    def mask_row(self) -> MaskRow:
+        """This step's MaskRow (after `sync`)."""
+        return MaskRow(self.state, self.tokens_left, self.budget, self.policy)
 
 
 class GclmLogitsProcessor(LogitsProcessor):
@@ -299,6 +329,7 @@ class GclmLogitsProcessor(LogitsProcessor):
         max_rows = vllm_config.scheduler_config.max_num_seqs
         self.bitmask = allocate_bitmask(max_rows, self.source.vocab.size)  # [max_rows, W]
         self.rows: dict[int, _Row] = {}  # batch index -> row
+        self._graceful: GracefulPolicy | None = None  # built on the first row that asks
 
     def is_argmax_invariant(self) -> bool:
         """The mask changes which token is most likely."""
@@ -323,24 +354,33 @@ class GclmLogitsProcessor(LogitsProcessor):
                 f"A request reached the sampler with a budget of {budget} tokens, below its "
                 f"constraint's minimum of {table.min_tokens}: validate_params did not run."
             )
-        return _Row(ConstraintState(table, budget_aware=budget_aware), output, budget)
+        state = ConstraintState(table, budget_aware=budget_aware)
+        return _Row(state, output, budget, self._policy(request_policy(params)))
+
+    def _policy(self, name: str) -> BudgetPolicy | None:
+        if name != "graceful":
+            return None
+        if self._graceful is None:
+            self._graceful = GracefulPolicy.for_vocab(self.source.vocab.token_bytes)
+        return self._graceful
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """Mask the constrained rows of `logits` [B, V_logits] in place."""
         if not self.rows:
             return logits
         indices = sorted(self.rows)
-        for i, index in enumerate(indices):
+        rows = []
+        for index in indices:
             row = self.rows[index]
             row.sync()
-            fill_bitmask(self.bitmask, i, row.state, row.tokens_left)
-        count = len(indices)
+            rows.append(row.mask_row())
+        count, size = len(indices), self.source.vocab.size
         if indices[-1] == count - 1 == logits.shape[0] - 1:  # every row: mask in place
-            apply_bitmask(logits, self.bitmask[:count])
+            mask_rows(logits, self.bitmask, rows, size)
             return logits
         where = torch.tensor(indices, device=logits.device)
         part = logits[where]  # [count, V_logits], a copy
-        apply_bitmask(part, self.bitmask[:count])
+        mask_rows(part, self.bitmask, rows, size)
         logits[where] = part
         return logits
 

@@ -18,7 +18,10 @@ from gclm.compiler.pool import CompilerPool
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import InvalidRequestError
 from gclm.masking import check_budget
+from gclm.masking.graceful import GracefulPolicy
+from gclm.masking.policy import BudgetPolicy
 from gclm.server.engine.chat_template import encode_chat, render_chat
+from gclm.server.engine.logprobs import TokenNames
 from gclm.server.engine.protocol import (
     EngineStats,
     ErrorEvent,
@@ -72,6 +75,19 @@ class TokenizerEngine:
         enable_thinking); control-token text inside them stays plain text."""
         self._check_chars(sum(len(str(m.get("content", ""))) for m in messages), "messages")
         return encode_chat(self.tokenizer, messages, **template_kwargs)
+
+    @cached_property
+    def token_names(self) -> TokenNames:
+        """Each token id's text and bytes, as logprobs show them."""
+        return TokenNames(self.vocab.token_bytes, self.tokenizer.convert_ids_to_tokens)
+
+    @cached_property
+    def _graceful(self) -> GracefulPolicy:
+        return GracefulPolicy.for_vocab(self.vocab.token_bytes)
+
+    def budget_policy(self, name: str) -> BudgetPolicy | None:
+        """The graceful policy for this vocabulary (one per engine), or None for "none"."""
+        return self._graceful if name == "graceful" else None
 
     @cached_property
     def _longest_token(self) -> int:

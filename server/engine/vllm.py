@@ -38,6 +38,7 @@ from gclm.errors import (
     cut,
 )
 from gclm.masking import ConstraintState, mask_table
+from gclm.server.engine.logprobs import from_vllm
 from gclm.server.engine.protocol import (
     EngineStats,
     ErrorEvent,
@@ -45,6 +46,7 @@ from gclm.server.engine.protocol import (
     GenerationRequest,
     StreamEvent,
     TokenEvent,
+    TokenLogprob,
 )
 from gclm.server.engine.shared import TokenizerEngine
 from gclm.server.settings import check_vllm_options
@@ -94,6 +96,9 @@ class VllmOptions:
             enable_prefix_caching=self.prefix_caching,
             enforce_eager=self.enforce_eager,
             logits_processors=[GclmLogitsProcessor],
+            # Logprobs after gclm's mask, as on the transformers engine (a forbidden token
+            # never shows). The cost: on CUDA vLLM's FlashInfer top-k/top-p kernel is off.
+            logprobs_mode="processed_logprobs",
             disable_log_stats=True,
         )
 
@@ -181,11 +186,6 @@ class VllmEngine(TokenizerEngine):
         mask_table(table)
         return table
 
-    def budget_policy(self, name: str) -> None:
-        """No BudgetPolicy runs inside vLLM yet: every budget-aware row gets the plain
-        budget-aware mask (valid and within budget; spare tokens are not paced)."""
-        return None
-
     def submit(self, request: GenerationRequest) -> VllmRequest:
         self.check_health()
         self.check_admissible(request)
@@ -226,20 +226,16 @@ class VllmEngine(TokenizerEngine):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        from gclm.masking.vllm import BUDGET_AWARE_KEY, sampling_extra_args
+        from gclm.masking.vllm import BUDGET_AWARE_KEY, POLICY_KEY, sampling_extra_args
 
         p = request.params
-        if getattr(p, "logprobs", None) is not None:
-            raise InvalidRequestError(
-                "logprobs are not supported with --engine vllm yet; leave them out or use "
-                "the transformers engine.",
-                param="logprobs",
-            )
         extra: dict[str, Any] | None = None
         if request.table is not None:
             extra = {
                 **sampling_extra_args(self._constraints[request.table]),
                 BUDGET_AWARE_KEY: int(request.budget_aware),
+                # The app asks for the policy by name; the processor has its own copy.
+                POLICY_KEY: "graceful" if request.policy is not None else "none",
             }
         # Penalties and bias change finite logits only: a token the mask sets to -inf stays
         # there, so vLLM's own implementations keep the guarantee.
@@ -252,6 +248,7 @@ class VllmEngine(TokenizerEngine):
             frequency_penalty=getattr(p, "frequency_penalty", 0.0),
             repetition_penalty=getattr(p, "repetition_penalty", 1.0),
             logit_bias=dict(getattr(p, "logit_bias", ())) or None,
+            logprobs=p.logprobs,
             # A constrained output ends where its constraint does; stop strings would cut it.
             stop=list(p.stop) if request.table is None else None,
             extra_args=extra,
@@ -262,6 +259,7 @@ class VllmEngine(TokenizerEngine):
         request = handle.request
         generated = cached = 0
         reason: str | None = None
+        k = request.params.logprobs
         try:
             prompt = {"prompt_token_ids": request.prompt_ids}
             async for output in self._llm.generate(prompt, sampling, handle.request_id):
@@ -271,8 +269,14 @@ class VllmEngine(TokenizerEngine):
                 if handle.state is not None:
                     for token in out.token_ids:
                         handle.state.advance(token)
-                if out.text:
-                    handle.send(TokenEvent(out.text, tuple(out.token_ids)))
+                logprobs: tuple[TokenLogprob, ...] = ()
+                if k is not None and out.logprobs:
+                    ids = list(out.token_ids)
+                    if out.finish_reason == "stop" and ids and ids[-1] == self.vocab.eos_token_id:
+                        ids.pop()  # EOS ends the output; it is not part of it (as on our engine)
+                    logprobs = from_vllm(ids, out.logprobs[: len(ids)], self.token_names, k)
+                if out.text or logprobs:
+                    handle.send(TokenEvent(out.text, tuple(out.token_ids), logprobs))
                 reason = out.finish_reason or reason
         except asyncio.CancelledError:
             handle.send(FinishEvent("cancelled", len(request.prompt_ids), generated))

@@ -137,3 +137,28 @@ def test_validate_params_refuses_bad_constraints(processor: gv.GclmLogitsProcess
         gv.GclmLogitsProcessor.validate_params(bad)
     with pytest.raises(ValueError, match="Unknown constraint key 'grammar'"):
         gv.GclmLogitsProcessor.validate_params(params(8, {"grammar": "x"}))
+
+
+def test_the_graceful_policy_runs_in_vllm_unless_a_request_turns_it_off(
+    processor: gv.GclmLogitsProcessor,
+) -> None:
+    """A string opened with 5 tokens left: closing it at once would leave its spare tokens
+    unspent, and the graceful policy lowers the closing quote, as on gclm's own engine; the
+    same row asking for "none" keeps the plain budget-aware mask (allowed logits untouched)."""
+    quote = processor.source.vocab.token_bytes.index(b'"')
+    text = {"json": {"type": "string"}}
+    off = {**params(6, text).extra_args, gv.POLICY_KEY: "none"}
+    added = [
+        (0, params(6, text), [1], [quote]),  # the opening quote is already out
+        (1, SamplingParams(max_tokens=6, extra_args=off), [1], [quote]),
+    ]
+    logits = step(processor, 2, BatchUpdate(2, [], added, []))
+    assert allowed(logits, 0) == allowed(logits, 1) and quote in allowed(logits, 0)
+    plain = logits[1][torch.isfinite(logits[1])]
+    assert bool((plain == 0).all()), "policy 'none' must leave the mask alone"
+    assert logits[0, quote] < 0, "the graceful policy did not lower the closing quote"
+    step(processor, 0, BatchUpdate(0, [0, 1], [], []))
+    with pytest.raises(ValueError, match="gclm_budget_policy"):
+        gv.GclmLogitsProcessor.validate_params(
+            SamplingParams(max_tokens=6, extra_args={**off, gv.POLICY_KEY: "eager"})
+        )

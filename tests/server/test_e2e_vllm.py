@@ -9,6 +9,7 @@ budget, finish_reason "stop"), the 400 naming the minimum, streaming with usage,
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 from collections.abc import Iterator
@@ -125,3 +126,27 @@ def test_guarantee_at_budgets_min_to_min_plus_5(client: openai.OpenAI) -> None:
         assert choice.finish_reason == "stop", (request, budget)
         assert reply.usage.completion_tokens <= budget, (request, budget)
         check(request, choice.message.content)
+
+
+def test_logprobs_come_from_the_masked_distribution(client: openai.OpenAI) -> None:
+    """logprobs on vLLM are read after gclm's mask: one entry per output token (EOS left
+    out), and no top token the constraint forbids."""
+    colors = ["red", "green", "blue"]
+    reply = client.chat.completions.create(
+        model=MODEL,
+        messages=chat("Pick a color."),
+        max_tokens=8,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=3,
+        extra_body={"structured_outputs": {"choice": colors}},
+    )
+    choice = reply.choices[0]
+    assert choice.message.content in colors
+    content = choice.logprobs.content
+    assert "".join(t.token for t in content) == choice.message.content
+    assert all(math.isfinite(t.logprob) and t.logprob <= 0 for t in content)
+    first = content[0].top_logprobs
+    assert 1 <= len(first) <= 3 and first[0].token == content[0].token  # greedy: the best
+    assert all(any(c.startswith(t.token) for c in colors) for t in first), first
+    assert sum(math.exp(t.logprob) for t in first) <= 1.0 + 1e-4

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 
+from gclm.server.engine.logprobs import TokenNames, from_vllm, token_logprobs, token_text
 from gclm.server.engine.protocol import GenerationRequest, SamplingParams, TokenLogprob
-from gclm.server.engine.transformers.logprobs import TokenNames, token_logprobs, token_text
 from gclm.server.openai.render import CompletionLogprobs
 
 INF = float("inf")
@@ -65,3 +66,24 @@ def test_completion_text_offsets_count_characters() -> None:
     body = CompletionLogprobs.of([TokenLogprob(t, b, -1.0) for t, b in tokens], start=2)
     assert body.text_offset == [2, 3, 3, 4]
     assert body.tokens == [t for t, _ in tokens]
+
+
+def test_vllm_logprobs_become_the_same_token_logprobs() -> None:
+    """vLLM gives, per token, the sampled token and the k best ranked ({id: Logprob}); a
+    masked token (-inf, as vLLM ranks it past the allowed ones) is left out of the top."""
+
+    def lp(value: float, rank: int) -> SimpleNamespace:
+        return SimpleNamespace(logprob=value, rank=rank, decoded_token="?")
+
+    positions = [
+        {1: lp(-0.2, 1), 0: lp(-1.7, 2)},  # the sampled token is the best
+        {4: lp(-3.0, 3), 0: lp(-0.1, 1), 3: lp(-2.5, 2)},  # sampled outside the top 2
+        {2: lp(0.0, 1), 1: lp(-INF, 2)},  # one token allowed: the rest is masked
+    ]
+    first, second, third = from_vllm([1, 4, 2], positions, NAMES, 2)
+    assert (first.token, first.logprob) == ("b", -0.2)
+    assert [(t.token, t.logprob) for t in first.top] == [("b", -0.2), ("a", -1.7)]
+    assert (second.token, second.bytes, second.logprob) == ("é", "é".encode(), -3.0)
+    assert [t.token for t in second.top] == ["a", "<special3>"]
+    assert third.token == "bytes:\\xc3" and [t.token for t in third.top] == ["bytes:\\xc3"]
+    assert from_vllm([1], [None], NAMES, 0)[0].logprob == -INF  # nothing given: impossible

@@ -209,7 +209,7 @@ def test_queue_full_is_429_and_cancel_finishes_cancelled(engine) -> None:
 
 
 @pytest.mark.vllm
-def test_penalties_and_bias_pass_through_and_logprobs_are_refused(engine) -> None:
+def test_penalties_bias_logprobs_and_the_policy_pass_through(engine) -> None:
     params = SimpleNamespace(
         max_tokens=4,
         temperature=0.5,
@@ -226,10 +226,15 @@ def test_penalties_and_bias_pass_through_and_logprobs_are_refused(engine) -> Non
     assert (sent.presence_penalty, sent.frequency_penalty) == (0.5, 0.25)
     assert sent.repetition_penalty == 1.1 and sent.logit_bias == {7: 2.0}
     assert sent.stop == ["x"] and sent.seed == 3
+    assert sent.logprobs is None and sent.extra_args is None
     params.logprobs = 2
-    with pytest.raises(InvalidRequestError, match="logprobs are not supported"):
-        engine._sampling_params(GenerationRequest([1], params))  # type: ignore[arg-type]
-    assert engine.budget_policy("graceful") is None
+    table = asyncio.run(engine.compile(Constraint.regex("[0-9]{2}")))
+    graceful = engine.budget_policy("graceful")
+    assert graceful is not None and engine.budget_policy("none") is None
+    for policy, name in ((graceful, "graceful"), (None, "none")):
+        request = GenerationRequest([1], params, table, policy=policy)  # type: ignore[arg-type]
+        sent = engine._sampling_params(request)
+        assert sent.logprobs == 2 and sent.extra_args["gclm_budget_policy"] == name
 
 
 @pytest.mark.vllm

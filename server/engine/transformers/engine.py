@@ -37,22 +37,15 @@ from gclm.compiler.pool import CompilerPool
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import EngineDeadError, GclmError, InternalError, InvalidRequestError
-from gclm.masking import (
-    allocate_bitmask,
-    apply_bitmask,
-    fill_bitmask,
-    fill_unconstrained,
-    mask_table,
-)
+from gclm.masking import allocate_bitmask, mask_table
+from gclm.masking.apply import MaskRow, mask_rows
 from gclm.masking.drafts import Drafter
-from gclm.masking.graceful import GracefulPolicy
-from gclm.masking.policy import BudgetPolicy
+from gclm.server.engine.logprobs import token_logprobs
 from gclm.server.engine.protocol import EngineStats, GenerationRequest
 from gclm.server.engine.shared import TokenizerEngine
 from gclm.server.engine.transformers.admission import AdmissionQueue
 from gclm.server.engine.transformers.cpu_linear import pack_linears
 from gclm.server.engine.transformers.kv_store import KVStore, plan_slots
-from gclm.server.engine.transformers.logprobs import TokenNames, token_logprobs
 from gclm.server.engine.transformers.penalties import apply_penalties
 from gclm.server.engine.transformers.sampling import sample
 from gclm.server.engine.transformers.sequence import Sequence
@@ -128,9 +121,7 @@ class BatchEngine(TokenizerEngine):
         log.info("KV cache: %d slots of up to %d positions", self.max_batch, self.max_positions)
         self.draft_tokens = draft_tokens
         # Logprobs name a special token (no bytes) as the tokenizer does, e.g. <|im_end|>.
-        self._names = TokenNames(vocab.token_bytes, tokenizer.convert_ids_to_tokens)
         self._bitmask = allocate_bitmask(self.max_batch, vocab.size)  # [max_batch, W]
-        self._graceful = GracefulPolicy.for_vocab(vocab.token_bytes)
         self._drafter = Drafter(vocab.token_bytes)
         # Cache lookups (a disk read, building mask rows) run here; compiles never do, so a
         # cached table is not kept waiting behind them (compiler/pool.py runs compiles).
@@ -181,9 +172,6 @@ class BatchEngine(TokenizerEngine):
         # measures with masking.masks.table_memory has built them already).
         await loop.run_in_executor(self._lookups, mask_table, table)
         return table
-
-    def budget_policy(self, name: str) -> BudgetPolicy | None:
-        return self._graceful if name == "graceful" else None
 
     def submit(self, request: GenerationRequest) -> Sequence:
         self.check_admissible(request)
@@ -309,7 +297,7 @@ class BatchEngine(TokenizerEngine):
             apply_penalties(step, seqs)  # before the mask: output stays valid
             self._mask(step, seqs)
             tokens = sample(step, seqs)  # [b]
-            logprobs = token_logprobs(step, tokens, seqs, self._names)  # after the mask
+            logprobs = token_logprobs(step, tokens, seqs, self.token_names)  # after the mask
             kept = []
             for i, seq, t, lp in zip(rows, seqs, tokens, logprobs, strict=True):
                 drafts = fed.get(seq, [])[1:]
@@ -450,16 +438,18 @@ class BatchEngine(TokenizerEngine):
         self._feed[seq] = feed
 
     def _mask(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
-        for row, seq in enumerate(seqs):
-            if seq.constraint_state is None:
-                fill_unconstrained(self._bitmask, row, self.vocab.size)
-            else:
-                fill_bitmask(self._bitmask, row, seq.constraint_state, seq.tokens_left)
-        apply_bitmask(logits, self._bitmask[: len(seqs)])
-        for row, seq in enumerate(seqs):
-            state, policy = seq.constraint_state, seq.request.policy
-            if policy is not None and state is not None and state.budget_aware:
-                policy.adjust(logits[row], state, seq.tokens_left, seq.request.params.max_tokens)
+        rows = [
+            MaskRow.free()
+            if seq.constraint_state is None
+            else MaskRow(
+                seq.constraint_state,
+                seq.tokens_left,
+                seq.request.params.max_tokens,
+                seq.request.policy,
+            )
+            for seq in seqs
+        ]
+        mask_rows(logits, self._bitmask, rows, self.vocab.size)
 
     def _evict(self, done: list[Sequence]) -> None:
         if not done:

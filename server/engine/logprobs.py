@@ -1,17 +1,21 @@
 """Log-probabilities of the sampled tokens, read from the distribution after the mask.
 
-The logits given here have been penalised, biased and masked (constraint and budget), so a
-token the constraint forbids has probability 0 and never appears among the top tokens. As
-in vLLM, SGLang and TGI, temperature and top_p are not applied: the values are those of the
-masked distribution at temperature 1.
+The transformers engine computes them here (`token_logprobs`) from logits that have been
+penalised, biased and masked (constraint and budget), so a token the constraint forbids has
+probability 0 and never appears among the top tokens. As in vLLM, SGLang and TGI,
+temperature and top_p are not applied: the values are those of the masked distribution at
+temperature 1. The vLLM engine reads vLLM's own (`from_vllm`), which it asks for after the
+logits processors (`logprobs_mode="processed_logprobs"`): masked the same way, but for a
+sampled request after temperature and top_p too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from collections.abc import Sequence as Seq
 from functools import lru_cache
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -74,3 +78,32 @@ def token_logprobs(
         )
         out[i] = TokenLogprob(*names.describe(tokens[i]), logprob=chosen_lp[j], top=top)
     return out
+
+
+def from_vllm(
+    token_ids: Seq[int], positions: Seq[Mapping[int, Any] | None], names: TokenNames, k: int
+) -> tuple[TokenLogprob, ...]:
+    """One TokenLogprob per token of a vLLM output delta.
+
+    Args:
+        token_ids: the delta's sampled tokens.
+        positions: vLLM's logprobs for them: per token, {token id: Logprob(logprob, rank)}
+            holding the sampled token and the `k` best ranked.
+        names: the engine's token names.
+        k: the top tokens the request asked for.
+    Top tokens are sorted by rank and never include a masked token (-inf), as in
+    `token_logprobs`.
+    """
+    out = []
+    for token, entries in zip(token_ids, positions, strict=True):
+        entries = entries or {}
+        chosen = entries.get(token)
+        ranked = sorted(
+            (e.rank, t, e.logprob)
+            for t, e in entries.items()
+            if e.rank is not None and e.rank <= k and not math.isinf(e.logprob)
+        )
+        top = tuple(TokenLogprob(*names.describe(t), logprob=v) for _, t, v in ranked)
+        value = chosen.logprob if chosen is not None else -math.inf
+        out.append(TokenLogprob(*names.describe(token), logprob=value, top=top))
+    return tuple(out)
