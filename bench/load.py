@@ -9,9 +9,10 @@ one run, and prints the ratios:
 
     (a) stall     `--streams` streams decode; a `--prompt-tokens` prompt arrives. The
                   running streams' largest gap between two tokens while it is prefilled,
-                  and its time to first token: gclm chunked (the default
-                  --max-num-batched-tokens), gclm unchunked (a budget past the prompt),
-                  and vLLM-CPU. Targets: gap <= 1.0 s on 2 cores; chunked TTFT within
+                  and its time to first token: gclm as served by default (chunks
+                  timed by --max-step-seconds), gclm untimed (chunks of the token budget,
+                  --max-num-batched-tokens, alone), gclm unchunked (a budget past the
+                  prompt), and vLLM-CPU. Targets: gap <= 1.0 s on 2 cores; chunked TTFT within
                   1.3x of unchunked.
     (c) burst     `--burst` two-token requests at once on a server with its default slots:
                   how many got 200, how many 429 (and their Retry-After), and the KV
@@ -41,7 +42,8 @@ from bench._server import GclmServer
 from bench._vllm import SERVED_NAME, VllmServer
 
 STORY = "Once upon a time, in a town by a river, there lived"
-UNCHUNKED = ("--max-num-batched-tokens", "1000000")
+UNTIMED = ("--max-step-seconds", "0")  # chunks of the token budget alone
+UNCHUNKED = ("--max-num-batched-tokens", "1000000", *UNTIMED)
 FLOAT32 = ("--dtype", "float32")
 WORDS = (
     "river map library lantern harbor orchard meadow glacier canyon market bridge tower "
@@ -166,6 +168,7 @@ def servers(vllm: bool, prompt_tokens: int) -> dict[str, Any]:
     room = ("--max-model-len", str(max(2048, prompt_tokens + 2048)))
     peers: dict[str, Any] = {
         "gclm": lambda: GclmServer(max_batch=8, extra_args=FLOAT32),
+        "gclm_untimed": lambda: GclmServer(max_batch=8, extra_args=FLOAT32 + UNTIMED),
         "gclm_unchunked": lambda: GclmServer(max_batch=8, extra_args=FLOAT32 + UNCHUNKED),
     }
     if vllm:

@@ -61,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="positions one step computes; longer prompts prefill in chunks (0: 512 CPU, 2048 GPU)",
     )
+    serve.add_argument(
+        "--max-step-seconds",
+        type=float,
+        help="while streams decode, prefill chunks that keep a step near this (0.5; 0: off)",
+    )
     serve.add_argument("--cache-dir", type=Path, help="model and compiled-table cache")
     serve.add_argument(
         "--compile-timeout", type=float, help="seconds a compile may take, queue included (10)"

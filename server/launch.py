@@ -82,6 +82,7 @@ def build_engine(settings: ServerSettings) -> BuiltEngine:
         queue_size=settings.queue_size,
         draft_tokens=DRAFT_TOKENS if settings.fast_forward == "on" else 0,
         max_batched_tokens=settings.max_num_batched_tokens or None,
+        max_step_seconds=settings.max_step_seconds or None,
     )
     return BuiltEngine(engine, pool)
 

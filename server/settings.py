@@ -76,6 +76,9 @@ class ServerSettings:
     # Positions one engine step computes, running rows and prompt chunks together (a longer
     # prompt is prefilled over several steps); 0: 512 on the CPU, 2048 on a GPU.
     max_num_batched_tokens: int = 0
+    # While streams decode, prompt chunks small enough that a step takes about this many
+    # seconds (the engine times its steps; server/engine/transformers/pace.py); 0: off.
+    max_step_seconds: float = 0.5
     cache_dir: Path = field(default_factory=default_cache_dir)  # compiled-table disk cache
     compile_timeout: float = 10.0  # seconds a request may wait for its compile, queue included
     compile_workers: int = 0  # compile processes at normal priority; 0: one per CPU core, 2-8
@@ -143,6 +146,10 @@ class ServerSettings:
             raise ValueError(
                 "max_num_batched_tokens must be 0 (the device's default) or more, got "
                 f"{self.max_num_batched_tokens}."
+            )
+        if not self.max_step_seconds >= 0:  # NaN too
+            raise ValueError(
+                f"max_step_seconds must be 0 (off) or more, got {self.max_step_seconds}."
             )
         if self.fast_forward not in ("on", "off"):
             raise ValueError(f"fast_forward must be on or off, got {self.fast_forward!r}.")

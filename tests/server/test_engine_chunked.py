@@ -20,6 +20,7 @@ from gclm.server.engine.protocol import (
 )
 from gclm.server.engine.transformers.engine import BatchEngine
 from gclm.server.engine.transformers.kv_store import KVStore
+from gclm.server.engine.transformers.pace import MIN_CHUNK, PROBE_TOKENS
 
 CHUNK = 16
 
@@ -165,6 +166,41 @@ def test_running_streams_decode_between_the_chunks_of_a_long_prompt(tiny_engines
     assert runner_slots, passes
     decodes = sum(1 for p in steps if any(s in runner_slots for s in p))
     assert decodes >= len(chunk_passes) - 1, passes
+
+
+@torch.no_grad()
+def test_a_step_target_shrinks_the_chunks_only_while_streams_decode(tiny_engines, passes):
+    """--max-step-seconds: beside a decoding stream the long prompt goes in timed chunks (a
+    probe, then the smallest chunk here: no step can be that fast); alone, in one pass.
+    The outputs are the unchunked engine's."""
+    chunked, whole = tiny_engines
+    paced = BatchEngine(
+        whole.model,
+        whole.tokenizer,
+        model_id="tiny",
+        vocab=whole.vocab,
+        cache=whole.cache,
+        max_batch=4,
+        kv_memory=16 << 20,
+        draft_tokens=0,
+        max_batched_tokens=4096,
+        max_step_seconds=1e-6,
+    )
+    (long,) = prompts(1, 120, seed=5)
+    runner = greedy(prompts(1, 4, seed=6)[0], 60)
+    try:
+        passes.clear()
+        assert asyncio.run(ids_of(paced, greedy(long, 4))) == asyncio.run(
+            ids_of(whole, greedy(long, 4))
+        )
+        assert max(max(p.values()) for p in passes[:1]) == len(long)  # alone: one pass
+        expected = [asyncio.run(ids_of(whole, r)) for r in (runner, greedy(long, 4))]
+        passes.clear()
+        assert asyncio.run(together(paced, [runner, greedy(long, 4)])) == expected
+        chunks = [max(p.values()) for p in passes if max(p.values()) > 1]
+        assert max(chunks) <= PROBE_TOKENS and chunks.count(MIN_CHUNK) >= 3, chunks
+    finally:
+        paced.shutdown()
 
 
 @torch.no_grad()

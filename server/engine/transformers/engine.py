@@ -46,6 +46,7 @@ from gclm.server.engine.shared import TokenizerEngine
 from gclm.server.engine.transformers.admission import AdmissionQueue
 from gclm.server.engine.transformers.cpu_linear import pack_linears
 from gclm.server.engine.transformers.kv_store import KVStore, plan_slots
+from gclm.server.engine.transformers.pace import StepPace
 from gclm.server.engine.transformers.penalties import apply_penalties
 from gclm.server.engine.transformers.sampling import sample
 from gclm.server.engine.transformers.sequence import Sequence
@@ -90,11 +91,14 @@ class BatchEngine(TokenizerEngine):
         lookup_threads: int = 4,
         draft_tokens: int = DRAFT_TOKENS,
         max_batched_tokens: int | None = None,
+        max_step_seconds: float | None = None,
     ):
         """`max_batch` None: as many slots as `kv_memory` bytes (None: a share of the free
         memory) hold at a typical length; `queue_size`: sequences that may wait beyond the
         free slots; `draft_tokens` 0: no drafts of forced text; `max_batched_tokens`: the
-        positions a step computes (None: BATCHED_TOKENS for the device)."""
+        positions a step computes (None: BATCHED_TOKENS for the device);
+        `max_step_seconds`: while streams decode, prompt chunks small enough that a step
+        takes about this long (None: chunks of `max_batched_tokens`; pace.py)."""
         self.model = model
         self.tokenizer = tokenizer
         self.model_id = model_id
@@ -108,6 +112,8 @@ class BatchEngine(TokenizerEngine):
         self.max_batched_tokens = max_batched_tokens or BATCHED_TOKENS.get(
             self.device.type, DEFAULT_BATCHED_TOKENS
         )
+        self.max_step_seconds = max_step_seconds
+        self._pace = StepPace(max_step_seconds, self.max_batched_tokens)
         if self.device.type == "cpu":
             _leave_a_core()
             packed = pack_linears(model)
@@ -120,7 +126,6 @@ class BatchEngine(TokenizerEngine):
         )
         log.info("KV cache: %d slots of up to %d positions", self.max_batch, self.max_positions)
         self.draft_tokens = draft_tokens
-        # Logprobs name a special token (no bytes) as the tokenizer does, e.g. <|im_end|>.
         self._bitmask = allocate_bitmask(self.max_batch, vocab.size)  # [max_batch, W]
         self._drafter = Drafter(vocab.token_bytes)
         # Cache lookups (a disk read, building mask rows) run here; compiles never do, so a
@@ -211,6 +216,7 @@ class BatchEngine(TokenizerEngine):
                 "kv_slots_free": self._queue.free,
                 "prefilling": len(self._prefilling),
                 "max_batched_tokens": self.max_batched_tokens,
+                "prefill_chunk_limit": self._pace.chunk(decoding=bool(self._running)),
                 **self._counts,
                 **self._queue.counts,
                 **self._last_step,
@@ -312,7 +318,7 @@ class BatchEngine(TokenizerEngine):
             rows = kept
         self._evict(done)
         self._compact()
-        self._record(chunks, time.perf_counter() - started)
+        self._record(chunks, bool(fed), time.perf_counter() - started)
 
     def _admit(self) -> None:
         """Give waiting sequences the free slots: a distinct prompt a slot holding as much
@@ -331,8 +337,10 @@ class BatchEngine(TokenizerEngine):
 
     def _schedule(self) -> dict[Sequence, int]:
         """How many of its prompt's tokens each prefilling sequence feeds this step, oldest
-        first: the positions the running rows' feeds leave of `max_batched_tokens`."""
+        first: the positions the running rows' feeds leave of `max_batched_tokens`, at
+        most the chunk that keeps a step with running rows near `max_step_seconds`."""
         left = self.max_batched_tokens - sum(map(len, self._feed.values()))
+        left = min(left, self._pace.chunk(decoding=bool(self._running)))
         chunks: dict[Sequence, int] = {}
         for seq, rest in self._prefilling.items():
             if left <= 0:
@@ -410,8 +418,9 @@ class BatchEngine(TokenizerEngine):
             del self._prefilling[seq]
         self._evict(gone)
 
-    def _record(self, chunks: dict[Sequence, int], seconds: float) -> None:
+    def _record(self, chunks: dict[Sequence, int], decoding: bool, seconds: float) -> None:
         tokens = sum(chunks.values())
+        self._pace.observe(tokens, decoding, seconds)
         self._counts["prefill_tokens"] += tokens
         self._counts["prefill_chunks"] += len(chunks)
         self._counts["steps"] += 1

@@ -1,0 +1,45 @@
+"""StepPace: prefill chunks sized from timed steps so that running streams wait about the
+target per step, and the token budget alone when nothing decodes."""
+
+from __future__ import annotations
+
+import pytest
+
+from gclm.server.engine.transformers.pace import MIN_CHUNK, PROBE_TOKENS, StepPace
+
+
+def test_nothing_decoding_or_no_target_means_the_token_budget() -> None:
+    pace = StepPace(0.5, ceiling=512)
+    assert pace.chunk(decoding=False) == 512
+    assert StepPace(None, ceiling=512).chunk(decoding=True) == 512
+
+
+def test_a_probe_first_then_the_chunk_that_fits_the_target() -> None:
+    pace = StepPace(0.5, ceiling=512)
+    assert pace.chunk(decoding=True) == PROBE_TOKENS
+    pace.observe(0, decoding=True, seconds=0.1)  # a decode-only step: 0.1 s
+    pace.observe(32, decoding=True, seconds=0.1 + 32 * 0.01)  # 10 ms per prompt token
+    assert pace.decode_s == pytest.approx(0.1) and pace.per_token_s == pytest.approx(0.01)
+    assert pace.chunk(decoding=True) == 40  # (0.5 - 0.1) / 0.01
+    assert pace.chunk(decoding=False) == 512
+
+
+def test_the_estimate_follows_steps_that_grow_dearer() -> None:
+    """Later chunks of a long prompt attend over more keys: the chunk shrinks with them."""
+    pace = StepPace(0.5, ceiling=512)
+    pace.observe(100, decoding=False, seconds=0.5)  # 5 ms per token
+    first = pace.chunk(decoding=True)
+    pace.observe(first, decoding=True, seconds=first * 0.02)  # now 20 ms per token
+    assert pace.chunk(decoding=True) < first
+
+
+def test_the_chunk_stays_between_the_floor_and_the_budget() -> None:
+    slow = StepPace(0.5, ceiling=512)
+    slow.observe(0, decoding=True, seconds=2.0)  # decoding alone outlasts the target
+    slow.observe(16, decoding=True, seconds=2.5)
+    assert slow.chunk(decoding=True) == MIN_CHUNK  # the prompt still moves
+    fast = StepPace(0.5, ceiling=512)
+    fast.observe(512, decoding=False, seconds=0.0)  # a GPU: too fast to time
+    assert fast.chunk(decoding=True) == 512
+    with pytest.raises(ValueError, match="> 0 seconds"):
+        StepPace(0.0, ceiling=512)
