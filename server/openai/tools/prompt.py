@@ -21,6 +21,12 @@ Which constraint `tool_choice` asks for (see `ToolPlan.regex`):
   With too small a budget the model answers in text, never with a cut-off call.
 - "none" (or no tools): no call; the tools are still described in the prompt.
 
+With `response_format` (chat) or `text.format` (Responses) beside the tools, the format
+governs the text answer, as on OpenAI: under "auto" the text branch is that JSON's regex
+instead of any text (JSON never starts with the opener's `<`); under "required" or a named
+function the output is a call, so the format has nothing to govern; under "none" the format
+is the whole constraint (server/openai/constraint_spec.py).
+
 The model's own chat template renders the messages, but the tools and any calls or results
 in the history are written into them in this format (a system block, assistant content,
 user `<tool_response>` messages), so every model and every engine can call tools.
@@ -103,6 +109,9 @@ class ToolPlan:
     # Where function i's parameters are in the request, for errors ("{i}" is filled in).
     parameters_param: str = "tools[{i}].function.parameters"
     max_calls: int | None = None  # at most this many calls (Responses' max_tool_calls)
+    # Under "auto", the regex a text answer must match (a JSON format's, not anchored; see
+    # the module docstring); None: any text that does not start with the opener.
+    text_regex: str | None = None
 
     @property
     def calls_allowed(self) -> bool:
@@ -117,7 +126,8 @@ class ToolPlan:
         calls = calls_regex(self.tools, self.parallel, self.parameters_param, self.max_calls)
         if self.mode == "required":
             return escape_literal(OPENER) + calls
-        return f"{not_starting_with(OPENER)}|{escape_literal(OPENER)}{calls}"
+        text = f"(?:{self.text_regex})" if self.text_regex else not_starting_with(OPENER)
+        return f"{text}|{escape_literal(OPENER)}{calls}"
 
 
 def tool_plan(
