@@ -2,9 +2,10 @@
 
 `Mode.RESPONSES_TOOLS` sends `text.format` (the model's JSON Schema) together with `tools`
 and a named `tool_choice` on /v1/responses; gclm reads the call as the answer and the format
-as the form of a text answer. `Mode.TOOLS` and `Mode.JSON_SCHEMA` are the chat completions
-paths (a named tool; `response_format`). instructor is installed without its dependency
-pins (see the Makefile), and retries are off: every answer is gclm's first.
+as the form of a text answer (also streamed, by `create_partial`). `Mode.TOOLS`, `JSON_SCHEMA`
+and `JSON` are the chat completions paths (a named tool; `response_format` json_schema /
+json_object). instructor is installed without its dependency pins (see the Makefile), and
+retries are off: every answer is gclm's first.
 """
 
 from __future__ import annotations
@@ -58,7 +59,24 @@ def test_responses_tools(sdk: openai.OpenAI) -> None:
     Person.model_validate(person.model_dump())  # every constraint of the schema holds
 
 
-@pytest.mark.parametrize("mode", ["TOOLS", "JSON_SCHEMA"])
+def test_responses_tools_streamed(sdk: openai.OpenAI) -> None:
+    """create_partial reads the streamed response.function_call_arguments.delta events."""
+    client = patched(sdk, "RESPONSES_TOOLS")
+    partials = list(
+        client.responses.create_partial(
+            model=MODEL,
+            input="Describe a person.",
+            response_model=Person,
+            max_output_tokens=60,
+            temperature=0,
+            max_retries=0,
+        )
+    )
+    assert len(partials) > 2  # the arguments arrive in pieces
+    Person.model_validate(partials[-1].model_dump())
+
+
+@pytest.mark.parametrize("mode", ["TOOLS", "JSON_SCHEMA", "JSON"])
 def test_chat_completions(sdk: openai.OpenAI, mode: str) -> None:
     client = patched(sdk, mode)
     person = client.chat.completions.create(
