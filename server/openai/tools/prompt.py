@@ -1,7 +1,8 @@
 """Tool calling, the request side: `tools`, `tool_choice`, the prompt, and the constraint.
 
 gclm's tool-call format (one format for every model, written in the prompt and enforced by
-the constraint, so the prompt never describes an output other than the one allowed):
+the constraint; a template that renders tools may describe its own layout beside it, but
+the output is always this one):
 
     <tool_call>[{"name": "get_weather", "arguments": {"city": "Paris"}}]
 
@@ -320,8 +321,9 @@ def prompt_messages(
             text = call_text(calls)
             out.append({"role": "assistant", "content": f"{content}\n{text}" if content else text})
         elif role == "tool" and native:
-            keep = ("role", "content", "name", "tool_call_id")
-            out.append({k: v for k, v in m.items() if k in keep and v is not None})
+            keep = ("role", "name", "tool_call_id")
+            result = {k: v for k, v in m.items() if k in keep and v is not None}
+            out.append({**result, "content": content})
         elif role == "tool":
             result = f"<tool_response>\n{content}\n</tool_response>"
             if out and out[-1].get("_tool"):
