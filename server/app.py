@@ -73,7 +73,7 @@ from gclm.server.openai.responses.function_calls import ResponsesToolRenderer
 from gclm.server.openai.responses.protocol import ResponsesRequest
 from gclm.server.openai.responses.render import ResponseBody, ResponseEvent, ResponsesRenderer
 from gclm.server.openai.tools.calls import ToolChatRenderer
-from gclm.server.openai.tools.prompt import prompt_messages
+from gclm.server.openai.tools.prompt import prompt_messages, template_tools
 from gclm.server.settings import ServerSettings
 
 GENERATING = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/responses"})
@@ -192,15 +192,19 @@ class _Service:
     # Templating and tokenizing run in a worker thread (run_in_threadpool): a long prompt must
     # not stop the event loop, which answers every other request and /health.
     def chat_prompt(self, body: ChatCompletionRequest) -> list[int]:
+        native = self.engine.renders_tools
         messages = [m.for_template() for m in body.messages]
-        messages = prompt_messages(messages, body.tools, body.tool_plan)
-        return self.engine.encode_chat(messages, **body.template_kwargs())
+        messages = prompt_messages(messages, body.tools, body.tool_plan, native)
+        kwargs = template_tools(body.tools, native, body.template_kwargs())
+        return self.engine.encode_chat(messages, **kwargs)
 
     def responses_prompt(self, body: ResponsesRequest) -> list[int]:
-        messages = prompt_messages(body.messages(), body.chat_tools, body.tool_plan)
+        native = self.engine.renders_tools
+        messages = prompt_messages(body.messages(), body.chat_tools, body.tool_plan, native)
         # No reasoning items on /v1/responses yet: a reasoning model answers without thinking.
         no_thinking = {"enable_thinking": False} if self.reasoning is not None else {}
-        return self.engine.encode_chat(messages, **no_thinking)
+        kwargs = template_tools(body.chat_tools, native, no_thinking)
+        return self.engine.encode_chat(messages, **kwargs)
 
     def completion_prompts(self, body: CompletionRequest) -> list[list[int]]:
         return [p if isinstance(p, list) else self.engine.encode_prompt(p) for p in body.prompt]

@@ -43,6 +43,27 @@ def render_chat(tokenizer: Any, messages: list[dict[str, Any]], **template_kwarg
         ) from e
 
 
+def renders_tools(tokenizer: Any) -> bool:
+    """Whether the tokenizer's chat template writes tools itself: it reads a `tools`
+    variable and renders earlier calls (`tool_calls`) or role "tool" results.
+
+    Such a template gets the tools, calls and results as they are (apply_chat_template's
+    `tools=`, assistant `tool_calls`, role "tool"; server/openai/tools/prompt.py), and writes
+    them in the layout the model was trained on. A named set of templates counts when one of
+    them does (transformers picks "tool_use" when tools are passed).
+    """
+    template = getattr(tokenizer, "chat_template", None)
+    texts = template.values() if isinstance(template, dict) else [template]
+    return any(isinstance(t, str) and _TOOLS_USE.search(t) is not None for t in texts)
+
+
+# `tools` read as a variable, and calls or the tool role rendered (a template that only
+# mentions tools in a comment, or never writes a result, falls back to gclm's format).
+_TOOLS_USE = re.compile(
+    r"""(?s)(?=.*(?:\{[%{][^%}]*\btools\b))(?=.*(?:\btool_calls\b|['"]tool['"]))"""
+)
+
+
 def encode_chat(
     tokenizer: Any, messages: list[dict[str, Any]], **template_kwargs: Any
 ) -> list[int]:

@@ -184,6 +184,12 @@ class Engine(Protocol[HandleT]):
         inside a message is plain text, only the template's own control tokens are special."""
         ...
 
+    @property
+    def renders_tools(self) -> bool:
+        """Whether the chat template writes tools, calls and tool results itself
+        (chat_template.renders_tools); otherwise gclm writes them into the messages."""
+        ...
+
     def budget_policy(self, name: str) -> BudgetPolicy | None:
         """The BudgetPolicy called `name` (masking.graceful.POLICY_NAMES) for this engine's
         vocabulary; None for "none"."""

@@ -20,7 +20,7 @@ from gclm.errors import InvalidRequestError
 from gclm.masking import check_budget
 from gclm.masking.graceful import GracefulPolicy
 from gclm.masking.policy import BudgetPolicy
-from gclm.server.engine.chat_template import encode_chat, render_chat
+from gclm.server.engine.chat_template import encode_chat, render_chat, renders_tools
 from gclm.server.engine.logprobs import TokenNames
 from gclm.server.engine.protocol import (
     EngineStats,
@@ -75,6 +75,10 @@ class TokenizerEngine:
         enable_thinking); control-token text inside them stays plain text."""
         self._check_chars(sum(len(str(m.get("content", ""))) for m in messages), "messages")
         return encode_chat(self.tokenizer, messages, **template_kwargs)
+
+    @cached_property
+    def renders_tools(self) -> bool:
+        return renders_tools(self.tokenizer)
 
     @cached_property
     def token_names(self) -> TokenNames:

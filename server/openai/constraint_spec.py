@@ -3,24 +3,27 @@
 A constraint comes from exactly one of: `response_format` (json_object / json_schema), the
 `structured_outputs` extension ({json | regex | choice, budget_aware}), or vLLM's older
 `guided_json` / `guided_regex` / `guided_choice`; on the Responses API, from `text.format`
-(json_object / json_schema with `name`, `schema`, `strict` at its top level); on chat, from
-`tools` when `tool_choice` allows calls (server/openai/tools/prompt.py). Each is read
-by the one constraint parser, `gclm.compiler.constraint.parse_constraint`. Errors name the
-parameter the constraint came from, e.g. `structured_outputs.regex`, both when the
-constraint is malformed here and when the engine fails to compile it.
+(json_object / json_schema with `name`, `schema`, `strict` at its top level); or, on
+either API, from `tools` when `tool_choice` allows calls (server/openai/tools/prompt.py),
+which a JSON `response_format` / `text.format` may join as the form of a text answer. Each
+is read by the one constraint parser, `gclm.compiler.constraint.parse_constraint`. Errors
+name the parameter the constraint came from, e.g. `structured_outputs.regex`, both when
+the constraint is malformed here and when the engine fails to compile it.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gclm.compiler.constraint import STRUCTURED_KEYS, Constraint, parse_constraint
+from gclm.compiler.regex import json_regex
 from gclm.errors import ConstraintError, InvalidRequestError
 from gclm.server.openai.protocol import GenerationBody, ResponseFormat, StructuredOutputs
 from gclm.server.openai.responses.protocol import TextFormat
+from gclm.server.openai.tools.prompt import ToolPlan
 
 
 @dataclass(frozen=True)
@@ -36,20 +39,52 @@ class ConstraintSpec:
 def constraint_spec(request: GenerationBody) -> ConstraintSpec | None:
     """The constraint `request` asks for, or None for free text.
 
-    Raises InvalidRequestError when more than one source sets a constraint, and
-    ConstraintError (param naming the source) when one is malformed or incomplete.
+    Raises InvalidRequestError when more than one source sets a constraint (tools beside a
+    JSON `response_format` / `text.format` are one constraint: see `_tools_with_format`),
+    and ConstraintError (param naming the source) when one is malformed or incomplete.
     """
     sources = request.constraint_sources()
     given = [(name, value) for name, value in sources.items() if value is not None]
     if not given:
         return None
+    names = [name for name, _ in given]
+    if len(given) == 2 and "tools" in names and set(names) & set(FORMAT_SOURCES):
+        fmt_source, fmt = given[1 - names.index("tools")]
+        return _tools_with_format(sources["tools"], fmt_source, fmt)
     if len(given) > 1:
         raise InvalidRequestError(
             f"Both {given[0][0]} and {given[1][0]} ask for a constraint; set only one.",
             param=given[1][0],
             code="conflicting_parameters",
         )
-    source, value = given[0]
+    return _spec(*given[0])
+
+
+# The sources that constrain a text answer and may stand beside `tools`, as on OpenAI.
+FORMAT_SOURCES = ("response_format", "text.format")
+
+
+def _tools_with_format(plan: ToolPlan, source: str, fmt: Any) -> ConstraintSpec:
+    """The constraint of tools that may be called beside a JSON format for the text answer.
+
+    The format is read and turned into its regex whatever tool_choice is, so a format gclm
+    cannot honour is a 400 naming it either way; under "auto" that regex becomes the text
+    branch of the tools' regex, while under "required" or a named function the output is a
+    call, which the format does not govern.
+    """
+    text = _spec(source, fmt).constraint
+    try:
+        text_regex = json_regex(text).regex
+    except ConstraintError as e:  # raised here, not cached: its param can be set
+        e.param = f"{source}.{'schema' if source == 'text.format' else 'json_schema.schema'}"
+        raise
+    if plan.mode == "auto":
+        plan = replace(plan, text_regex=text_regex)
+    return _spec("tools", plan)
+
+
+def _spec(source: str, value: Any) -> ConstraintSpec:
+    """The constraint of one source; ConstraintError names the parameter that is wrong."""
     body, budget_aware = _READERS[source](value)
     policy = value.budget_policy if isinstance(value, StructuredOutputs) else "graceful"
     nested = source in ("response_format", "structured_outputs", "text.format")

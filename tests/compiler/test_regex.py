@@ -11,7 +11,7 @@ import pytest
 
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.json_schema import JSON_OBJECT_DEPTH
-from gclm.compiler.regex import RegexResult, to_regex
+from gclm.compiler.regex import RegexResult, json_regex, to_regex
 from gclm.compiler.rust_regex import check_regex
 from gclm.errors import ConstraintError
 
@@ -224,3 +224,24 @@ def test_spliced_leaves_sit_inside_the_structure():
     assert accepts(regex, '{"n":12,"code":"ABC"}')
     assert not accepts(regex, '{"n":13,"code":"ABC"}')
     assert not accepts(regex, '{"n":1,"code":"abc"}')
+
+
+# ------------------------------------------------------------------ json_regex (a part)
+
+
+@pytest.mark.parametrize(
+    "constraint",
+    [Constraint.json_object(), Constraint.json_schema({"type": "object", "required": ["a"]})],
+)
+def test_json_regex_is_the_unanchored_part_of_to_regex(constraint: Constraint) -> None:
+    part = json_regex(constraint).regex
+    assert to_regex(constraint).regex == f"(?:{part})$"
+    # As one branch of a larger regex (a tool constraint's text branch), in both dialects.
+    union = to_regex(Constraint.regex(f"(?:{part})|<call>x")).regex
+    assert accepts(union, '{"a": 1}') and accepts(union, "<call>x")
+    assert not accepts(union, "hi") and not accepts(union, "<call>")
+
+
+def test_json_regex_takes_only_json_kinds() -> None:
+    with pytest.raises(ValueError, match="JSON constraint"):
+        json_regex(Constraint.regex("a"))

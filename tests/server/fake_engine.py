@@ -111,6 +111,9 @@ class FakeEngine:
     """
 
     model_id = "gclm-fake"
+    # Its render_chat writes each message's role and content, nothing of tools; a test sets
+    # True to see what a template that renders tools is given (`chats`, `template_kwargs`).
+    renders_tools = False
 
     def __init__(
         self,
@@ -130,6 +133,7 @@ class FakeEngine:
         self.cancels: list[str] = []  # request ids, in order, each once
         self.compiles: list[Constraint] = []
         self.template_kwargs: list[dict[str, Any]] = []  # render_chat's, per call
+        self.chats: list[list[dict[str, Any]]] = []  # render_chat's messages, per call
         self.cache_hits = 0
         self.cache_misses = 0
         self._tables: dict[str, CompiledTable] = {}
@@ -178,6 +182,7 @@ class FakeEngine:
 
     def render_chat(self, messages: list[dict[str, Any]], **template_kwargs: Any) -> str:
         self.template_kwargs.append(template_kwargs)
+        self.chats.append(messages)
         turns = "".join(f"<|{m['role']}|>{m['content']}\n" for m in messages)
         return turns + "<|assistant|>"
 

@@ -5,8 +5,7 @@ each asking for a JSON Schema output (LangChain's `with_structured_output(method
 "json_schema")`, pydantic-ai's `NativeOutput`: both send `text.format`), then each library's
 tool path on the same API: LangChain's `method="function_calling"`, pydantic-ai's default
 (tool) output, and the openai-agents SDK running a `function_tool`. (instructor's
-`Mode.RESPONSES_TOOLS` is not tested: no instructor release installs beside the openai SDK
-version in the dev dependencies.)
+`Mode.RESPONSES_TOOLS` is in test_e2e_instructor.py.)
 """
 
 from __future__ import annotations

@@ -187,14 +187,6 @@ async def test_tool_choice_none_and_named() -> None:
             },
             "tools[0].parameters",
         ),
-        (
-            {
-                "tools": TOOLS,
-                "tool_choice": "required",
-                "text": {"format": {"type": "json_object"}},
-            },
-            "tools",
-        ),
     ],
 )
 async def test_refusals_name_the_parameter(body: dict[str, Any], param: str) -> None:

@@ -260,7 +260,7 @@ async def test_http_shapes_over_the_fake_engine(tmp_path) -> None:
             "tools[0].function.parameters",
         ),
         (
-            {"tools": "T", "response_format": {"type": "json_object"}, "tool_choice": "required"},
+            {"tools": "T", "extra_body": {"guided_regex": "a+"}, "tool_choice": "required"},
             "tools",
         ),
     ],

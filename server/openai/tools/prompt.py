@@ -1,7 +1,8 @@
 """Tool calling, the request side: `tools`, `tool_choice`, the prompt, and the constraint.
 
 gclm's tool-call format (one format for every model, written in the prompt and enforced by
-the constraint, so the prompt never describes an output other than the one allowed):
+the constraint; a template that renders tools may describe its own layout beside it, but
+the output is always this one):
 
     <tool_call>[{"name": "get_weather", "arguments": {"city": "Paris"}}]
 
@@ -21,9 +22,20 @@ Which constraint `tool_choice` asks for (see `ToolPlan.regex`):
   With too small a budget the model answers in text, never with a cut-off call.
 - "none" (or no tools): no call; the tools are still described in the prompt.
 
-The model's own chat template renders the messages, but the tools and any calls or results
-in the history are written into them in this format (a system block, assistant content,
-user `<tool_response>` messages), so every model and every engine can call tools.
+With `response_format` (chat) or `text.format` (Responses) beside the tools, the format
+governs the text answer, as on OpenAI: under "auto" the text branch is that JSON's regex
+instead of any text (JSON never starts with the opener's `<`); under "required" or a named
+function the output is a call, so the format has nothing to govern; under "none" the format
+is the whole constraint (server/openai/constraint_spec.py).
+
+The model's own chat template renders the messages. Where it writes tools itself
+(`Engine.renders_tools`: it reads `tools` and renders calls or role "tool"), it gets them as
+they are: the tools as `tools=`, earlier calls as assistant `tool_calls` (arguments as
+objects), results as role "tool" messages, all in the layout the model was trained on; a
+short system block then states gclm's call format, the one the constraint enforces, and the
+tool_choice rule. Otherwise (the fallback) gclm writes all of it into the messages in its
+format: a system block listing the tools, calls as assistant content, results as user
+`<tool_response>` messages, so every model and every engine can call tools.
 """
 
 from __future__ import annotations
@@ -103,6 +115,9 @@ class ToolPlan:
     # Where function i's parameters are in the request, for errors ("{i}" is filled in).
     parameters_param: str = "tools[{i}].function.parameters"
     max_calls: int | None = None  # at most this many calls (Responses' max_tool_calls)
+    # Under "auto", the regex a text answer must match (a JSON format's, not anchored; see
+    # the module docstring); None: any text that does not start with the opener.
+    text_regex: str | None = None
 
     @property
     def calls_allowed(self) -> bool:
@@ -117,7 +132,8 @@ class ToolPlan:
         calls = calls_regex(self.tools, self.parallel, self.parameters_param, self.max_calls)
         if self.mode == "required":
             return escape_literal(OPENER) + calls
-        return f"{not_starting_with(OPENER)}|{escape_literal(OPENER)}{calls}"
+        text = f"(?:{self.text_regex})" if self.text_regex else not_starting_with(OPENER)
+        return f"{text}|{escape_literal(OPENER)}{calls}"
 
 
 def tool_plan(
@@ -203,11 +219,9 @@ def not_starting_with(prefix: str) -> str:
     return f"(?:(?:{leave})[\\s\\S]*|{proper})"
 
 
-def tools_block(plan: ToolPlan | None, tools: list[ToolDef]) -> str:
-    """The system-prompt section that describes the tools and the call format."""
-    signatures = "\n".join(
-        json.dumps(t.model_dump(exclude_none=True), ensure_ascii=False) for t in tools
-    )
+def tools_block(plan: ToolPlan | None, tools: list[ToolDef], native: bool = False) -> str:
+    """The system-prompt section that describes the tools and the call format (`native`:
+    the format and the rule only, the chat template lists the tools)."""
     if plan is None or not plan.calls_allowed:
         rule = "Do not call a function now: answer in text."
     elif plan.mode == "required" and len(plan.tools) == 1:
@@ -216,45 +230,100 @@ def tools_block(plan: ToolPlan | None, tools: list[ToolDef]) -> str:
         rule = "Call one or more of the functions now."
     else:
         rule = "Call a function when it helps; otherwise answer in text."
-    return (
-        "# Tools\n\nYou can call these functions (JSON Schema signatures):\n<tools>\n"
-        f"{signatures}\n</tools>\n\n"
+    call_format = (
         f"To call functions, answer with {OPENER} followed by a JSON list of calls and "
         f'nothing else:\n{OPENER}[{{"name": <function name>, "arguments": <arguments '
         "object>}]\n"
+    )
+    if native:
+        return f"{call_format}{rule}"
+    signatures = "\n".join(
+        json.dumps(t.model_dump(exclude_none=True), ensure_ascii=False) for t in tools
+    )
+    return (
+        "# Tools\n\nYou can call these functions (JSON Schema signatures):\n<tools>\n"
+        f"{signatures}\n</tools>\n\n{call_format}"
         f"Function results come back as <tool_response>...</tool_response>. {rule}"
     )
 
 
+def template_tools(
+    tools: list[ToolDef] | None, native: bool, kwargs: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The chat template's keyword arguments: `kwargs` (the request's own), plus `tools`
+    (OpenAI's shape, which transformers passes on as is) for a template that renders them.
+
+    Raises InvalidRequestError when `kwargs` sets `tools` too.
+    """
+    out = dict(kwargs or {})
+    if not native or not tools:
+        return out
+    if "tools" in out:
+        raise InvalidRequestError(
+            "chat_template_kwargs.tools and tools both give the chat template its tools; "
+            "send the functions in `tools` only.",
+            param="chat_template_kwargs.tools",
+            code="conflicting_parameters",
+        )
+    return {**out, "tools": [t.model_dump(exclude_none=True) for t in tools]}
+
+
 def call_text(calls: list[ToolCallIn]) -> str:
     """An earlier turn's calls, written as the model would have written them."""
-    items = []
-    for call in calls:
-        try:
-            arguments: Any = json.loads(call.function.arguments)
-        except json.JSONDecodeError:
-            arguments = call.function.arguments  # kept as text: it is history, not output
-        items.append({"name": call.function.name, "arguments": arguments})
+    items = [{"name": c.function.name, "arguments": _arguments(c)} for c in calls]
     return OPENER + json.dumps(items, ensure_ascii=False)
+
+
+def template_calls(calls: list[ToolCallIn]) -> list[dict[str, Any]]:
+    """An earlier turn's calls for a template that renders them: arguments as an object
+    (what templates write with `tojson`), as transformers' chat templates expect."""
+    return [
+        {
+            "id": c.id,
+            "type": "function",
+            "function": {"name": c.function.name, "arguments": _arguments(c)},
+        }
+        for c in calls
+    ]
+
+
+def _arguments(call: ToolCallIn) -> Any:
+    try:
+        return json.loads(call.function.arguments)
+    except json.JSONDecodeError:
+        return call.function.arguments  # kept as text: it is history, not output
 
 
 def prompt_messages(
     messages: list[dict[str, Any]],
     tools: list[ToolDef] | None,
     plan: ToolPlan | None,
+    native: bool = False,
 ) -> list[dict[str, Any]]:
-    """Messages for the chat template, with tools, calls and results written in gclm's format.
+    """Messages for the chat template, with calls and results written for it.
 
-    `messages` are ChatMessage dumps (role, content, tool_calls, tool_call_id). A tool
-    message becomes (part of) a user message, since not every template knows role "tool".
+    `messages` are ChatMessage dumps (role, content, name, tool_calls, tool_call_id).
+    `native` (the template renders tools, `Engine.renders_tools`): calls stay assistant
+    `tool_calls` and results role "tool" messages, and the tools go to the template through
+    `template_tools`. Otherwise they are written in gclm's format: a tool message becomes
+    (part of) a user message, since not every template knows role "tool".
     """
     out: list[dict[str, Any]] = []
     for m in messages:
         role, content = m["role"], m.get("content") or ""
         if role == "assistant" and m.get("tool_calls"):
             calls = [ToolCallIn.model_validate(c) for c in m["tool_calls"]]
+            if native:
+                out.append(
+                    {"role": "assistant", "content": content, "tool_calls": template_calls(calls)}
+                )
+                continue
             text = call_text(calls)
             out.append({"role": "assistant", "content": f"{content}\n{text}" if content else text})
+        elif role == "tool" and native:
+            keep = ("role", "name", "tool_call_id")
+            result = {k: v for k, v in m.items() if k in keep and v is not None}
+            out.append({**result, "content": content})
         elif role == "tool":
             result = f"<tool_response>\n{content}\n</tool_response>"
             if out and out[-1].get("_tool"):
@@ -266,7 +335,7 @@ def prompt_messages(
     for m in out:
         m.pop("_tool", None)
     if tools:
-        block = tools_block(plan, tools)
+        block = tools_block(plan, tools, native)
         if out and out[0]["role"] == "system":
             out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{block}"}
         else:
