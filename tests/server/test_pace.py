@@ -33,11 +33,25 @@ def test_the_estimate_follows_steps_that_grow_dearer() -> None:
     assert pace.chunk(decoding=True) < first
 
 
-def test_the_chunk_stays_between_the_floor_and_the_budget() -> None:
+def test_a_step_too_slow_for_the_target_keeps_the_prefill_moving() -> None:
+    """Decoding alone outlasts the target: the prefill part still gets twice the decode
+    part (the long prompt's first token is not put off without end), growing at most
+    twofold per step."""
     slow = StepPace(0.5, ceiling=512)
-    slow.observe(0, decoding=True, seconds=2.0)  # decoding alone outlasts the target
-    slow.observe(16, decoding=True, seconds=2.5)
-    assert slow.chunk(decoding=True) == MIN_CHUNK  # the prompt still moves
+    slow.observe(0, decoding=True, seconds=1.0)
+    slow.observe(16, decoding=True, seconds=1.0 + 16 * 0.01)
+    assert slow.chunk(decoding=True) == 32  # 2.0 s of prefill is 200 tokens; doubling: 32
+    slow.observe(32, decoding=True, seconds=1.0 + 32 * 0.01)
+    slow.observe(64, decoding=True, seconds=1.0 + 64 * 0.01)
+    slow.observe(128, decoding=True, seconds=1.0 + 128 * 0.01)
+    assert slow.chunk(decoding=True) == 200
+
+
+def test_the_chunk_stays_between_the_floor_and_the_budget() -> None:
+    tiny = StepPace(0.5, ceiling=512)
+    tiny.observe(0, decoding=True, seconds=0.001)
+    tiny.observe(32, decoding=True, seconds=0.001 + 32 * 1.0)  # one token: a second
+    assert tiny.chunk(decoding=True) == MIN_CHUNK  # the prompt still moves
     fast = StepPace(0.5, ceiling=512)
     fast.observe(512, decoding=False, seconds=0.0)  # a GPU: too fast to time
     assert fast.chunk(decoding=True) == 512

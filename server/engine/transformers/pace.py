@@ -13,6 +13,14 @@ moving averages follow). While rows are decoding, a step's prefill chunk is the 
 tokens that keeps it near `target_s`; with nothing decoding nobody waits, and the chunk is
 the token budget's. The first chunk beside running streams, before any estimate, is
 `PROBE_TOKENS`.
+
+Two guards. Each step pays its decode part again, so a long prompt fed in chunks much
+shorter than that part would take many times its unchunked time to its first token: the
+prefill part of a step is kept at least `MIN_PREFILL_SHARE` times the decode part (on a
+machine too slow or too loaded for the target, the gap gives way before the long prompt's
+first token does). And a chunk at most doubles from one step to the next, so that one
+noisy timing (a step that ran fast while the machine was briefly idle) cannot turn into a
+chunk of the whole budget.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ PROBE_TOKENS = 32
 MIN_CHUNK = 16
 # Weight of the newest step in the moving averages.
 ALPHA = 0.5
+# A step's prefill part is at least this many times its decode part.
+MIN_PREFILL_SHARE = 2.0
 
 
 class StepPace:
@@ -37,6 +47,7 @@ class StepPace:
         self.ceiling = ceiling
         self.decode_s: float | None = None  # a decode-only step's seconds
         self.per_token_s: float | None = None  # seconds one prompt token adds to a step
+        self.last_chunk = 0  # prompt tokens of the last step that decoded beside a prefill
 
     def chunk(self, decoding: bool) -> int:
         """The most prompt tokens the next step may prefill; `decoding`: rows are running."""
@@ -44,8 +55,11 @@ class StepPace:
             return self.ceiling
         if self.per_token_s is None:
             return min(PROBE_TOKENS, self.ceiling)
-        room = self.target_s - (self.decode_s or 0.0)
-        fits = int(room / max(self.per_token_s, 1e-9) + 1e-6)  # 0.4 / 0.01 is 39.99...
+        decode, per_token = self.decode_s or 0.0, max(self.per_token_s, 1e-9)
+        seconds = max(self.target_s - decode, MIN_PREFILL_SHARE * decode)
+        fits = int(seconds / per_token + 1e-6)  # 0.4 / 0.01 is 39.99...
+        if self.last_chunk:
+            fits = min(fits, 2 * self.last_chunk)
         return min(self.ceiling, max(MIN_CHUNK, fits))
 
     def observe(self, prefill_tokens: int, decoding: bool, seconds: float) -> None:
@@ -56,6 +70,8 @@ class StepPace:
                 self.decode_s = _average(self.decode_s, seconds)
             return
         decode = (self.decode_s or 0.0) if decoding else 0.0
+        if decoding:
+            self.last_chunk = prefill_tokens
         spent = seconds - decode
         self.per_token_s = _average(self.per_token_s, max(spent, 0.0) / prefill_tokens)
 
