@@ -177,5 +177,5 @@ def test_settings_validate_the_parser(tmp_path) -> None:
     with pytest.raises(ValueError, match="reasoning_parser must be one of"):
         ServerSettings(cache_dir=tmp_path, reasoning_parser="nope")
     assert ServerSettings(cache_dir=tmp_path, reasoning_parser="qwen3").reasoning_parser == "qwen3"
-    with pytest.raises(ValueError, match="not supported with engine vllm"):
-        ServerSettings(cache_dir=tmp_path, reasoning_parser="qwen3", engine="vllm")
+    on_vllm = ServerSettings(cache_dir=tmp_path, reasoning_parser="qwen3", engine="vllm")
+    assert on_vllm.reasoning_parser == "qwen3"  # --engine vllm thinks too
