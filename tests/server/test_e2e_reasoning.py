@@ -6,6 +6,7 @@ minimum up valid and complete, streaming, the controls, and `chat.completions.pa
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -207,3 +208,33 @@ def test_sdk_parse_gets_the_answer(client: openai.OpenAI) -> None:
     assert choice.finish_reason == "stop"
     assert isinstance(choice.message.parsed, Person)
     assert completion.usage.completion_tokens <= 60
+
+
+def test_pydantic_ai_agent_thinks_then_gets_its_output(client: openai.OpenAI) -> None:
+    """pydantic-ai's chat model with a native (response_format) output: the agent reads the
+    thinking as a ThinkingPart and validates the answer as a Person."""
+    from pydantic_ai import Agent, NativeOutput
+    from pydantic_ai.messages import ModelResponse, TextPart, ThinkingPart
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    budget = 80
+
+    async def run() -> Any:
+        async with openai.AsyncOpenAI(
+            base_url=str(client.base_url), api_key="x", timeout=300.0, max_retries=0
+        ) as sdk:
+            model = OpenAIChatModel(MODEL, provider=OpenAIProvider(openai_client=sdk))
+            agent = Agent(model, output_type=NativeOutput(Person))
+            settings = {"max_tokens": budget, "temperature": 0}
+            return await agent.run(MESSAGES[0]["content"], model_settings=settings)
+
+    result = asyncio.run(run())
+    assert isinstance(result.output, Person)
+    [response] = [m for m in result.all_messages() if isinstance(m, ModelResponse)]
+    kinds = [type(part) for part in response.parts]
+    assert kinds == [ThinkingPart, TextPart], "the thinking, then the answer"
+    thought = response.parts[0].content
+    assert thought.strip() and "</think>" not in thought and "<think>" not in thought
+    usage = result.usage
+    assert 3 <= usage.details["reasoning_tokens"] < usage.output_tokens <= budget
