@@ -238,3 +238,30 @@ def test_pydantic_ai_agent_thinks_then_gets_its_output(client: openai.OpenAI) ->
     assert thought.strip() and "</think>" not in thought and "<think>" not in thought
     usage = result.usage
     assert 3 <= usage.details["reasoning_tokens"] < usage.output_tokens <= budget
+
+
+def test_sdk_responses_parse_after_thinking(client: openai.OpenAI) -> None:
+    """/v1/responses thinks too: a reasoning item, then the message the SDK parses; the
+    budget (max_output_tokens) covers both; streamed, the same through the SDK's stream."""
+    budget = 60
+    response = client.responses.parse(
+        model=MODEL, input=MESSAGES[0]["content"], text_format=Person, max_output_tokens=budget
+    )
+    with client.responses.stream(
+        model=MODEL, input=MESSAGES[0]["content"], text_format=Person, max_output_tokens=budget
+    ) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.reasoning_text.delta"]
+        streamed = stream.get_final_response()
+    assert deltas
+    for got in (response, streamed):
+        assert got.status == "completed"
+        reasoning, message = got.output
+        assert reasoning.type == "reasoning" and message.type == "message"
+        thought = reasoning.content[0].text
+        assert thought.strip() and "</think>" not in thought and "<think>" not in thought
+        assert "</think>" not in message.content[0].text
+        assert isinstance(got.output_parsed, Person)
+        usage = got.usage
+        assert MARKER_TOKENS <= usage.output_tokens_details.reasoning_tokens
+        assert usage.output_tokens_details.reasoning_tokens < usage.output_tokens <= budget
+    assert "".join(deltas) == streamed.output[0].content[0].text
