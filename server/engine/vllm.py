@@ -203,14 +203,14 @@ class VllmEngine(TokenizerEngine):
             raise QueueFullError(self.queue_size, retry_after=1.0)
         handle = VllmRequest(request, request.request_id or uuid.uuid4().hex)
         thinking = request.thinking
-        if table is not None and thinking is not None:
-            handle.state = ReasoningState(table, thinking, request.budget_aware)
+        if thinking is not None:
+            watch: ReasoningState | ThinkingWatch = ThinkingWatch(thinking.end_ids)
+            if table is not None:
+                watch = handle.state = ReasoningState(table, thinking, request.budget_aware)
+            stop = request.params.stop if table is None else ()
+            handle.split = ThinkingSplit(watch, self.vocab.token_bytes, stop)
         elif table is not None:
             handle.state = ConstraintState(table, budget_aware=request.budget_aware)
-        if thinking is not None:
-            watch = handle.state if handle.state is not None else ThinkingWatch(thinking.end_ids)
-            stop = request.params.stop if table is None else ()
-            handle.split = ThinkingSplit(watch, self.vocab.token_bytes, stop)  # type: ignore[arg-type]
         sampling = self._sampling_params(request)
         self._active.add(handle)
         handle.task = asyncio.get_running_loop().create_task(self._run(handle, sampling))
