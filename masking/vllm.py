@@ -355,8 +355,12 @@ class GclmLogitsProcessor(LogitsProcessor):
             table = _frontend_source().table(constraint)
             if budget_aware and sampling_params.max_tokens is not None:
                 check_budget(table, sampling_params.max_tokens, thinking=thinking)
+            if thinking is not None:  # the marker's checks, here rather than in the engine core
+                ReasoningState(table, thinking, budget_aware, sampling_params.all_stop_token_ids)
         except GclmError as e:
             raise ValueError(e.message) from e
+        except ValueError as e:
+            raise ValueError(f"extra_args[{THINKING_KEY!r}]: {e}") from e
 
     def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool):
         model = vllm_config.model_config

@@ -220,7 +220,14 @@ def test_validate_params_counts_the_marker(
     with pytest.raises(ValueError, match=r"Set max_tokens to at least 5\."):
         gv.GclmLogitsProcessor.validate_params(thinking(4, marker))
     gv.GclmLogitsProcessor.validate_params(thinking(5, marker))
-    for bad in ('{"cap": 3}', '{"end_ids": []}', '{"end_ids": ["a"]}', "[1"):
+    eos = processor.source.vocab.eos_token_id
+    for bad in (
+        '{"cap": 3}',
+        '{"end_ids": []}',
+        '{"end_ids": ["a"]}',
+        "[1",
+        f'{{"end_ids": [{eos}]}}',
+    ):
         extra = {**gv.sampling_extra_args(TWO_DIGITS), gv.THINKING_KEY: bad}
         with pytest.raises(ValueError, match="gclm_thinking"):
             gv.GclmLogitsProcessor.validate_params(SamplingParams(max_tokens=8, extra_args=extra))
