@@ -195,6 +195,12 @@ async def test_responses_reasoning_needs_a_reasoning_model(engine: FakeEngine, t
     assert "--reasoning-parser" in refused.json()["error"]["message"]
     assert invalid.status_code == 400 and invalid.json()["error"]["param"] == "reasoning"
     assert off.status_code == 200, off.text
+    async with http_client(app_for(engine, tmp_path, parser=None)) as http:
+        unknown = await http.post("/v1/responses", json={"input": "Hi", "reasoning": {"x": 1}})
+        summary = {"input": "Hi", "reasoning": {"summary": "auto", "x": None}}
+        unset = await http.post("/v1/responses", json=summary)  # an empty value is unset
+    assert unknown.status_code == 400 and "'x'" in unknown.json()["error"]["message"]
+    assert unset.status_code == 200 and unset.json()["reasoning"] == {"summary": "auto"}
 
 
 async def test_include_reasoning_false(engine: FakeEngine, tmp_path) -> None:

@@ -43,7 +43,7 @@ from pydantic import (
 )
 from typing_extensions import Self
 
-from gclm.errors import InvalidRequestError
+from gclm.errors import InvalidRequestError, cut
 from gclm.server.openai.protocol import MAX_TOP_LOGPROBS, SamplingFields, _nullable
 from gclm.server.openai.reasoning import EFFORTS
 from gclm.server.openai.responses.input_items import (
@@ -76,7 +76,8 @@ Include = Literal[
     "web_search_call.action.sources",
     "code_interpreter_call.outputs",
 ]
-# What _no_reasoning accepts, for the OpenAPI document.
+# `reasoning` in the OpenAPI document: what every server accepts (no option set). A server
+# with --reasoning-parser also takes `effort` and `summary` (the document is the same for all).
 _NO_REASONING_SCHEMA = {
     "anyOf": [
         {"type": "null"},
@@ -207,15 +208,22 @@ class ResponsesRequest(SamplingFields):
     @field_validator("reasoning")
     @classmethod
     def _reasoning(cls, v: Any) -> Any:
-        """None or {"effort": ..., "summary": ...}; a server without a reasoning model
-        refuses an effort other than none (app.py, check_reasoning)."""
+        """None or {"effort": ..., "summary": ...}, an empty value meaning unset (clients
+        send {"effort": None} for "no options"); a server without a reasoning model refuses
+        an effort other than none (app.py, check_reasoning)."""
         if v is None:
             return v
-        if not isinstance(v, dict) or not set(v) <= set(REASONING_KEYS):
-            raise ValueError(f"must be an object with keys among {', '.join(REASONING_KEYS)}")
-        if v.get("effort") is not None and v["effort"] not in EFFORTS:
-            raise ValueError(f"effort must be one of {', '.join(EFFORTS)}, got {v['effort']!r}")
-        return v
+        if not isinstance(v, dict):
+            raise ValueError('must be an object such as {"effort": "low"}')
+        given = {key: value for key, value in v.items() if value}
+        unknown = sorted(set(given) - set(REASONING_KEYS))
+        if unknown:
+            keys = ", ".join(REASONING_KEYS)
+            raise ValueError(f"has {cut(unknown[0], 80)!r}; its keys are {keys}")
+        if "effort" in given and given["effort"] not in EFFORTS:
+            got = cut(repr(given["effort"]), 80)
+            raise ValueError(f"effort must be one of {', '.join(EFFORTS)}, got {got}")
+        return given or None
 
     # The reasoning controls chat has (server/openai/reasoning.py ThinkingControls).
     @property
