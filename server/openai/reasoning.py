@@ -1,7 +1,8 @@
 """Reasoning models on the OpenAI API: which requests think, how long, and what comes back.
 
 A server started with `--reasoning-parser NAME` serves a model that thinks before it answers
-(`<think> ... </think>`, then the answer). For each chat request this module decides whether
+(`<think> ... </think>`, then the answer). For each chat request (and each /v1/responses
+one, through its `reasoning` object: `ThinkingControls`) this module decides whether
 it thinks (`reasoning_effort`, `chat_template_kwargs.enable_thinking`) and with which cap
 (`thinking_token_budget`, the effort's share), as a `ThinkingSpec` that the engine's
 ReasoningState (masking/reasoning.py) enforces: the answer's constraint applies from the end
@@ -15,7 +16,8 @@ caps the thinking tokens (the end marker not counted) below that.
 
 What comes back: `message.reasoning` (and `reasoning_content`, its older name) beside the
 answer in `content`; stream deltas of each; `usage.completion_tokens_details.
-reasoning_tokens`. `include_reasoning: false` leaves the thinking text out.
+reasoning_tokens`. `include_reasoning: false` leaves the thinking text out. On
+/v1/responses, a `reasoning` output item (responses/render.py).
 """
 
 from __future__ import annotations
