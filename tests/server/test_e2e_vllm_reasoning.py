@@ -6,9 +6,11 @@ answers from the minimum up, the thinking apart from the answer, the marker in n
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from collections.abc import Iterator
 
+import jsonschema
 import openai
 import pytest
 from test_e2e_reasoning import (
@@ -16,6 +18,7 @@ from test_e2e_reasoning import (
     MARKER_TOKENS,
     MESSAGES,
     MODEL,
+    SCHEMA,
     TEMPLATE,
     check,
     refused_minimum,
@@ -92,3 +95,32 @@ def test_free_text_thinking_is_split_too(client: openai.OpenAI) -> None:
     assert "</think>" not in (message.content or "")
     thought = completion.usage.completion_tokens_details.reasoning_tokens
     assert 0 < thought <= completion.usage.completion_tokens
+
+
+def test_stream_sends_reasoning_then_content(client: openai.OpenAI, minimum: int) -> None:
+    budget = minimum + 12
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        response_format=FORMAT,
+        max_tokens=budget,
+        stream=True,
+        stream_options={"include_usage": True},
+        seed=5,
+    )
+    order, reasoning, content, usage = [], [], [], None
+    for chunk in stream:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            extra = choice.delta.model_extra or {}
+            if extra.get("reasoning"):
+                reasoning.append(extra["reasoning"])
+                order.append("r")
+            if choice.delta.content:
+                content.append(choice.delta.content)
+                order.append("c")
+    assert reasoning and content and order == sorted(order, reverse=True)
+    assert "</think>" not in "".join(reasoning) + "".join(content)
+    jsonschema.validate(json.loads("".join(content)), SCHEMA)
+    assert usage is not None and usage.completion_tokens <= budget
+    assert usage.completion_tokens_details.reasoning_tokens >= MARKER_TOKENS
