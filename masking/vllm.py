@@ -17,6 +17,13 @@ When the budget is tight, the graceful policy paces the spare tokens over the ou
 budget-aware mask alone. Rows are masked by `gclm.masking.apply.mask_rows`, the step every
 gclm engine uses.
 
+A reasoning model's request thinks first with `extra_args["gclm_thinking"]`, JSON
+`{"end_ids": [...], "cap": n | null}` (the end marker's token ids, the thinking cap): its row
+is a ReasoningState (masking/reasoning.py), free text until the marker, then the constraint,
+the marker forced where the budget leaves only the marker plus the answer's minimum; the
+request's stop token ids are banned while it thinks. `validate_params` then asks for the
+marker plus the answer's minimum.
+
 Where the work happens:
 - frontend (the API server's process): `validate_params` parses the constraint, compiles
   its table (in a worker process with a time limit, `CompilerPool`) and checks the budget;
@@ -67,6 +74,7 @@ from gclm.masking.bitmask import allocate_bitmask
 from gclm.masking.graceful import POLICY_NAMES, GracefulPolicy
 from gclm.masking.masks import mask_table
 from gclm.masking.policy import BudgetPolicy
+from gclm.masking.reasoning import ReasoningState, ThinkingSpec
 from gclm.masking.state import ConstraintState, check_budget
 
 if TYPE_CHECKING:
@@ -81,6 +89,8 @@ EXTRA_ARGS_KEY = "gclm"
 BUDGET_AWARE_KEY = "gclm_budget_aware"
 # Optional: the budget policy (masking/graceful.py), "graceful" (the default) or "none".
 POLICY_KEY = "gclm_budget_policy"
+# Optional: a thinking phase before the constraint, {"end_ids": [...], "cap": n | null}.
+THINKING_KEY = "gclm_thinking"
 
 
 def request_constraint(params: SamplingParams) -> tuple[Constraint, bool] | None:
@@ -113,6 +123,32 @@ def request_constraint(params: SamplingParams) -> tuple[Constraint, bool] | None
         aware = aware.strip().lower() not in ("0", "false", "no")
     request_policy(params)
     return constraint, bool(aware)
+
+
+def request_thinking(params: SamplingParams) -> ThinkingSpec | None:
+    """The request's thinking phase (extra_args["gclm_thinking"]), or None.
+
+    Raises ConstraintError (param "gclm_thinking") for a value that is not
+    `{"end_ids": [token ids], "cap": n | null}`.
+    """
+    value = (params.extra_args or {}).get(THINKING_KEY)
+    if value is None:
+        return None
+    try:
+        if isinstance(value, str):
+            value = json.loads(value)
+        ids, cap = value["end_ids"], value.get("cap")
+        if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+            raise TypeError("end_ids must be a list of token ids")
+        if cap is not None and not isinstance(cap, int):
+            raise TypeError("cap must be an integer or null")
+        return ThinkingSpec(tuple(ids), cap)
+    except (json.JSONDecodeError, TypeError, KeyError, AttributeError, ValueError) as e:
+        raise ConstraintError(
+            f'extra_args[{THINKING_KEY!r}] must be JSON {{"end_ids": [token ids], "cap": '
+            f"n or null}}: {cut(str(e), 120)}.",
+            param=THINKING_KEY,
+        ) from None
 
 
 def request_policy(params: SamplingParams) -> str:
@@ -305,20 +341,26 @@ class GclmLogitsProcessor(LogitsProcessor):
         """Parse and compile the request's constraint and check its budget (frontend).
 
         Raises:
-            ValueError: gclm's message (vLLM answers 400): a bad constraint, a conflicting
-                option, or a max_tokens below the constraint's minimum (the message names it).
+            ValueError: gclm's message (vLLM answers 400): a bad constraint or thinking spec,
+                a conflicting option, or a max_tokens below the constraint's minimum (after
+                the end of thinking, for a request that thinks first; the message names it).
         """
         try:
             found = request_constraint(sampling_params)
             if found is None:
                 return
             constraint, budget_aware = found
+            thinking = request_thinking(sampling_params)
             refuse_conflicts(sampling_params)
             table = _frontend_source().table(constraint)
             if budget_aware and sampling_params.max_tokens is not None:
-                check_budget(table, sampling_params.max_tokens)
+                check_budget(table, sampling_params.max_tokens, thinking=thinking)
+            if thinking is not None:  # the marker's checks, here rather than in the engine core
+                ReasoningState(table, thinking, budget_aware, sampling_params.all_stop_token_ids)
         except GclmError as e:
             raise ValueError(e.message) from e
+        except ValueError as e:
+            raise ValueError(f"extra_args[{THINKING_KEY!r}]: {e}") from e
 
     def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool):
         model = vllm_config.model_config
@@ -349,12 +391,18 @@ class GclmLogitsProcessor(LogitsProcessor):
         budget = self.max_model_len - len(prompt) if prompt is not None else self.max_model_len
         if params.max_tokens is not None:
             budget = min(budget, params.max_tokens)
-        if budget_aware and budget < table.min_tokens:
+        thinking = request_thinking(params)
+        need = table.min_tokens if thinking is None else thinking.min_tokens(table)
+        if budget_aware and budget < need:
             raise InternalError(
                 f"A request reached the sampler with a budget of {budget} tokens, below its "
-                f"constraint's minimum of {table.min_tokens}: validate_params did not run."
+                f"constraint's minimum of {need}: validate_params did not run."
             )
-        state = ConstraintState(table, budget_aware=budget_aware)
+        state: ConstraintState
+        if thinking is None:
+            state = ConstraintState(table, budget_aware=budget_aware)
+        else:  # a stop token while thinking would end the request before its answer
+            state = ReasoningState(table, thinking, budget_aware, params.all_stop_token_ids)
         return _Row(state, output, budget, self._policy(request_policy(params)))
 
     def _policy(self, name: str) -> BudgetPolicy | None:
@@ -385,13 +433,19 @@ class GclmLogitsProcessor(LogitsProcessor):
         return logits
 
 
-def sampling_extra_args(constraint: Mapping[str, Any] | Constraint) -> dict[str, str]:
-    """`extra_args` / `vllm_xargs` that ask GclmLogitsProcessor for `constraint`."""
+def sampling_extra_args(
+    constraint: Mapping[str, Any] | Constraint, thinking: ThinkingSpec | None = None
+) -> dict[str, str]:
+    """`extra_args` / `vllm_xargs` that ask GclmLogitsProcessor for `constraint` (after
+    `thinking`, for a request that thinks first)."""
     if isinstance(constraint, Constraint):
         spec: Any = _as_dict(constraint)
     else:
         spec = dict(constraint)
-    return {EXTRA_ARGS_KEY: json.dumps(spec, ensure_ascii=False)}
+    extra = {EXTRA_ARGS_KEY: json.dumps(spec, ensure_ascii=False)}
+    if thinking is not None:
+        extra[THINKING_KEY] = json.dumps({"end_ids": list(thinking.end_ids), "cap": thinking.cap})
+    return extra
 
 
 def _as_dict(constraint: Constraint) -> dict[str, Any]:

@@ -52,8 +52,8 @@ from gclm.server.openai.constraint_spec import ConstraintSpec, constraint_spec, 
 from gclm.server.openai.protocol import ChatCompletionRequest, CompletionRequest, GenerationBody
 from gclm.server.openai.reasoning import (
     ReasoningChatRenderer,
-    ReasoningFields,
     ReasoningParser,
+    ThinkingControls,
     check_reasoning,
     with_reasoning_tokens,
 )
@@ -138,10 +138,12 @@ def create_app(
     async def responses(request: Request) -> Response:
         body = ResponsesRequest.parse(await request.body())
         service.check_model(body)
+        check_reasoning(body, service.reasoning, param="reasoning")
         prompt = await run_in_threadpool(service.responses_prompt, body)
-        renderer = ResponsesRenderer(engine.model_id, body)
+        parser = service.reasoning if service.thinks(body) else None
+        renderer = ResponsesRenderer(engine.model_id, body, parser)
         if body.tool_plan is not None and body.tool_plan.calls_allowed:
-            renderer = ResponsesToolRenderer(engine.model_id, body)
+            renderer = ResponsesToolRenderer(engine.model_id, body, parser)
         return await service.generate(request, body, [prompt], renderer)
 
     @api.get("/models")
@@ -201,9 +203,7 @@ class _Service:
     def responses_prompt(self, body: ResponsesRequest) -> list[int]:
         native = self.engine.renders_tools
         messages = prompt_messages(body.messages(), body.chat_tools, body.tool_plan, native)
-        # No reasoning items on /v1/responses yet: a reasoning model answers without thinking.
-        no_thinking = {"enable_thinking": False} if self.reasoning is not None else {}
-        kwargs = template_tools(body.chat_tools, native, no_thinking)
+        kwargs = template_tools(body.chat_tools, native, body.template_kwargs())
         return self.engine.encode_chat(messages, **kwargs)
 
     def completion_prompts(self, body: CompletionRequest) -> list[list[int]]:
@@ -213,7 +213,7 @@ class _Service:
         """Whether the request thinks before its output (a reasoning model's chat)."""
         return (
             self.reasoning is not None
-            and isinstance(body, ReasoningFields)
+            and isinstance(body, ThinkingControls)
             and body.wants_thinking()
         )
 
@@ -241,7 +241,7 @@ class _Service:
         marker = ThinkingSpec(parser.end_ids) if parser is not None else None
         max_tokens = self.budget(body, table, budget_aware, marker)
         thinking = None
-        if parser is not None and isinstance(body, ReasoningFields):
+        if parser is not None and isinstance(body, ThinkingControls):
             thinking = parser.thinking(body, table, max_tokens)
         policy = self.engine.budget_policy(spec.budget_policy) if spec and budget_aware else None
         requests = [

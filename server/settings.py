@@ -202,11 +202,6 @@ class ServerSettings:
                 f"reasoning_parser must be one of {', '.join(REASONING_PARSERS)}, "
                 f"got {self.reasoning_parser!r}."
             )
-        if self.reasoning_parser is not None and self.engine == "vllm":
-            raise ValueError(
-                "reasoning_parser is not supported with engine vllm yet; serve the reasoning "
-                "model with the transformers engine (the default)."
-            )
         if self.chat_template is not None:
             object.__setattr__(self, "chat_template", Path(self.chat_template).expanduser())
         # A str path from the environment or the CLI is normalised here so callers get a Path.

@@ -9,6 +9,12 @@ per-token events with vLLM's detokenized text -> a FinishEvent whose reason is g
 constrained output that vLLM cut at `max_tokens` ("length") is complete by construction,
 so it finishes "stop" when its DFA accepts it.
 
+A thinking request (a reasoning model's, `--reasoning-parser`) carries its ThinkingSpec to
+the processor (`extra_args["gclm_thinking"]`), which masks its thinking and answer as a
+ReasoningState; here the same state (or a ThinkingWatch, without a constraint) follows the
+token ids, and gclm decodes the text itself (`ThinkingSplit`) to send the thinking and the
+answer as separate events, the end marker's text in neither, and to count reasoning_tokens.
+
 The table reaches vLLM's engine-core processes through the on-disk cache (they inherit
 GCLM_CACHE_DIR); they compile it themselves on a miss.
 """
@@ -38,6 +44,7 @@ from gclm.errors import (
     cut,
 )
 from gclm.masking import ConstraintState, mask_table
+from gclm.masking.reasoning import ReasoningState, ThinkingWatch
 from gclm.server.engine.logprobs import from_vllm
 from gclm.server.engine.protocol import (
     EngineStats,
@@ -49,6 +56,7 @@ from gclm.server.engine.protocol import (
     TokenLogprob,
 )
 from gclm.server.engine.shared import TokenizerEngine
+from gclm.server.engine.thinking import ThinkingSplit
 from gclm.server.settings import check_vllm_options
 
 log = logging.getLogger("gclm.vllm")
@@ -112,6 +120,7 @@ class VllmRequest:
     events: asyncio.Queue[StreamEvent] = field(default_factory=asyncio.Queue)
     task: asyncio.Task[None] | None = None
     state: ConstraintState | None = None
+    split: ThinkingSplit | None = None  # a thinking request's text split
     finished: bool = False
 
     def send(self, event: StreamEvent) -> None:
@@ -193,7 +202,14 @@ class VllmEngine(TokenizerEngine):
         if len(self._active) >= self.options.max_num_seqs + self.queue_size:
             raise QueueFullError(self.queue_size, retry_after=1.0)
         handle = VllmRequest(request, request.request_id or uuid.uuid4().hex)
-        if table is not None:
+        thinking = request.thinking
+        if thinking is not None:
+            watch: ReasoningState | ThinkingWatch = ThinkingWatch(thinking.end_ids)
+            if table is not None:
+                watch = handle.state = ReasoningState(table, thinking, request.budget_aware)
+            stop = request.params.stop if table is None else ()
+            handle.split = ThinkingSplit(watch, self.vocab.token_bytes, stop)
+        elif table is not None:
             handle.state = ConstraintState(table, budget_aware=request.budget_aware)
         sampling = self._sampling_params(request)
         self._active.add(handle)
@@ -232,7 +248,7 @@ class VllmEngine(TokenizerEngine):
         extra: dict[str, Any] | None = None
         if request.table is not None:
             extra = {
-                **sampling_extra_args(self._constraints[request.table]),
+                **sampling_extra_args(self._constraints[request.table], request.thinking),
                 BUDGET_AWARE_KEY: int(request.budget_aware),
                 # The app asks for the policy by name; the processor has its own copy.
                 POLICY_KEY: "graceful" if request.policy is not None else "none",
@@ -266,17 +282,20 @@ class VllmEngine(TokenizerEngine):
                 out = output.outputs[0]
                 generated += len(out.token_ids)
                 cached = output.num_cached_tokens or cached  # vLLM's prefix-cache hit
-                if handle.state is not None:
-                    for token in out.token_ids:
-                        handle.state.advance(token)
+                ids = list(out.token_ids)
+                if out.finish_reason == "stop" and ids and ids[-1] in self._stop_ids(out):
+                    ids.pop()  # EOS ends the output; it is not part of it (as on our engine)
                 logprobs: tuple[TokenLogprob, ...] = ()
                 if k is not None and out.logprobs:
-                    ids = list(out.token_ids)
-                    if out.finish_reason == "stop" and ids and ids[-1] == self.vocab.eos_token_id:
-                        ids.pop()  # EOS ends the output; it is not part of it (as on our engine)
                     logprobs = from_vllm(ids, out.logprobs[: len(ids)], self.token_names, k)
-                if out.text or logprobs:
-                    handle.send(TokenEvent(out.text, tuple(out.token_ids), logprobs))
+                if handle.split is not None:
+                    self._send_split(handle, out.token_ids, ids, logprobs)
+                else:
+                    if handle.state is not None:
+                        for token in out.token_ids:
+                            handle.state.advance(token)
+                    if out.text or logprobs:
+                        handle.send(TokenEvent(out.text, tuple(out.token_ids), logprobs))
                 reason = out.finish_reason or reason
         except asyncio.CancelledError:
             handle.send(FinishEvent("cancelled", len(request.prompt_ids), generated))
@@ -292,7 +311,41 @@ class VllmEngine(TokenizerEngine):
         finish = self._finish_reason(handle, reason)
         state = handle.state
         cut = reason == "length" and (state is None or state.mask_table.has_tokens(state.state))
-        handle.send(FinishEvent(finish, len(request.prompt_ids), generated, cached, cut))
+        thought = None
+        if handle.split is not None:
+            tail = handle.split.flush()
+            if tail.text:
+                handle.send(TokenEvent(tail.text, (), reasoning=tail.reasoning))
+            thought = handle.split.watch.thinking_tokens
+        prompt_tokens = len(request.prompt_ids)
+        handle.send(
+            FinishEvent(finish, prompt_tokens, generated, cached, cut, reasoning_tokens=thought)
+        )
+
+    def _stop_ids(self, out: Any) -> tuple[int, ...]:
+        """The token ids that ended `out` without being part of it: EOS, or the stop token
+        id vLLM names (`stop_reason`; a stop string's is text and stays)."""
+        reason = getattr(out, "stop_reason", None)
+        eos = self.vocab.eos_token_id
+        return (eos, reason) if isinstance(reason, int) else (eos,)
+
+    @staticmethod
+    def _send_split(
+        handle: VllmRequest,
+        sampled: Any,
+        ids: list[int],
+        logprobs: tuple[TokenLogprob, ...],
+    ) -> None:
+        """Send one output's tokens `ids` (EOS left out of `sampled`) as thinking and answer
+        events, the end marker's text in neither; the EOS goes to the request's state."""
+        split = handle.split
+        assert split is not None
+        for part in split.push(ids):
+            lp = logprobs[part.positions.start : part.positions.stop] if logprobs else ()
+            ids_part = tuple(ids[part.positions.start : part.positions.stop])
+            handle.send(TokenEvent(part.text, ids_part, lp, reasoning=part.reasoning))
+        if len(sampled) > len(ids) and handle.state is not None:
+            handle.state.advance(sampled[-1])  # the EOS: the constrained answer ends here
 
     @staticmethod
     def _finish_reason(handle: VllmRequest, reason: str | None) -> str:

@@ -1,7 +1,8 @@
 """Reasoning models on the OpenAI API: which requests think, how long, and what comes back.
 
 A server started with `--reasoning-parser NAME` serves a model that thinks before it answers
-(`<think> ... </think>`, then the answer). For each chat request this module decides whether
+(`<think> ... </think>`, then the answer). For each chat request (and each /v1/responses
+one, through its `reasoning` object: `ThinkingControls`) this module decides whether
 it thinks (`reasoning_effort`, `chat_template_kwargs.enable_thinking`) and with which cap
 (`thinking_token_budget`, the effort's share), as a `ThinkingSpec` that the engine's
 ReasoningState (masking/reasoning.py) enforces: the answer's constraint applies from the end
@@ -15,13 +16,14 @@ caps the thinking tokens (the end marker not counted) below that.
 
 What comes back: `message.reasoning` (and `reasoning_content`, its older name) beside the
 answer in `content`; stream deltas of each; `usage.completion_tokens_details.
-reasoning_tokens`. `include_reasoning: false` leaves the thinking text out.
+reasoning_tokens`. `include_reasoning: false` leaves the thinking text out. On
+/v1/responses, a `reasoning` output item (responses/render.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from pydantic import BaseModel, Field, SerializeAsAny, StrictBool
 
@@ -49,6 +51,26 @@ PARSERS: dict[str, tuple[str, str]] = {
 # Share of the spare budget each effort may think for (see the module docstring).
 EFFORT_SHARES: dict[str, float] = {"minimal": 0.1, "low": 0.25, "medium": 0.5, "high": 1.0}
 Effort = Literal["none", "minimal", "low", "medium", "high"]
+EFFORTS: tuple[str, ...] = get_args(Effort)
+
+
+@runtime_checkable
+class ThinkingControls(Protocol):
+    """What a request body says about thinking: chat's ReasoningFields, and the Responses
+    API's `reasoning` object (responses/protocol.py)."""
+
+    @property
+    def reasoning_effort(self) -> str | None: ...
+
+    @property
+    def thinking_token_budget(self) -> int | None: ...
+
+    @property
+    def include_reasoning(self) -> bool: ...
+
+    def template_kwargs(self) -> dict[str, Any]: ...
+
+    def wants_thinking(self) -> bool: ...
 
 
 class ReasoningFields(BaseModel):
@@ -97,7 +119,7 @@ class ReasoningParser:
         return cls(name, start, end, end_ids)
 
     def thinking(
-        self, body: ReasoningFields, table: CompiledTable | None, max_tokens: int
+        self, body: ThinkingControls, table: CompiledTable | None, max_tokens: int
     ) -> ThinkingSpec | None:
         """How the request thinks (None: it does not): its cap from thinking_token_budget
         and reasoning_effort's share of the spare budget."""
@@ -118,12 +140,15 @@ class ReasoningParser:
         return head[len(self.start) :] if head.startswith(self.start) else text
 
 
-def check_reasoning(body: ReasoningFields, parser: ReasoningParser | None) -> None:
-    """Refuse thinking controls on a server that serves no reasoning model."""
+def check_reasoning(
+    body: ThinkingControls, parser: ReasoningParser | None, param: str | None = None
+) -> None:
+    """Refuse thinking controls on a server that serves no reasoning model (the 400 names
+    `param`, else the control the body set)."""
     if parser is not None:
         return
     if body.reasoning_effort not in (None, "none") or body.thinking_token_budget is not None:
-        param = "reasoning_effort" if body.reasoning_effort else "thinking_token_budget"
+        param = param or ("reasoning_effort" if body.reasoning_effort else "thinking_token_budget")
         raise InvalidRequestError(
             f"{param} needs a reasoning model: start the server with --reasoning-parser "
             f"({', '.join(sorted(PARSERS))}), or remove {param}.",

@@ -162,3 +162,72 @@ def test_the_graceful_policy_runs_in_vllm_unless_a_request_turns_it_off(
         gv.GclmLogitsProcessor.validate_params(
             SamplingParams(max_tokens=6, extra_args={**off, gv.POLICY_KEY: "eager"})
         )
+
+
+# --- a thinking phase before the constraint (extra_args["gclm_thinking"]) ---
+
+
+@pytest.fixture(scope="module")
+def marker(embedded_tokenizer) -> tuple[int, ...]:
+    ids = tuple(embedded_tokenizer.encode("</think>", add_special_tokens=False))
+    assert len(ids) == 3 and len(set(ids)) == 3  # plain text: three distinct tokens
+    return ids
+
+
+def thinking(max_tokens: int, end_ids: tuple[int, ...], cap: int | None = None, **kw: object):
+    from gclm.masking.reasoning import ThinkingSpec
+
+    extra = gv.sampling_extra_args(TWO_DIGITS, ThinkingSpec(end_ids, cap))
+    return SamplingParams(max_tokens=max_tokens, extra_args=extra, **kw)
+
+
+def test_thinking_rows_think_then_close_at_the_edge_then_answer(
+    processor: gv.GclmLogitsProcessor, digits: set[int], marker: tuple[int, ...]
+) -> None:
+    """Two digits after a 3-token marker, 6 tokens: one free token (not EOS nor a stop
+    token), then the marker forced token by token, then exactly the two digits, then EOS."""
+    eos, stop = processor.source.vocab.eos_token_id, 42
+    out: list[int] = []
+    added = [(0, thinking(6, marker, stop_token_ids=[stop]), [1, 2], out)]
+    logits = step(processor, 1, BatchUpdate(1, [], added, []))
+    free = allowed(logits, 0)
+    assert free == set(range(49152)) - {eos, stop}  # thinking: anything but ending
+    out.append(min(digits))  # a thought
+    for token in marker:  # 5 tokens left = the marker and the two digits: forced close
+        assert allowed(step(processor, 1, None), 0) == {token}
+        out.append(token)
+    assert allowed(step(processor, 1, None), 0) == digits  # the answer, from its start
+    out.append(min(digits))
+    assert allowed(step(processor, 1, None), 0) == digits
+    out.append(min(digits))
+    assert allowed(step(processor, 1, None), 0) == {eos}
+    assert processor.rows[0].state.thinking_tokens == 4  # the thought and the marker
+    step(processor, 0, BatchUpdate(0, [0], [], []))
+
+
+def test_a_thinking_cap_closes_before_the_budget_does(
+    processor: gv.GclmLogitsProcessor, marker: tuple[int, ...]
+) -> None:
+    out: list[int] = []
+    logits = step(processor, 1, BatchUpdate(1, [], [(0, thinking(40, marker, 0), [1], out)], []))
+    assert allowed(logits, 0) == {marker[0]}  # a cap of 0: the marker at once
+    step(processor, 0, BatchUpdate(0, [0], [], []))
+
+
+def test_validate_params_counts_the_marker(
+    processor: gv.GclmLogitsProcessor, marker: tuple[int, ...]
+) -> None:
+    with pytest.raises(ValueError, match=r"Set max_tokens to at least 5\."):
+        gv.GclmLogitsProcessor.validate_params(thinking(4, marker))
+    gv.GclmLogitsProcessor.validate_params(thinking(5, marker))
+    eos = processor.source.vocab.eos_token_id
+    for bad in (
+        '{"cap": 3}',
+        '{"end_ids": []}',
+        '{"end_ids": ["a"]}',
+        "[1",
+        f'{{"end_ids": [{eos}]}}',
+    ):
+        extra = {**gv.sampling_extra_args(TWO_DIGITS), gv.THINKING_KEY: bad}
+        with pytest.raises(ValueError, match="gclm_thinking"):
+            gv.GclmLogitsProcessor.validate_params(SamplingParams(max_tokens=8, extra_args=extra))

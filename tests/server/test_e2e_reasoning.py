@@ -6,6 +6,7 @@ minimum up valid and complete, streaming, the controls, and `chat.completions.pa
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -207,3 +208,60 @@ def test_sdk_parse_gets_the_answer(client: openai.OpenAI) -> None:
     assert choice.finish_reason == "stop"
     assert isinstance(choice.message.parsed, Person)
     assert completion.usage.completion_tokens <= 60
+
+
+def test_pydantic_ai_agent_thinks_then_gets_its_output(client: openai.OpenAI) -> None:
+    """pydantic-ai's chat model with a native (response_format) output: the agent reads the
+    thinking as a ThinkingPart and validates the answer as a Person."""
+    from pydantic_ai import Agent, NativeOutput
+    from pydantic_ai.messages import ModelResponse, TextPart, ThinkingPart
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    budget = 80
+
+    async def run() -> Any:
+        async with openai.AsyncOpenAI(
+            base_url=str(client.base_url), api_key="x", timeout=300.0, max_retries=0
+        ) as sdk:
+            model = OpenAIChatModel(MODEL, provider=OpenAIProvider(openai_client=sdk))
+            agent = Agent(model, output_type=NativeOutput(Person))
+            settings = {"max_tokens": budget, "temperature": 0}
+            return await agent.run(MESSAGES[0]["content"], model_settings=settings)
+
+    result = asyncio.run(run())
+    assert isinstance(result.output, Person)
+    [response] = [m for m in result.all_messages() if isinstance(m, ModelResponse)]
+    kinds = [type(part) for part in response.parts]
+    assert kinds == [ThinkingPart, TextPart], "the thinking, then the answer"
+    thought = response.parts[0].content
+    assert thought.strip() and "</think>" not in thought and "<think>" not in thought
+    usage = result.usage
+    assert 3 <= usage.details["reasoning_tokens"] < usage.output_tokens <= budget
+
+
+def test_sdk_responses_parse_after_thinking(client: openai.OpenAI) -> None:
+    """/v1/responses thinks too: a reasoning item, then the message the SDK parses; the
+    budget (max_output_tokens) covers both; streamed, the same through the SDK's stream."""
+    budget = 60
+    response = client.responses.parse(
+        model=MODEL, input=MESSAGES[0]["content"], text_format=Person, max_output_tokens=budget
+    )
+    with client.responses.stream(
+        model=MODEL, input=MESSAGES[0]["content"], text_format=Person, max_output_tokens=budget
+    ) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.reasoning_text.delta"]
+        streamed = stream.get_final_response()
+    assert deltas
+    for got in (response, streamed):
+        assert got.status == "completed"
+        reasoning, message = got.output
+        assert reasoning.type == "reasoning" and message.type == "message"
+        thought = reasoning.content[0].text
+        assert thought.strip() and "</think>" not in thought and "<think>" not in thought
+        assert "</think>" not in message.content[0].text
+        assert isinstance(got.output_parsed, Person)
+        usage = got.usage
+        assert MARKER_TOKENS <= usage.output_tokens_details.reasoning_tokens
+        assert usage.output_tokens_details.reasoning_tokens < usage.output_tokens <= budget
+    assert "".join(deltas) == streamed.output[0].content[0].text

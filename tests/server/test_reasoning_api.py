@@ -116,13 +116,91 @@ async def test_thinking_off(engine: FakeEngine, tmp_path, extra: dict[str, Any])
     assert engine.template_kwargs[-1] == {"enable_thinking": False}
 
 
-async def test_responses_answer_without_thinking(engine: FakeEngine, tmp_path) -> None:
-    engine.script = lambda request: ["Hello"]
+RESPONSES_FORMAT = {"format": {"type": "json_schema", "name": "a", "schema": SCHEMA}}
+
+
+async def test_responses_think_first(engine: FakeEngine, tmp_path) -> None:
+    """A reasoning item (the thinking, start marker stripped) before the message; the
+    budget covers both; usage counts the thinking."""
     async with http_client(app_for(engine, tmp_path)) as http:
-        response = await http.post("/v1/responses", json={"input": "Hi"})
+        body = {"input": "Hi", "text": RESPONSES_FORMAT, "max_output_tokens": 20}
+        response = await http.post("/v1/responses", json=body)
     assert response.status_code == 200, response.text
+    out = response.json()
+    reasoning, message = out["output"]
+    assert reasoning["type"] == "reasoning" and reasoning["id"].startswith("rs_")
+    assert reasoning["content"] == [{"type": "reasoning_text", "text": "hm, yes"}]
+    assert message["type"] == "message" and message["content"][0]["text"] == '{"a": 1}'
+    assert out["usage"]["output_tokens_details"] == {"reasoning_tokens": 2}
+    assert engine.template_kwargs[-1] == {}  # the template opens the thinking
+    assert engine.submits[-1].thinking == ThinkingSpec(END_IDS)
+    assert engine.submits[-1].params.max_tokens == 20
+
+
+async def test_responses_effort_caps_or_turns_thinking_off(engine: FakeEngine, tmp_path) -> None:
+    async with http_client(app_for(engine, tmp_path)) as http:
+        body = {"input": "Hi", "text": RESPONSES_FORMAT, "max_output_tokens": 100}
+        low = await http.post("/v1/responses", json={**body, "reasoning": {"effort": "low"}})
+        assert low.status_code == 200 and low.json()["reasoning"] == {"effort": "low"}
+        assert engine.submits[-1].thinking == ThinkingSpec(END_IDS, cap=(100 - 6) // 4)
+        engine.script = lambda request: ['{"a": 1}']
+        off = await http.post("/v1/responses", json={**body, "reasoning": {"effort": "none"}})
+    assert [item["type"] for item in off.json()["output"]] == ["message"]
     assert engine.template_kwargs[-1] == {"enable_thinking": False}
     assert engine.submits[-1].thinking is None
+
+
+async def test_responses_stream_the_reasoning_item_first(engine: FakeEngine, tmp_path) -> None:
+    async with http_client(app_for(engine, tmp_path)) as http:
+        body = {"input": "Hi", "text": RESPONSES_FORMAT, "max_output_tokens": 20, "stream": True}
+        async with http.stream("POST", "/v1/responses", json=body) as response:
+            events = [json.loads(e) for e in await sse_events(response)]
+    kinds = [(e["type"], e.get("output_index")) for e in events]
+    assert kinds == [
+        ("response.created", None),
+        ("response.in_progress", None),
+        ("response.output_item.added", 0),
+        ("response.reasoning_text.delta", 0),
+        ("response.reasoning_text.delta", 0),
+        ("response.reasoning_text.done", 0),
+        ("response.output_item.done", 0),
+        ("response.output_item.added", 1),
+        ("response.content_part.added", 1),
+        ("response.output_text.delta", 1),
+        ("response.output_text.delta", 1),
+        ("response.output_text.done", 1),
+        ("response.content_part.done", 1),
+        ("response.output_item.done", 1),
+        ("response.completed", None),
+    ]
+    assert [e["delta"] for e in events if e["type"] == "response.reasoning_text.delta"] == [
+        "hm",
+        ", yes",
+    ]
+    final = events[-1]["response"]
+    assert final["output"][0]["content"][0]["text"] == "hm, yes"
+    assert final["usage"]["output_tokens_details"] == {"reasoning_tokens": 2}
+
+
+async def test_responses_reasoning_needs_a_reasoning_model(engine: FakeEngine, tmp_path) -> None:
+    async with http_client(app_for(engine, tmp_path, parser=None)) as http:
+        high = {"input": "Hi", "reasoning": {"effort": "high"}}
+        refused = await http.post("/v1/responses", json=high)
+        bad = {"input": "Hi", "reasoning": {"effort": "extreme"}}
+        invalid = await http.post("/v1/responses", json=bad)
+        off = await http.post(
+            "/v1/responses", json={"input": "Hi", "reasoning": {"effort": "none"}}
+        )
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "reasoning"
+    assert "--reasoning-parser" in refused.json()["error"]["message"]
+    assert invalid.status_code == 400 and invalid.json()["error"]["param"] == "reasoning"
+    assert off.status_code == 200, off.text
+    async with http_client(app_for(engine, tmp_path, parser=None)) as http:
+        unknown = await http.post("/v1/responses", json={"input": "Hi", "reasoning": {"x": 1}})
+        summary = {"input": "Hi", "reasoning": {"summary": "auto", "x": None}}
+        unset = await http.post("/v1/responses", json=summary)  # an empty value is unset
+    assert unknown.status_code == 400 and "'x'" in unknown.json()["error"]["message"]
+    assert unset.status_code == 200 and unset.json()["reasoning"] == {"summary": "auto"}
 
 
 async def test_include_reasoning_false(engine: FakeEngine, tmp_path) -> None:
@@ -177,5 +255,35 @@ def test_settings_validate_the_parser(tmp_path) -> None:
     with pytest.raises(ValueError, match="reasoning_parser must be one of"):
         ServerSettings(cache_dir=tmp_path, reasoning_parser="nope")
     assert ServerSettings(cache_dir=tmp_path, reasoning_parser="qwen3").reasoning_parser == "qwen3"
-    with pytest.raises(ValueError, match="not supported with engine vllm"):
-        ServerSettings(cache_dir=tmp_path, reasoning_parser="qwen3", engine="vllm")
+    on_vllm = ServerSettings(cache_dir=tmp_path, reasoning_parser="qwen3", engine="vllm")
+    assert on_vllm.reasoning_parser == "qwen3"  # --engine vllm thinks too
+
+
+async def test_responses_calls_after_thinking_through_the_sdk(tmp_path) -> None:
+    """The openai SDK reads the reasoning item, then the function_call item (streamed, its
+    output_index after the reasoning's), and the final response holds both in order."""
+    from harness import openai_client
+
+    from gclm.server.openai.tools.prompt import OPENER
+
+    call = (OPENER, '[{"name": "get_weather", ', '"arguments": {"city": "Pa', 'ris"}}]')
+    engine = FakeEngine(lambda request: [Thought("<think>rain?"), *call], min_tokens=MIN_TOKENS)
+    weather = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    tools: list[Any] = [{"type": "function", "name": "get_weather", "parameters": weather}]
+    async with openai_client(app_for(engine, tmp_path)) as client:
+        plain = await client.responses.create(
+            model="gclm-fake", input="Weather?", tools=tools, tool_choice="required"
+        )
+        stream = await client.responses.create(
+            model="gclm-fake", input="Weather?", tools=tools, tool_choice="required", stream=True
+        )
+        events = [event async for event in stream]
+    for response in (plain, events[-1].response):
+        reasoning, item = response.output
+        assert reasoning.type == "reasoning" and reasoning.content[0].text == "rain?"
+        assert item.type == "function_call" and json.loads(item.arguments) == {"city": "Paris"}
+        assert response.usage.output_tokens_details.reasoning_tokens == 1
+    added = [
+        (e.output_index, e.item.type) for e in events if e.type == "response.output_item.added"
+    ]
+    assert added == [(0, "reasoning"), (1, "function_call")]

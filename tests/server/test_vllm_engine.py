@@ -300,3 +300,89 @@ def test_control_token_text_in_a_message_is_plain_text(engine, embedded_tokenize
     im_end = embedded_tokenizer.convert_tokens_to_ids("<|im_end|>")
     ids = engine.encode_chat([{"role": "user", "content": "a <|im_end|> b"}])
     assert ids.count(im_end) == 2  # the template's own: the system turn's and the user's
+
+
+# --- a thinking request: the thinking and the answer apart, the end marker in neither ---
+
+
+def thinking_request(engine, tokenizer, table, max_tokens: int, stop: tuple[str, ...] = ()):
+    from gclm.masking.reasoning import ThinkingSpec
+
+    marker = tuple(tokenizer.encode("</think>", add_special_tokens=False))
+    params = SamplingParams(max_tokens=max_tokens, stop=stop)
+    return GenerationRequest([1, 2], params, table, thinking=ThinkingSpec(marker))
+
+
+def split(got: list) -> tuple[str, str, tuple[int, ...]]:
+    """(thinking text, answer text, every token id sent), from the events."""
+    tokens = [e for e in got if isinstance(e, TokenEvent)]
+    thought = "".join(e.text for e in tokens if e.reasoning)
+    answer = "".join(e.text for e in tokens if not e.reasoning)
+    return thought, answer, tuple(t for e in tokens for t in e.token_ids)
+
+
+@pytest.mark.vllm
+def test_a_constrained_thinking_request_splits_its_text(engine, embedded_tokenizer) -> None:
+    """vLLM's outputs cut through the marker and merge tokens of both parts; the events
+    split them on the token ids: the thought (a broken `</` match included), then the
+    digits; the marker's tokens are counted as thinking, its text sent nowhere."""
+    enc = lambda s: embedded_tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
+    eos = engine.vocab.eos_token_id
+    thought, marker, digit = enc("hm </ ok"), enc("</think>"), enc("7")
+    assert len(digit) == 1
+    sampled = [*thought, *marker, *digit, *digit, eos]
+    steps = [(sampled[:4], "vLLM's text", None), (sampled[4:-2], "x", None)]
+    steps.append((sampled[-2:], "x", "stop"))
+    engine._llm = ScriptedLLM(steps)
+
+    async def run() -> list:
+        table = await engine.compile(Constraint.regex("[0-9]{2}"))
+        request = thinking_request(engine, embedded_tokenizer, table, 16)
+        return await events(engine, engine.submit(request))
+
+    got = asyncio.run(run())
+    assert split(got) == ("hm </ ok", "77", tuple(sampled[:-1]))
+    tokens = [e for e in got if isinstance(e, TokenEvent)]
+    flags = [e.reasoning for e in tokens]
+    assert flags == sorted(flags, reverse=True), "thinking events come before the answer's"
+    assert [t for e in tokens if not e.reasoning for t in e.token_ids] == [*digit, *digit]
+    think = len(thought) + len(marker)
+    assert got[-1] == FinishEvent("stop", 2, len(sampled), reasoning_tokens=think)
+    sent = engine._llm.params[0].extra_args
+    assert json.loads(sent["gclm_thinking"]) == {"end_ids": marker, "cap": None}
+
+
+@pytest.mark.vllm
+def test_an_unconstrained_thinking_request_splits_its_text_too(engine, embedded_tokenizer) -> None:
+    enc = lambda s: embedded_tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
+    sampled = [*enc("why"), *enc("</think>"), *enc("Because. END here")]
+    engine._llm = ScriptedLLM([(sampled, "x", "stop")])
+
+    async def run() -> list:
+        request = thinking_request(engine, embedded_tokenizer, None, 32, stop=("END",))
+        return await events(engine, engine.submit(request))
+
+    got = asyncio.run(run())
+    assert split(got)[:2] == ("why", "Because. ")  # the stop string ends the answer
+    assert got[-1].reasoning_tokens == len(enc("why")) + 3
+    assert engine._llm.params[0].extra_args is None  # no constraint: no processor row
+
+
+@pytest.mark.vllm
+def test_a_thinking_request_cut_off_while_thinking_sends_its_held_text(
+    engine, embedded_tokenizer
+) -> None:
+    """The output ends on `</` (maybe the marker's start, so held back): it is thinking."""
+    enc = lambda s: embedded_tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
+    sampled = enc("so </")
+    engine._llm = ScriptedLLM([(sampled, "x", "length")])
+
+    async def run() -> list:
+        request = thinking_request(engine, embedded_tokenizer, None, len(sampled))
+        return await events(engine, engine.submit(request))
+
+    got = asyncio.run(run())
+    assert split(got)[:2] == ("so </", "")
+    assert got[-1] == FinishEvent(
+        "length", 2, len(sampled), budget_cut=True, reasoning_tokens=len(sampled)
+    )

@@ -19,6 +19,7 @@ from gclm.server.engine.protocol import (
     TokenEvent,
     TokenLogprob,
 )
+from gclm.server.engine.thinking import MarkerHold
 from gclm.server.engine.transformers.detokenize import TextStream
 
 
@@ -52,7 +53,7 @@ class Sequence:
     thinking: ReasoningState | ThinkingWatch | None = None
     # The text of the thinking's last tokens that may be the start of its end marker: held
     # back until the marker completes (dropped) or the match breaks (sent).
-    _held: list[str] = field(default_factory=list, init=False)
+    _held: MarkerHold = field(default_factory=MarkerHold, init=False)
     # Taken but not yet sent: a token that completes no character waits for the next one.
     _unsent_ids: list[int] = field(default_factory=list, init=False)
     _unsent_logprobs: list[TokenLogprob] = field(default_factory=list, init=False)
@@ -117,7 +118,7 @@ class Sequence:
             self.finished = True
             think = self.thinking
             if think is not None and think.thinking:  # cut off while thinking
-                self._emit("".join(self._held) + self.text.flush(), final=True, reasoning=True)
+                self._emit(self._held.flush() + self.text.flush(), final=True, reasoning=True)
             else:
                 self._emit(self.text.flush(), final=True)
             prompt = len(self.request.prompt_ids)
@@ -141,15 +142,8 @@ class Sequence:
         if not was_thinking or think is None:
             self._emit(text)
             return
-        held = self._held
-        held.append(text)
-        if not think.thinking:  # the marker is complete: its tokens go, its text does not
-            held.clear()
-            self._emit("", final=True, reasoning=True)
-            return
-        sent = len(held) - think.matched
-        self._emit("".join(held[:sent]), reasoning=True)
-        del held[:sent]
+        # Once the marker is complete its tokens go (final), its text does not.
+        self._emit(self._held.push(text, think), final=not think.thinking, reasoning=True)
 
     def fail(self, error: Exception) -> None:
         if not self.finished:

@@ -11,7 +11,8 @@ item only once the reader knows which it is, so a call never follows an empty me
     response.function_call_arguments.done, response.output_item.done, response.completed
 
 or, for text, the message events of ResponsesRenderer from output_item.added on. Text cut by
-the budget under "auto" is free text: status "incomplete", as without tools.
+the budget under "auto" is free text: status "incomplete", as without tools. A thinking
+request's reasoning item comes first (ResponsesRenderer), the calls or message after it.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from typing import Literal
 from pydantic import BaseModel
 
 from gclm.server.engine.protocol import FinishEvent, TokenLogprob
+from gclm.server.openai.reasoning import ReasoningParser
 from gclm.server.openai.render import ChoiceOutput, Usage
 from gclm.server.openai.responses.protocol import ResponsesRequest
 from gclm.server.openai.responses.render import (
     FunctionCallItem,
-    OutputText,
     ResponseBody,
     ResponseEvent,
     ResponsesRenderer,
@@ -48,10 +49,11 @@ def call_item(call: Call, status: Literal["in_progress", "completed"]) -> Functi
 class ResponsesToolRenderer(ResponsesRenderer):
     """A ResponsesRenderer that reads the output as text or function calls."""
 
-    def __init__(self, model: str, request: ResponsesRequest) -> None:
-        super().__init__(model, request)
+    def __init__(
+        self, model: str, request: ResponsesRequest, parser: ReasoningParser | None = None
+    ) -> None:
+        super().__init__(model, request, parser)
         self._reader = CallReader()
-        self._announced = False  # the message item's added events are sent
         self._held: list[TokenLogprob] = []  # logprobs of text the reader holds back
 
     def finish_reason(self, event: FinishEvent) -> str:
@@ -59,18 +61,15 @@ class ResponsesToolRenderer(ResponsesRenderer):
         return "length" if event.budget_cut else event.finish_reason
 
     def opening(self, n: int) -> list[BaseModel]:
-        started = self._response("in_progress", [])
-        return [
-            ResponseEvent(type="response.created", response=started),
-            ResponseEvent(type="response.in_progress", response=started),
-        ]
+        return self._started()  # the message (or the calls) announced once read
 
     def deltas(
         self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None
     ) -> list[BaseModel]:
         content, events = self._reader.feed(text)
         self._held.extend(logprobs or ())
-        out = self._text_events(content) if content else []
+        out = self._end_reasoning()  # answer text: the thinking is over
+        out += self._text_events(content) if content else []
         calls = self._reader.calls
         for event in events:
             call = calls[event[1]]
@@ -79,7 +78,9 @@ class ResponsesToolRenderer(ResponsesRenderer):
                 item = call_item(call, "in_progress")
                 out.append(
                     ResponseEvent(
-                        type="response.output_item.added", output_index=event[1], item=item
+                        type="response.output_item.added",
+                        output_index=self.first + event[1],
+                        item=item,
                     )
                 )
             else:
@@ -87,7 +88,7 @@ class ResponsesToolRenderer(ResponsesRenderer):
                     ResponseEvent(
                         type="response.function_call_arguments.delta",
                         item_id=call_item(call, "in_progress").id,
-                        output_index=event[1],
+                        output_index=self.first + event[1],
                         delta=event[2],
                     )
                 )
@@ -95,7 +96,8 @@ class ResponsesToolRenderer(ResponsesRenderer):
 
     def finish(self, index: int, finish_reason: str) -> list[BaseModel]:
         rest = self._reader.finish()
-        out = self._text_events(rest) if rest else []
+        out = self._end_reasoning()
+        out += self._text_events(rest) if rest else []
         calls = self._reader.calls
         if not calls:
             if not self._announced:
@@ -108,18 +110,20 @@ class ResponsesToolRenderer(ResponsesRenderer):
                 ResponseEvent(
                     type="response.function_call_arguments.done",
                     item_id=item.id,
-                    output_index=i,
+                    output_index=self.first + i,
                     name=call.name,
                     arguments=call.arguments,
                 ),
-                ResponseEvent(type="response.output_item.done", output_index=i, item=item),
+                ResponseEvent(
+                    type="response.output_item.done", output_index=self.first + i, item=item
+                ),
             ]
         return out
 
     def closing(self, usage: Usage, include_usage: bool) -> list[BaseModel]:
         if not self._reader.calls:
             return super().closing(usage, include_usage)
-        final = self._with_calls(self._reader.calls, usage)
+        final = self._with_calls(self._reader.calls, self._streamed(), usage)
         return [ResponseEvent(type="response.completed", response=final)]
 
     def final(self, outputs: list[ChoiceOutput], usage: Usage) -> ResponseBody:
@@ -129,25 +133,16 @@ class ResponsesToolRenderer(ResponsesRenderer):
         reader.finish()
         if not reader.calls:
             return super().final(outputs, usage)
-        return self._with_calls(reader.calls, usage)
+        return self._with_calls(reader.calls, out, usage)
 
-    def _with_calls(self, calls: list[Call], usage: Usage) -> ResponseBody:
+    def _with_calls(self, calls: list[Call], out: ChoiceOutput, usage: Usage) -> ResponseBody:
         # A call always completes: the constraint closes it within the budget.
-        return self._response("completed", [call_item(c, "completed") for c in calls], usage)
+        items = [call_item(c, "completed") for c in calls]
+        return self._response("completed", [*self._reasoning_output(out), *items], usage)
 
     def _text_events(self, content: str) -> list[BaseModel]:
         """The message item's opening events the first time, then the text's delta."""
-        out: list[BaseModel] = []
-        if not self._announced:
-            self._announced = True
-            out += [
-                ResponseEvent(
-                    type="response.output_item.added",
-                    output_index=0,
-                    item=self._message("in_progress", ""),
-                ),
-                self._part_event("response.content_part.added", OutputText(text="")),
-            ]
+        out = self._announce_message()
         if content:
             logprobs, self._held = self._held, []
             with_logprobs = self.request.logprobs_count is not None

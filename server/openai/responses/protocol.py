@@ -14,6 +14,12 @@ so the prompt, the constraint and its budget guarantee are the same. Earlier `fu
 items and `function_call_output` items in `input` (responses/input_items.py) become the
 assistant calls and tool results of chat's history.
 
+A reasoning model (`--reasoning-parser`) thinks before it answers, as on chat:
+`reasoning.effort` is chat's `reasoning_effort` (`none` turns thinking off; other efforts
+cap it at a share of the spare budget, server/openai/reasoning.py), and `max_output_tokens`
+covers both the thinking and the answer. `reasoning.summary` is accepted and changes
+nothing (the thinking comes back whole, as `reasoning_text` content).
+
 gclm is stateless: nothing is stored, so `previous_response_id`, `conversation`, `prompt`
 (a stored template) and `background` are a 400; `store` is accepted and has no effect (the
 output is the same; the response just cannot be fetched later).
@@ -37,8 +43,9 @@ from pydantic import (
 )
 from typing_extensions import Self
 
-from gclm.errors import InvalidRequestError
+from gclm.errors import InvalidRequestError, cut
 from gclm.server.openai.protocol import MAX_TOP_LOGPROBS, SamplingFields, _nullable
+from gclm.server.openai.reasoning import EFFORTS
 from gclm.server.openai.responses.input_items import (
     INPUT_ITEMS,
     INPUT_SCHEMA,
@@ -69,7 +76,8 @@ Include = Literal[
     "web_search_call.action.sources",
     "code_interpreter_call.outputs",
 ]
-# What _no_reasoning accepts, for the OpenAPI document.
+# `reasoning` in the OpenAPI document: what every server accepts (no option set). A server
+# with --reasoning-parser also takes `effort` and `summary` (the document is the same for all).
 _NO_REASONING_SCHEMA = {
     "anyOf": [
         {"type": "null"},
@@ -138,9 +146,7 @@ def _none(v: Any) -> bool:
     return v is None
 
 
-def _no_reasoning(v: Any) -> bool:
-    """None, {} or {"effort": None, ...}: clients send these for "no reasoning options"."""
-    return v is None or (isinstance(v, dict) and not any(v.values()))
+REASONING_KEYS = ("effort", "summary", "generate_summary")
 
 
 class ResponsesRequest(SamplingFields):
@@ -192,16 +198,47 @@ class ResponsesRequest(SamplingFields):
         "conversation": (_none, "gclm stores no conversations; send the turns in `input`"),
         "prompt": (_none, "gclm stores no prompt templates; send the text in `input`"),
         "background": (lambda v: not v, "remove it or set it to false"),
-        "reasoning": (
-            _no_reasoning,
-            "remove it; the model does not reason before answering",
-        ),
     }
 
     @field_validator("stream", mode="before")
     @classmethod
     def _null_is_false(cls, v: Any) -> Any:
         return False if v is None else v
+
+    @field_validator("reasoning")
+    @classmethod
+    def _reasoning(cls, v: Any) -> Any:
+        """None or {"effort": ..., "summary": ...}, an empty value meaning unset (clients
+        send {"effort": None} for "no options"); a server without a reasoning model refuses
+        an effort other than none (app.py, check_reasoning)."""
+        if v is None:
+            return v
+        if not isinstance(v, dict):
+            raise ValueError('must be an object such as {"effort": "low"}')
+        given = {key: value for key, value in v.items() if value}
+        unknown = sorted(set(given) - set(REASONING_KEYS))
+        if unknown:
+            keys = ", ".join(REASONING_KEYS)
+            raise ValueError(f"has {cut(unknown[0], 80)!r}; its keys are {keys}")
+        if "effort" in given and given["effort"] not in EFFORTS:
+            got = cut(repr(given["effort"]), 80)
+            raise ValueError(f"effort must be one of {', '.join(EFFORTS)}, got {got}")
+        return given or None
+
+    # The reasoning controls chat has (server/openai/reasoning.py ThinkingControls).
+    @property
+    def reasoning_effort(self) -> str | None:
+        return self.reasoning.get("effort") if self.reasoning else None
+
+    thinking_token_budget: ClassVar[None] = None  # a cap comes from the effort only
+    include_reasoning: ClassVar[bool] = True
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """`enable_thinking=False` for `reasoning.effort: "none"`."""
+        return {"enable_thinking": False} if self.reasoning_effort == "none" else {}
+
+    def wants_thinking(self) -> bool:
+        return self.reasoning_effort != "none"
 
     @field_validator("input", mode="before")
     @classmethod

@@ -13,6 +13,12 @@ within its budget, so it is never incomplete). A stream is the Responses event s
 
 each sent as `event: <type>` plus `data: <json>` with a rising `sequence_number`, and no
 [DONE]. An error mid-stream sends an `error` event and ends the stream.
+
+A thinking request (a reasoning model's, server/openai/reasoning.py) has a `reasoning` item
+first (output_index 0, its thinking as one `reasoning_text` part), then the message (or
+calls) from output_index 1; its stream opens the reasoning item after response.in_progress,
+sends `response.reasoning_text.delta` per piece, and closes it (response.reasoning_text.done,
+response.output_item.done) before the answer's first item is added.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from gclm.server.engine.protocol import TokenLogprob
 from gclm.server.http.errors import as_gclm_error
+from gclm.server.openai.reasoning import ReasoningParser
 from gclm.server.openai.render import ChoiceOutput, Renderer, TopLogprob, Usage
 from gclm.server.openai.responses.protocol import ResponsesRequest
 
@@ -52,6 +59,21 @@ class OutputMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     status: Literal["in_progress", "completed", "incomplete"]
     content: list[OutputText]
+
+
+class ReasoningText(BaseModel):
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str
+
+
+class ReasoningItem(BaseModel):
+    """A `reasoning` output item: the model's thinking, whole (no summary is made)."""
+
+    type: Literal["reasoning"] = "reasoning"
+    id: str
+    summary: list[Any] = []
+    content: list[ReasoningText]
+    status: Literal["in_progress", "completed", "incomplete"]
 
 
 class FunctionCallItem(BaseModel):
@@ -98,10 +120,10 @@ class ResponseBody(BaseModel):
     instructions: str | None
     max_output_tokens: int | None
     model: str
-    output: list[OutputMessage | FunctionCallItem]
+    output: list[ReasoningItem | OutputMessage | FunctionCallItem]
     parallel_tool_calls: bool
     previous_response_id: None = None
-    reasoning: None = None
+    reasoning: dict[str, Any] | None = None  # the request's, echoed
     store: bool = False  # nothing is stored, whatever the request said
     temperature: float
     top_p: float
@@ -129,7 +151,9 @@ class ResponsesRenderer(Renderer):
     id_prefix = "resp_"
     done = None  # a Responses stream ends with response.completed, not [DONE]
 
-    def __init__(self, model: str, request: ResponsesRequest) -> None:
+    def __init__(
+        self, model: str, request: ResponsesRequest, parser: ReasoningParser | None = None
+    ) -> None:
         super().__init__(model)
         self.request = request
         self.item_id = "msg_" + secrets.token_hex(12)
@@ -137,6 +161,13 @@ class ResponsesRenderer(Renderer):
         self._text: list[str] = []
         self._logprobs: list[TokenLogprob] = []
         self._finish_reason = "stop"
+        self._announced = False  # the message item's added events are sent
+        # A thinking request's reasoning item comes first; the answer's items after it.
+        self.parser = parser
+        self.reasoning_id = "rs_" + secrets.token_hex(12)
+        self.first = 0 if parser is None else 1  # output_index of the answer's first item
+        self._thought: list[str] = []
+        self._reasoning_open = False  # streamed: the reasoning item is added, not yet done
 
     # --- the streamed events ---
 
@@ -156,14 +187,77 @@ class ResponsesRenderer(Renderer):
         return [self.frame(event)]
 
     def opening(self, n: int) -> list[BaseModel]:
+        started = self._started()
+        return started if self.parser is not None else started + self._announce_message()
+
+    def _started(self) -> list[BaseModel]:
+        """response.created and .in_progress; a thinking request's reasoning item opens."""
         started = self._response("in_progress", [])
-        item = self._message("in_progress", "")
-        return [
+        out: list[BaseModel] = [
             ResponseEvent(type="response.created", response=started),
             ResponseEvent(type="response.in_progress", response=started),
-            ResponseEvent(type="response.output_item.added", output_index=0, item=item),
-            self._part_event("response.content_part.added", OutputText(text="")),
         ]
+        if self.parser is not None:
+            self._reasoning_open = True
+            item = self._reasoning_item("in_progress", "")
+            out.append(ResponseEvent(type="response.output_item.added", output_index=0, item=item))
+        return out
+
+    def reasoning_delta(self, index: int, text: str) -> BaseModel | None:
+        if self.parser is None:
+            return None
+        if not self._thought:
+            text = self.parser.strip_start(text)
+        if not text:
+            return None
+        self._thought.append(text)
+        return ResponseEvent(
+            type="response.reasoning_text.delta",
+            item_id=self.reasoning_id,
+            output_index=0,
+            content_index=0,
+            delta=text,
+        )
+
+    def _end_reasoning(self) -> list[BaseModel]:
+        """The reasoning item's done events, once, before the answer's first item."""
+        if not self._reasoning_open:
+            return []
+        self._reasoning_open = False
+        text = "".join(self._thought)
+        return [
+            ResponseEvent(
+                type="response.reasoning_text.done",
+                item_id=self.reasoning_id,
+                output_index=0,
+                content_index=0,
+                text=text,
+            ),
+            ResponseEvent(
+                type="response.output_item.done",
+                output_index=0,
+                item=self._reasoning_item("completed", text),
+            ),
+        ]
+
+    def _announce_message(self) -> list[BaseModel]:
+        """The message item's added events, once (after the reasoning item's done)."""
+        out = self._end_reasoning()
+        if not self._announced:
+            self._announced = True
+            item = self._message("in_progress", "")
+            out += [
+                ResponseEvent(
+                    type="response.output_item.added", output_index=self.first, item=item
+                ),
+                self._part_event("response.content_part.added", OutputText(text="")),
+            ]
+        return out
+
+    def deltas(
+        self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None
+    ) -> list[BaseModel]:
+        return [*self._announce_message(), self.delta(index, text, logprobs)]
 
     def delta(self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None) -> BaseModel:
         self._text.append(text)
@@ -171,7 +265,7 @@ class ResponsesRenderer(Renderer):
         return ResponseEvent(
             type="response.output_text.delta",
             item_id=self.item_id,
-            output_index=0,
+            output_index=self.first,
             content_index=0,
             delta=text,
             logprobs=[OutputTokenLogprob.of(lp) for lp in logprobs or ()],
@@ -182,10 +276,11 @@ class ResponsesRenderer(Renderer):
         text = "".join(self._text)
         part = self._part(text, self._logprobs)
         return [
+            *self._announce_message(),
             ResponseEvent(
                 type="response.output_text.done",
                 item_id=self.item_id,
-                output_index=0,
+                output_index=self.first,
                 content_index=0,
                 text=text,
                 logprobs=part.logprobs,
@@ -193,24 +288,41 @@ class ResponsesRenderer(Renderer):
             self._part_event("response.content_part.done", part),
             ResponseEvent(
                 type="response.output_item.done",
-                output_index=0,
+                output_index=self.first,
                 item=self._message(self._status(finish_reason), text, self._logprobs),
             ),
         ]
 
     def closing(self, usage: Usage, include_usage: bool) -> list[BaseModel]:
-        out = ChoiceOutput("".join(self._text), self._finish_reason, self._logprobs)
-        final = self.final([out], usage)
+        final = self.final([self._streamed()], usage)
         kind = "response.completed" if final.status == "completed" else "response.incomplete"
         return [ResponseEvent(type=kind, response=final)]
 
     # --- the response object ---
 
+    def _streamed(self) -> ChoiceOutput:
+        """The output the stream sent, whole (its thinking already without the start marker)."""
+        out = ChoiceOutput("".join(self._text), self._finish_reason, self._logprobs)
+        out.reasoning = "".join(self._thought)
+        return out
+
     def final(self, outputs: list[ChoiceOutput], usage: Usage) -> ResponseBody:
         [out] = outputs
         status = self._status(out.finish_reason)
         message = self._message(status, out.text, out.logprobs or ())
-        return self._response(status, [message], usage)
+        return self._response(status, [*self._reasoning_output(out), message], usage)
+
+    def _reasoning_output(self, out: ChoiceOutput) -> list[ReasoningItem]:
+        """The reasoning item of a thinking request's output (none for another)."""
+        if self.parser is None:
+            return []
+        return [self._reasoning_item("completed", self.parser.strip_start(out.reasoning))]
+
+    def _reasoning_item(
+        self, status: Literal["in_progress", "completed"], text: str
+    ) -> ReasoningItem:
+        content = [ReasoningText(text=text)] if status == "completed" else []
+        return ReasoningItem(id=self.reasoning_id, content=content, status=status)
 
     def _status(self, finish_reason: str) -> Literal["completed", "incomplete"]:
         return "incomplete" if finish_reason == "length" else "completed"
@@ -218,7 +330,7 @@ class ResponsesRenderer(Renderer):
     def _response(
         self,
         status: Literal["in_progress", "completed", "incomplete"],
-        output: list[OutputMessage | FunctionCallItem],
+        output: list[ReasoningItem | OutputMessage | FunctionCallItem],
         usage: Usage | None = None,
     ) -> ResponseBody:
         r = self.request
@@ -233,6 +345,7 @@ class ResponsesRenderer(Renderer):
             max_output_tokens=r.max_output_tokens,
             model=self.model,
             output=output,
+            reasoning=r.reasoning,
             temperature=r.temperature,
             top_p=r.top_p,
             top_logprobs=r.top_logprobs,
@@ -253,7 +366,7 @@ class ResponsesRenderer(Renderer):
 
     def _part_event(self, kind: str, part: OutputText) -> ResponseEvent:
         return ResponseEvent(
-            type=kind, item_id=self.item_id, output_index=0, content_index=0, part=part
+            type=kind, item_id=self.item_id, output_index=self.first, content_index=0, part=part
         )
 
     def _message(
