@@ -130,3 +130,22 @@ def test_slots_from_memory(model):
     assert big == (2, 300)
     with pytest.raises(ValueError, match="positions per sequence.*--kv-memory"):
         plan_slots(model, context_length=4096, max_batch=8, memory=per_token * 600)
+
+
+@torch.no_grad()
+def test_a_reserved_store_grows_once_for_a_prompt_fed_in_chunks(model):
+    """The engine reserves a request's prompt plus max_tokens at admission: a prompt fed in
+    chunks then grows the buffers once, not at every chunk of capacity."""
+    rows = Rows(model, 2)
+    prompt = list(range(1, 31))
+    rows.store.reserve(len(prompt) + 8)
+    assert (rows.store.capacity, rows.store.growths) == (40, 1)  # chunk=4: rounded up
+    slot = rows.store.claim(prompt)
+    rows.text[slot] = []
+    for start in range(0, len(prompt), 6):  # chunks of 6, then decode
+        rows.check({slot: prompt[start : start + 6]})
+    for token in range(8):
+        rows.check({slot: [token]})
+    assert (rows.store.capacity, rows.store.growths) == (40, 1)
+    rows.check({slot: [9, 10, 11]})  # past the reservation (41): it grows as before
+    assert rows.store.growths == 2

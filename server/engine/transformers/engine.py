@@ -217,6 +217,7 @@ class BatchEngine(TokenizerEngine):
                 "prefilling": len(self._prefilling),
                 "max_batched_tokens": self.max_batched_tokens,
                 "prefill_chunk_limit": self._pace.chunk(decoding=bool(self._running)),
+                "kv_capacity_growths": self._kv.growths,
                 **self._counts,
                 **self._queue.counts,
                 **self._last_step,
@@ -331,6 +332,7 @@ class BatchEngine(TokenizerEngine):
                 self._followers[seq] = leader
                 continue
             slot = self._slot[seq] = self._kv.claim(prompt)
+            self._kv.reserve(len(prompt) + seq.request.params.max_tokens)
             seq.cached_tokens = len(self._kv.tokens[slot])
             self._prefilling[seq] = prompt[seq.cached_tokens :]
         self._publish_free()
