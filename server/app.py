@@ -49,12 +49,18 @@ from gclm.server.http.streaming import (
     until_disconnected,
 )
 from gclm.server.openai.constraint_spec import ConstraintSpec, constraint_spec, with_param
-from gclm.server.openai.protocol import ChatCompletionRequest, CompletionRequest, GenerationBody
+from gclm.server.openai.protocol import (
+    MAX_N,
+    ChatCompletionRequest,
+    CompletionRequest,
+    GenerationBody,
+)
 from gclm.server.openai.reasoning import (
     ReasoningChatRenderer,
     ReasoningFields,
     ReasoningParser,
     check_reasoning,
+    reasoning_schema,
     with_reasoning_tokens,
 )
 from gclm.server.openai.render import (
@@ -161,6 +167,18 @@ def create_app(
             "/v1/chat/completions": (ChatCompletionRequest, ChatCompletion, ChatCompletionChunk),
             "/v1/completions": (CompletionRequest, Completion, Completion),
             "/v1/responses": (ResponsesRequest, ResponseBody, ResponseEvent),
+        },
+        # What check_model, check_reasoning and check_admissible (n, for one prompt) accept
+        # on this server.
+        served={
+            "model": {"anyOf": [{"enum": [engine.model_id]}, {"type": "null"}]},
+            "n": {
+                "anyOf": [
+                    {"type": "integer", "minimum": 1, "maximum": min(MAX_N, settings.queue_size)},
+                    {"type": "null"},
+                ]
+            },
+            **reasoning_schema(reasoning),
         },
     )
 

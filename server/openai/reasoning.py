@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field, SerializeAsAny, StrictBool
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import InvalidRequestError
 from gclm.masking.reasoning import ThinkingSpec
+from gclm.server.openai.json_values import OptionalJsonInt
 from gclm.server.openai.render import (
     AssistantMessage,
     ChatChoice,
@@ -55,7 +56,7 @@ class ReasoningFields(BaseModel):
     """The chat request's reasoning controls (vLLM's names)."""
 
     reasoning_effort: Effort | None = None
-    thinking_token_budget: int | None = Field(default=None, ge=0, strict=True)
+    thinking_token_budget: OptionalJsonInt = Field(default=None, ge=0, strict=True)
     include_reasoning: StrictBool = True
     chat_template_kwargs: dict[str, Any] | None = None
 
@@ -116,6 +117,13 @@ class ReasoningParser:
         """The thinking text without the start marker the model may have written itself."""
         head = text.lstrip()
         return head[len(self.start) :] if head.startswith(self.start) else text
+
+
+def reasoning_schema(parser: ReasoningParser | None) -> dict[str, dict[str, Any]]:
+    """The thinking controls `check_reasoning` accepts, for the OpenAPI document."""
+    if parser is not None:
+        return {}
+    return {"reasoning_effort": {"enum": [None, "none"]}, "thinking_token_budget": {"type": "null"}}
 
 
 def check_reasoning(body: ReasoningFields, parser: ReasoningParser | None) -> None:

@@ -271,7 +271,7 @@ def _validate(constraint: Constraint) -> None:
     if constraint.kind == "regex":
         try:
             re.compile(constraint.spec)
-        except re.error as e:
+        except (re.error, OverflowError) as e:  # OverflowError: a{4294967296}
             raise ConstraintError(f"The regex does not compile: {e}. Fix the pattern.") from e
     if constraint.kind == "json_schema":
         schema = json.loads(constraint.spec)
