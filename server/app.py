@@ -39,7 +39,7 @@ from gclm.server.engine.protocol import (
 from gclm.server.http.body_limit import BodySizeLimit
 from gclm.server.http.browsers import install_browser_guards
 from gclm.server.http.errors import CLIENT_CLOSED, as_gclm_error, install_error_handlers
-from gclm.server.http.keys import load_keys
+from gclm.server.http.keys import CompileCharges, charge, load_keys
 from gclm.server.http.metrics import Metrics, RequestCounter
 from gclm.server.http.openapi import document
 from gclm.server.http.streaming import (
@@ -206,6 +206,7 @@ class _Service:
         self.settings = settings
         self.metrics = metrics
         self.reasoning: ReasoningParser | None = None
+        self.compile_charges = CompileCharges()
 
     # Templating and tokenizing run in a worker thread (run_in_threadpool): a long prompt must
     # not stop the event loop, which answers every other request and /health.
@@ -250,6 +251,8 @@ class _Service:
         self.check_admissible(body, len(prompts))
         spec = constraint_spec(body)
         table = await self.compile(spec) if spec is not None else None
+        if table is not None and self.compile_charges.first_time(table):
+            charge(request, compile_seconds=table.compile_seconds)
         budget_aware = spec.budget_aware if spec is not None else True
         parser = self.reasoning if self.thinks(body) else None
         marker = ThinkingSpec(parser.end_ids) if parser is not None else None
@@ -275,7 +278,7 @@ class _Service:
         prompt_tokens = sum(len(p) for p in prompts)
         self.metrics.prompt_tokens.inc(prompt_tokens)
         if body.stream:
-            events = self.stream(sequences, renderer, prompt_tokens, body)
+            events = self.stream(request, sequences, renderer, prompt_tokens, body)
             return EventStreamResponse(
                 events, on_close=sequences.close, on_disconnect=self.metrics.disconnects.inc
             )
@@ -290,6 +293,7 @@ class _Service:
         finally:
             sequences.close()
         usage = Usage.of(prompt_tokens, completion_tokens, cached_tokens)
+        charge(request, tokens=usage.total_tokens)
         if thinking is not None:
             usage = with_reasoning_tokens(usage, sum(out.reasoning_tokens for out in outputs))
         final = renderer.final(outputs, usage)
@@ -389,6 +393,7 @@ class _Service:
 
     async def stream(
         self,
+        request: Request,
         sequences: Choices,
         renderer: Renderer,
         prompt_tokens: int,
@@ -433,6 +438,7 @@ class _Service:
                         yield line
                     return
         usage = Usage.of(prompt_tokens, completion_tokens, cached_tokens)
+        charge(request, tokens=usage.total_tokens)
         usage = with_reasoning_tokens(usage, reasoning_tokens)
         for chunk in renderer.closing(usage, body.include_usage):
             yield frame(chunk)

@@ -120,8 +120,10 @@ class FakeEngine:
         queue_size: int | None = None,
         retry_after: float = 2.5,
         min_tokens: int = 3,
+        compile_seconds: float = 0.0,
     ) -> None:
         self.script = script
+        self.compile_seconds = compile_seconds  # what each table says its compile took
         self.token_delay = token_delay
         self.queue_size = queue_size
         self.retry_after = retry_after
@@ -166,7 +168,8 @@ class FakeEngine:
             return self._tables[key]
         self.cache_misses += 1
         _validate(constraint)
-        table = self._tables[key] = tiny_table(self.min_tokens)
+        table = tiny_table(self.min_tokens).with_info(compile_seconds=self.compile_seconds)
+        self._tables[key] = table
         return table
 
     def budget_policy(self, name: str) -> FakePolicy | None:
