@@ -60,6 +60,24 @@ _NO_TOOL_CALLS = {
 }
 
 
+# The Responses API's sources: text.format (unless "text") and tools (as on chat).
+RESPONSES_ONE_CONSTRAINT = {
+    "anyOf": [
+        {
+            "properties": {
+                "text": {
+                    "anyOf": [
+                        NULL,
+                        {"properties": {"format": _UNSET["response_format"]}},
+                    ]
+                }
+            }
+        },
+        _NO_TOOL_CALLS,
+    ]
+}
+
+
 def set_(key: str) -> dict[str, Any]:
     """The JSON Schema of an object whose `key` is present and not null."""
     return {"required": [key], "properties": {key: {"not": NULL}}}

@@ -14,6 +14,7 @@ pytestmark = pytest.mark.anyio
 
 USER = [{"role": "user", "content": "Hi"}]
 TOOL = {"type": "function", "function": {"name": "f"}}
+RTOOL = {"type": "function", "name": "f"}
 CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
 PATHS = {
     "CompletionRequest": "/v1/completions",
@@ -44,6 +45,10 @@ REFUSED = [
     ("CompletionRequest", {"prompt": "x", "structured_outputs": {"budget_aware": True}}),
     ("CompletionRequest", {"prompt": "x", "response_format": {"type": "json_schema"}}),
     ("ResponsesRequest", {"input": "Hi", "text": {"format": {"type": "json_schema"}}}),
+    (
+        "ResponsesRequest",
+        {"input": "Hi", "text": {"format": {"type": "json_object"}}, "tools": [RTOOL]},
+    ),
     # values
     ("CompletionRequest", {"prompt": "x", "guided_choice": []}),
     ("CompletionRequest", {"prompt": "x", "guided_regex": ""}),

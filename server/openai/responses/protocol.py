@@ -40,7 +40,11 @@ from gclm.errors import InvalidRequestError
 from gclm.server.openai.json_values import OptionalJsonInt
 from gclm.server.openai.neutral import FALSY, Neutral, NeutralOptions
 from gclm.server.openai.protocol import MAX_TOP_LOGPROBS, SamplingFields, _nullable
-from gclm.server.openai.request_rules import TEXT_FORMAT_NEEDS_SCHEMA, TOOL_CHOICE_NEEDS_TOOLS
+from gclm.server.openai.request_rules import (
+    RESPONSES_ONE_CONSTRAINT,
+    TEXT_FORMAT_NEEDS_SCHEMA,
+    TOOL_CHOICE_NEEDS_TOOLS,
+)
 from gclm.server.openai.responses.input_items import (
     INPUT_ITEMS,
     INPUT_SCHEMA,
@@ -138,7 +142,9 @@ class ResponsesRequest(SamplingFields):
     four as extensions, as on chat). Unknown fields are refused.
     """
 
-    model_config = ConfigDict(json_schema_extra=TOOL_CHOICE_NEEDS_TOOLS)
+    model_config = ConfigDict(
+        json_schema_extra={"allOf": [TOOL_CHOICE_NEEDS_TOOLS, RESPONSES_ONE_CONSTRAINT]}
+    )
 
     n: ClassVar[int] = 1  # one output per response
 
