@@ -99,10 +99,12 @@ class UnsupportedSchemaError(ConstraintError):
 
 
 class CompileLimitError(ConstraintError):
-    """Compilation exceeded the time, memory or state limit."""
+    """Compilation exceeded the time, memory or state limit; `compile_seconds`: the CPU
+    time it used before it was stopped (0: not known)."""
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, compile_seconds: float = 0.0):
         super().__init__(message, code="compile_limit")
+        self.compile_seconds = compile_seconds
 
 
 class BudgetTooSmallError(GclmError):

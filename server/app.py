@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import (
+    CompileLimitError,
     ConstraintError,
     InvalidRequestError,
     ModelNotFoundError,
@@ -250,9 +251,7 @@ class _Service:
         self.engine.check_health()  # a dead engine: 503 now, not after compiling
         self.check_admissible(body, len(prompts))
         spec = constraint_spec(body)
-        table = await self.compile(spec) if spec is not None else None
-        if table is not None and self.compile_charges.first_time(table):
-            charge(request, compile_seconds=table.compile_seconds)
+        table = await self.compile(spec, request) if spec is not None else None
         budget_aware = spec.budget_aware if spec is not None else True
         parser = self.reasoning if self.thinks(body) else None
         marker = ThinkingSpec(parser.end_ids) if parser is not None else None
@@ -312,15 +311,23 @@ class _Service:
                 code="too_many_choices",
             )
 
-    async def compile(self, spec: ConstraintSpec) -> CompiledTable:
-        """The compiled table; a ConstraintError names the parameter the constraint came from."""
+    async def compile(self, spec: ConstraintSpec, request: Request) -> CompiledTable:
+        """The compiled table; a ConstraintError names the parameter the constraint came from.
+
+        The compile time goes to the API key of the first request that gets the table, or
+        the error of a compile stopped at its CPU limit (a cached one costs nothing)."""
         started = time.perf_counter()
         try:
-            return await self.engine.compile(spec.constraint)
+            table = await self.engine.compile(spec.constraint)
         except ConstraintError as e:
+            if isinstance(e, CompileLimitError) and self.compile_charges.first_time(e):
+                charge(request, compile_seconds=e.compile_seconds)
             raise with_param(e, spec.param) from None
         finally:
             self.metrics.compile_seconds.observe(time.perf_counter() - started)
+        if self.compile_charges.first_time(table):
+            charge(request, compile_seconds=table.compile_seconds)
+        return table
 
     def budget(
         self,

@@ -10,7 +10,8 @@ for a scraper); /docs, /redoc and /openapi.json included. A keys file has one ke
 
 `rpm`: requests a minute, `concurrent`: requests in flight at once; `tokens_per_minute`:
 prompt plus completion tokens of the key's finished requests, `compile_seconds_per_minute`:
-the compile time its requests caused (a table compiled for it; a cached one costs nothing).
+the compile time its requests caused (a table compiled for it, or a compile stopped at the
+CPU limit; a cached one costs nothing).
 Each "a minute" is a sliding 60 s window. Tokens and compile time are known only once spent,
 so they are charged after the fact, and a key over either gets no new request until enough
 of its window has passed. Past any limit the request gets a 429 with Retry-After.
@@ -246,8 +247,8 @@ def charge(request: Request, *, tokens: int = 0, compile_seconds: float = 0.0) -
 
 
 class CompileCharges:
-    """Which compiled tables were charged already: a table's compile seconds go to the first
-    request that gets it, and requests that find it cached pay nothing."""
+    """Which compiled tables (or compile errors) were charged already: their compile seconds
+    go to the first request that gets them; requests that find them cached pay nothing."""
 
     def __init__(self) -> None:
         self._charged: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()

@@ -11,6 +11,7 @@ import pytest
 from fake_engine import FakeEngine
 from harness import http_client, openai_client
 
+from gclm.errors import CompileLimitError
 from gclm.server.app import create_app
 from gclm.server.http.keys import WINDOW_S, Window
 from gclm.server.settings import ServerSettings
@@ -107,3 +108,29 @@ async def test_compile_seconds_are_charged_to_the_key_that_compiled(tmp_path) ->
     assert 55 <= int(refused.headers["retry-after"]) <= 60
     assert sample(metrics, "gclm_key_compile_seconds_total", "carol") == pytest.approx(0.8)
     assert sample(metrics, "gclm_key_compile_seconds_total", "eve") == pytest.approx(1.6)
+
+
+async def test_a_compile_stopped_at_its_cpu_limit_is_charged_once(tmp_path) -> None:
+    # What the compile pool answers for a constraint past --compile-cpu-limit; the table
+    # cache then re-raises that one error for the same constraint (compiler/cache.py).
+    stopped = CompileLimitError("Compiling used more than 1.2 s of CPU.", compile_seconds=1.2)
+    engine = FakeEngine()
+
+    async def too_costly(constraint):
+        raise stopped
+
+    engine.compile = too_costly  # type: ignore[method-assign]
+    app = keyed_app(tmp_path, engine)
+    body = {"prompt": "Hi", "max_tokens": 5, "guided_regex": "a+"}
+    eve = {"authorization": "Bearer sk-eve"}
+    async with http_client(app) as http:
+        failed = await http.post("/v1/completions", json=body, headers=eve)
+        refused = await http.post("/v1/completions", json=body, headers=eve)
+        carol = {"authorization": "Bearer sk-carol"}
+        cached = await http.post("/v1/completions", json=body, headers=carol)
+        metrics = (await http.get("/metrics", headers=carol)).text
+    assert failed.json()["error"]["code"] == "compile_limit"
+    assert refused.status_code == 429  # 1.2 s spent of eve's 1 s a minute
+    assert cached.json()["error"]["code"] == "compile_limit"  # the cached failure: free
+    assert sample(metrics, "gclm_key_compile_seconds_total", "eve") == pytest.approx(1.2)
+    assert sample(metrics, "gclm_key_compile_seconds_total", "carol") is None
