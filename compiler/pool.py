@@ -387,7 +387,7 @@ class CompilerPool:
                     self._retire(proc)
                     self.stats.timeouts += 1
                     self.stats.cpu_seconds += cpu
-                    self._end(job, self._too_costly(), done)
+                    self._end(job, self._too_costly(cpu), done)
                 elif now - proc.started >= max(_STARVED_FACTOR * ceiling, _STARVED_MIN_S):
                     self._retire(proc)
                     self.stats.cpu_seconds += cpu
@@ -431,12 +431,13 @@ class CompilerPool:
                 error = late_error(job, now - waiter.since, retry, proc is not None)
                 done.append((waiter.future, error))
 
-    def _too_costly(self) -> CompileLimitError:
+    def _too_costly(self, cpu: float) -> CompileLimitError:
         return CompileLimitError(
             f"Compiling the constraint used more than {self.limits.cpu_s:g} s of CPU "
             "time and was stopped; it will be refused at once from now on. Simplify the "
             "schema (fewer optional properties, bounded strings and arrays, no deep nesting, "
-            "smaller numeric ranges), or raise --compile-cpu-limit."
+            "smaller numeric ranges), or raise --compile-cpu-limit.",
+            compile_seconds=cpu,
         )
 
     def _starved(self, wall: float, cpu: float) -> CompilerBusyError:

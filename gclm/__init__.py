@@ -36,6 +36,7 @@ from gclm.errors import (
     ModelNotFoundError,
     QueueFullError,
     RequestTooLargeError,
+    TooManyConnectionsError,
     UnsupportedMediaTypeError,
     UnsupportedSchemaError,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "ModelNotFoundError",
     "QueueFullError",
     "RequestTooLargeError",
+    "TooManyConnectionsError",
     "UnsupportedMediaTypeError",
     "UnsupportedSchemaError",
     "compile_constraint",

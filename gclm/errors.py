@@ -13,6 +13,7 @@
     │   └── KeyLimitError          429  an API key is past its own requests/minute or in flight
     ├── RequestTooLargeError       413  the request body is over the server's size limit
     ├── UnsupportedMediaTypeError  415  a request body that is not application/json
+    ├── TooManyConnectionsError    503  the server holds --max-connections open (Retry-After)
     ├── ModelLoadError             500  the model or tokenizer could not be loaded
     ├── InternalError              500  an invariant broke (an empty mask, a disallowed token)
     └── EngineDeadError            503  the engine stopped for good; GET /health says so too
@@ -60,6 +61,8 @@ class GclmError(Exception):
 
     status_code = 400
     error_type = "invalid_request_error"
+    # Seconds after which the request may succeed: the answer gets Retry-After (None: none).
+    retry_after: float | None = None
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
         message = _bounded(message)
@@ -96,10 +99,12 @@ class UnsupportedSchemaError(ConstraintError):
 
 
 class CompileLimitError(ConstraintError):
-    """Compilation exceeded the time, memory or state limit."""
+    """Compilation exceeded the time, memory or state limit; `compile_seconds`: the CPU
+    time it used before it was stopped (0: not known)."""
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, compile_seconds: float = 0.0):
         super().__init__(message, code="compile_limit")
+        self.compile_seconds = compile_seconds
 
 
 class BudgetTooSmallError(GclmError):
@@ -233,6 +238,22 @@ class InternalError(GclmError):
 
     status_code = 500
     error_type = "server_error"
+
+
+class TooManyConnectionsError(GclmError):
+    """The server holds its --max-connections open connections (server/http/connections.py):
+    a 503 that clears as other clients finish."""
+
+    status_code = 503
+    error_type = "server_error"
+
+    def __init__(self, limit: int, retry_after: float = 1.0):
+        super().__init__(
+            f"The server is at its limit of {limit} open connections. Retry after "
+            f"{retry_after:g} s, or start the server with a larger --max-connections.",
+            code="too_many_connections",
+        )
+        self.retry_after = retry_after
 
 
 class EngineDeadError(GclmError):

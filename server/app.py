@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import (
+    CompileLimitError,
     ConstraintError,
     InvalidRequestError,
     ModelNotFoundError,
@@ -39,7 +40,7 @@ from gclm.server.engine.protocol import (
 from gclm.server.http.body_limit import BodySizeLimit
 from gclm.server.http.browsers import install_browser_guards
 from gclm.server.http.errors import CLIENT_CLOSED, as_gclm_error, install_error_handlers
-from gclm.server.http.keys import load_keys
+from gclm.server.http.keys import CompileCharges, charge, load_keys
 from gclm.server.http.metrics import Metrics, RequestCounter
 from gclm.server.http.openapi import document
 from gclm.server.http.streaming import (
@@ -49,12 +50,18 @@ from gclm.server.http.streaming import (
     until_disconnected,
 )
 from gclm.server.openai.constraint_spec import ConstraintSpec, constraint_spec, with_param
-from gclm.server.openai.protocol import ChatCompletionRequest, CompletionRequest, GenerationBody
+from gclm.server.openai.protocol import (
+    MAX_N,
+    ChatCompletionRequest,
+    CompletionRequest,
+    GenerationBody,
+)
 from gclm.server.openai.reasoning import (
     ReasoningChatRenderer,
     ReasoningParser,
     ThinkingControls,
     check_reasoning,
+    reasoning_schema,
     with_reasoning_tokens,
 )
 from gclm.server.openai.render import (
@@ -164,6 +171,18 @@ def create_app(
             "/v1/completions": (CompletionRequest, Completion, Completion),
             "/v1/responses": (ResponsesRequest, ResponseBody, ResponseEvent),
         },
+        # What check_model, check_reasoning and check_admissible (n, for one prompt) accept
+        # on this server.
+        served={
+            "model": {"anyOf": [{"enum": [engine.model_id]}, {"type": "null"}]},
+            "n": {
+                "anyOf": [
+                    {"type": "integer", "minimum": 1, "maximum": min(MAX_N, settings.queue_size)},
+                    {"type": "null"},
+                ]
+            },
+            **reasoning_schema(reasoning),
+        },
     )
 
     @app.get("/health")
@@ -190,6 +209,7 @@ class _Service:
         self.settings = settings
         self.metrics = metrics
         self.reasoning: ReasoningParser | None = None
+        self.compile_charges = CompileCharges()
 
     # Templating and tokenizing run in a worker thread (run_in_threadpool): a long prompt must
     # not stop the event loop, which answers every other request and /health.
@@ -235,7 +255,7 @@ class _Service:
         self.engine.check_health()  # a dead engine: 503 now, not after compiling
         self.check_admissible(body, len(prompts))
         spec = constraint_spec(body)
-        table = await self.compile(spec) if spec is not None else None
+        table = await self.compile(spec, request) if spec is not None else None
         budget_aware = spec.budget_aware if spec is not None else True
         parser = self.reasoning if self.thinks(body) else None
         marker = ThinkingSpec(parser.end_ids) if parser is not None else None
@@ -261,7 +281,7 @@ class _Service:
         prompt_tokens = sum(len(p) for p in prompts)
         self.metrics.prompt_tokens.inc(prompt_tokens)
         if body.stream:
-            events = self.stream(sequences, renderer, prompt_tokens, body)
+            events = self.stream(request, sequences, renderer, prompt_tokens, body)
             return EventStreamResponse(
                 events, on_close=sequences.close, on_disconnect=self.metrics.disconnects.inc
             )
@@ -276,6 +296,7 @@ class _Service:
         finally:
             sequences.close()
         usage = Usage.of(prompt_tokens, completion_tokens, cached_tokens)
+        charge(request, tokens=usage.total_tokens)
         if thinking is not None:
             usage = with_reasoning_tokens(usage, sum(out.reasoning_tokens for out in outputs))
         final = renderer.final(outputs, usage)
@@ -294,15 +315,23 @@ class _Service:
                 code="too_many_choices",
             )
 
-    async def compile(self, spec: ConstraintSpec) -> CompiledTable:
-        """The compiled table; a ConstraintError names the parameter the constraint came from."""
+    async def compile(self, spec: ConstraintSpec, request: Request) -> CompiledTable:
+        """The compiled table; a ConstraintError names the parameter the constraint came from.
+
+        The compile time goes to the API key of the first request that gets the table, or
+        the error of a compile stopped at its CPU limit (a cached one costs nothing)."""
         started = time.perf_counter()
         try:
-            return await self.engine.compile(spec.constraint)
+            table = await self.engine.compile(spec.constraint)
         except ConstraintError as e:
+            if isinstance(e, CompileLimitError) and self.compile_charges.first_time(e):
+                charge(request, compile_seconds=e.compile_seconds)
             raise with_param(e, spec.param) from None
         finally:
             self.metrics.compile_seconds.observe(time.perf_counter() - started)
+        if self.compile_charges.first_time(table):
+            charge(request, compile_seconds=table.compile_seconds)
+        return table
 
     def budget(
         self,
@@ -375,6 +404,7 @@ class _Service:
 
     async def stream(
         self,
+        request: Request,
         sequences: Choices,
         renderer: Renderer,
         prompt_tokens: int,
@@ -419,6 +449,7 @@ class _Service:
                         yield line
                     return
         usage = Usage.of(prompt_tokens, completion_tokens, cached_tokens)
+        charge(request, tokens=usage.total_tokens)
         usage = with_reasoning_tokens(usage, reasoning_tokens)
         for chunk in renderer.closing(usage, body.include_usage):
             yield frame(chunk)

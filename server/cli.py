@@ -90,7 +90,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--api-keys-file",
         type=Path,
-        help="several keys, one a line: KEY [name=N] [rpm=N] [concurrent=N]",
+        help="several keys, one a line: KEY [name=N] [rpm=N] [concurrent=N] "
+        "[tokens_per_minute=N] [compile_seconds_per_minute=S]",
     )
     serve.add_argument(
         "--public-metrics", choices=("on", "off"), help="on: /metrics needs no key (default off)"

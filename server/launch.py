@@ -193,12 +193,10 @@ def server_config(app: Any, settings: ServerSettings, **options: Any) -> Any:
         host=settings.host,
         port=settings.port,
         log_level=options.pop("log_level", "info"),
-        http=guarded_h11(settings.header_timeout, settings.body_timeout),
+        http=guarded_h11(settings.header_timeout, settings.body_timeout, settings.max_connections),
         timeout_keep_alive=max(
             1, round(settings.keep_alive_timeout)
         ),  # uvicorn takes whole seconds
-        # uvicorn answers 503 once the open connections reach its limit, this one included.
-        limit_concurrency=settings.max_connections + 1,
         **options,
     )
 

@@ -19,6 +19,7 @@ from gclm.compiler.json_schema.patterns import (
     JSON_CHAR,
     JSON_CHAR_SHORT,
     OUTLINES_JSON_CHAR,
+    escape_literal,
     string_regex,
 )
 from gclm.errors import CompileLimitError, ConstraintError
@@ -143,10 +144,20 @@ def _prepare(node: Any, ptr: str, prefix: str, leaves: dict[str, str], top: list
     """
     if isinstance(node, list):
         return [_prepare(x, f"{ptr}/{i}", prefix, leaves, top) for i, x in enumerate(node)]
-    if not isinstance(node, dict) or "enum" in node:
+    if not isinstance(node, dict):
         return node
     leaf = None
-    if node.get("type") in ("integer", "number"):
+    if "enum" in node:
+        if not any(isinstance(v, dict | list) for v in node["enum"]):
+            return node
+        # outlines-core writes the keys of an object in an enum or const raw into its
+        # regex ("a.b" then matches "aXb", "a(b" breaks it): gclm writes such values
+        # itself, as compact JSON.
+        leaf = "|".join(
+            escape_literal(json.dumps(v, ensure_ascii=False, separators=(",", ":")))
+            for v in node["enum"]
+        )
+    elif node.get("type") in ("integer", "number"):
         leaf = number_regex(node, ptr)
     elif node.get("type") == "string":
         leaf = string_regex(node, ptr, top_level=id(node) in top)

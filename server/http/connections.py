@@ -3,8 +3,8 @@
 uvicorn closes a kept-alive connection idle past `timeout_keep_alive` and answers 503 past
 `limit_concurrency`, but a connection that never finishes its headers (a "slowloris" sending
 a byte a second) or its body, or one that never sends a byte, stays open for ever: enough of
-them hold every socket the server has. `guarded_h11(header_timeout, body_timeout)` is
-uvicorn's h11 protocol with one timer per connection:
+them hold every socket the server has. `guarded_h11(header_timeout, body_timeout,
+max_connections)` is uvicorn's h11 protocol with one timer per connection:
 
 - headers: from the connection opening, or the first byte of a kept-alive connection's next
   request, to the end of the request's headers; past it the client gets a 408 and the
@@ -12,7 +12,10 @@ uvicorn's h11 protocol with one timer per connection:
 - body: from the end of the headers to the end of the body; past it the connection is
   closed, which the app sees as the client leaving (one log line, a 499 in /metrics).
 
-One log line per connection closed. `server_config` (server/launch.py) puts it in uvicorn.
+One log line per connection closed. It also caps the connections: past `max_connections`
+open (or as many requests in flight) a request gets a 503 in the OpenAI error shape with
+Retry-After (`too_many_connections`), where uvicorn's own `limit_concurrency` would answer a
+plain-text 503. `server_config` (server/launch.py) puts it in uvicorn.
 """
 
 from __future__ import annotations
@@ -22,7 +25,11 @@ import logging
 from typing import Any
 
 import h11
+from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from gclm.errors import TooManyConnectionsError
+from gclm.server.http.errors import error_response
 
 logger = logging.getLogger("gclm.server")
 
@@ -36,16 +43,40 @@ _TIMEOUT_BODY = (
 )
 
 
-def guarded_h11(header_timeout: float, body_timeout: float) -> type[asyncio.Protocol]:
+def guarded_h11(
+    header_timeout: float, body_timeout: float, max_connections: int
+) -> type[asyncio.Protocol]:
     """uvicorn's h11 protocol closing a connection whose request headers take longer than
-    `header_timeout` seconds to arrive, or whose body takes longer than `body_timeout`."""
+    `header_timeout` seconds to arrive, or whose body takes longer than `body_timeout`, and
+    refusing requests past `max_connections` open connections."""
     if not header_timeout > 0 or not body_timeout > 0:
         raise ValueError("header and body timeouts must be positive numbers of seconds")
+    if max_connections < 1:
+        raise ValueError("max_connections must be at least 1")
     limits = {"headers": header_timeout, "body": body_timeout}
+    too_many = error_response(TooManyConnectionsError(max_connections))
+    too_many.headers["connection"] = "close"  # the refused connection frees its place
 
     class GuardedH11Protocol(H11Protocol):
         _timer: asyncio.TimerHandle | None = None
         _waiting_for: str | None = None
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.limit_concurrency = None  # the cap is capped()'s, in the OpenAI shape
+            self.app = self._capped(self.app)
+
+        def _capped(self, app: ASGIApp) -> ASGIApp:
+            async def capped(scope: Scope, receive: Receive, send: Send) -> None:
+                # This connection and this request's task are already counted (uvicorn
+                # adds the task before it runs), hence "more than".
+                if len(self.connections) > max_connections or len(self.tasks) > max_connections:
+                    logger.warning("refused a request: %d connections open", len(self.connections))
+                    await too_many(scope, receive, send)
+                    return
+                await app(scope, receive, send)
+
+            return capped
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)

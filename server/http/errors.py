@@ -30,7 +30,6 @@ from gclm.errors import (
     GclmError,
     InternalError,
     InvalidRequestError,
-    QueueFullError,
     quote,
 )
 
@@ -77,9 +76,10 @@ def gclm_error_body(exc: BaseException) -> dict[str, Any]:
 
 
 def error_response(exc: GclmError) -> JSONResponse:
-    """The HTTP response for a GclmError; a full queue also gets retry headers."""
+    """The HTTP response for a GclmError; one that clears by waiting (a full queue, a key's
+    limit, the connection cap) also gets retry headers."""
     headers: dict[str, str] = {}
-    if isinstance(exc, QueueFullError):
+    if exc.retry_after is not None:
         # Retry-After must be whole seconds; the openai SDK prefers the precise retry-after-ms.
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
         headers["retry-after-ms"] = str(int(exc.retry_after * 1000))

@@ -4,23 +4,33 @@ With a key configured (`--api-key KEY`, or `--api-keys-file FILE` for several), 
 needs `Authorization: Bearer <key>` except /health (and /metrics with `--public-metrics on`,
 for a scraper); /docs, /redoc and /openapi.json included. A keys file has one key a line:
 
-    sk-alice  name=alice  rpm=60  concurrent=4
-    sk-batch  name=batch
+    sk-alice  name=alice  rpm=60  concurrent=4  tokens_per_minute=20000
+    sk-batch  name=batch  compile_seconds_per_minute=30
     # a comment
 
-`rpm`: requests a minute (a sliding 60 s window), `concurrent`: requests in flight at once;
-past either the request gets a 429 with Retry-After. Metrics count requests per key `name`
-(never the key itself): `gclm_key_requests_total{key, status}`.
+`rpm`: requests a minute, `concurrent`: requests in flight at once; `tokens_per_minute`:
+prompt plus completion tokens of the key's finished requests, `compile_seconds_per_minute`:
+the compile time its requests caused (a table compiled for it, or a compile stopped at the
+CPU limit; a cached one costs nothing).
+Each "a minute" is a sliding 60 s window. Tokens and compile time are known only once spent,
+so they are charged after the fact, and a key over either gets no new request until enough
+of its window has passed. Past any limit the request gets a 429 with Retry-After.
+
+Metrics count per key `name` (never the key itself): `gclm_key_requests_total{key, status}`,
+`gclm_key_tokens_total{key}`, `gclm_key_compile_seconds_total{key}`.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gclm.errors import AuthenticationError, GclmError, KeyLimitError
@@ -29,6 +39,41 @@ from gclm.server.http.metrics import Metrics
 from gclm.server.settings import ServerSettings
 
 WINDOW_S = 60.0
+# Keys-file option -> (ApiKey field, number type).
+OPTIONS: dict[str, tuple[str, type]] = {
+    "rpm": ("rpm", int),
+    "concurrent": ("concurrent", int),
+    "tokens_per_minute": ("tokens_per_minute", int),
+    "compile_seconds_per_minute": ("compile_seconds_per_minute", float),
+}
+
+
+@dataclass
+class Window:
+    """Amounts charged in the last WINDOW_S seconds, oldest first, and their sum."""
+
+    charges: deque[tuple[float, float]] = field(default_factory=deque)
+    total: float = 0.0
+
+    def add(self, now: float, amount: float) -> None:
+        if amount > 0:
+            self.charges.append((now, amount))
+            self.total += amount
+
+    def wait(self, now: float, limit: float | None) -> float | None:
+        """None while the window's sum is under `limit`, else the seconds until it is."""
+        while self.charges and now - self.charges[0][0] >= WINDOW_S:
+            self.total -= self.charges.popleft()[1]
+        if not self.charges:
+            self.total = 0.0  # no float residue
+        if limit is None or self.total < limit:
+            return None
+        left = self.total
+        for started, amount in self.charges:
+            left -= amount
+            if left < limit:
+                return started + WINDOW_S - now
+        return WINDOW_S  # unreachable: the sum of no charges is under any limit >= 1
 
 
 @dataclass
@@ -39,19 +84,26 @@ class ApiKey:
     name: str
     rpm: int | None = None
     concurrent: int | None = None
+    tokens_per_minute: int | None = None
+    compile_seconds_per_minute: float | None = None
     in_flight: int = 0
-    recent: deque[float] = field(default_factory=deque)  # start times in the last WINDOW_S
+    requests: Window = field(default_factory=Window)
+    tokens: Window = field(default_factory=Window)
+    compile_seconds: Window = field(default_factory=Window)
 
     def admit(self, now: float) -> GclmError | None:
         """None and the request counted, or the 429 saying when to retry."""
-        while self.recent and now - self.recent[0] >= WINDOW_S:
-            self.recent.popleft()
-        if self.rpm is not None and len(self.recent) >= self.rpm:
-            wait = self.recent[0] + WINDOW_S - now
-            return KeyLimitError(f"{self.rpm} requests a minute", wait)
+        for window, limit, what in (
+            (self.requests, self.rpm, "requests"),
+            (self.tokens, self.tokens_per_minute, "tokens"),
+            (self.compile_seconds, self.compile_seconds_per_minute, "s of compile time"),
+        ):
+            wait = window.wait(now, limit)
+            if wait is not None:
+                return KeyLimitError(f"{limit:g} {what} a minute", wait)
         if self.concurrent is not None and self.in_flight >= self.concurrent:
             return KeyLimitError(f"{self.concurrent} requests at once", 1.0)
-        self.recent.append(now)
+        self.requests.add(now, 1)
         self.in_flight += 1
         return None
 
@@ -81,29 +133,40 @@ def _read_keys_file(path: Path) -> list[ApiKey]:
         if not words:
             continue
         token, *options = words
-        values: dict[str, str] = {}
+        name = f"key{number}"
+        limits: dict[str, Any] = {}
         for option in options:
-            name, sep, value = option.partition("=")
-            if not sep or name not in ("name", "rpm", "concurrent") or not value:
+            option_name, sep, value = option.partition("=")
+            if not sep or not value or option_name not in ("name", *OPTIONS):
                 raise ValueError(
-                    f"{path}:{number}: unknown option {option[:40]!r}; use name=, rpm=, concurrent="
+                    f"{path}:{number}: unknown option {option[:40]!r}; use name=, "
+                    + ", ".join(f"{o}=" for o in OPTIONS)
                 )
-            values[name] = value
-        try:
-            limits = {k: int(values[k]) for k in ("rpm", "concurrent") if k in values}
-        except ValueError:
-            raise ValueError(f"{path}:{number}: rpm and concurrent must be integers") from None
-        if any(v < 1 for v in limits.values()):
-            raise ValueError(f"{path}:{number}: rpm and concurrent must be at least 1")
-        name = values.get("name", f"key{number}")
-        keys.append(ApiKey(token, name, rpm=limits.get("rpm"), concurrent=limits.get("concurrent")))
+            if option_name == "name":
+                name = value
+                continue
+            attribute, kind = OPTIONS[option_name]
+            try:
+                limits[attribute] = kind(value)
+            except ValueError:
+                number_kind = "an integer" if kind is int else "a number"
+                raise ValueError(
+                    f"{path}:{number}: {option_name} must be {number_kind}, not {value[:20]!r}"
+                ) from None
+            if kind is int and limits[attribute] < 1:
+                raise ValueError(f"{path}:{number}: {option_name} must be at least 1")
+            if not 0 < limits[attribute] < float("inf"):
+                raise ValueError(f"{path}:{number}: {option_name} must be more than 0")
+        keys.append(ApiKey(token, name, **limits))
     if not keys:
         raise ValueError(f"the API keys file {path} has no keys")
     return keys
 
 
 class ApiKeys:
-    """Pure ASGI middleware: a 401 without a known key, a 429 past the key's limits."""
+    """Pure ASGI middleware: a 401 without a known key, a 429 past the key's limits.
+
+    A request let in carries its key's meter in `request.state` (see `charge`)."""
 
     def __init__(self, app: ASGIApp, keys: list[ApiKey], metrics: Metrics, public: set[str]):
         self.app = app
@@ -124,6 +187,7 @@ class ApiKeys:
             self.metrics.key_requests.labels(key=key.name, status=str(error.status_code)).inc()
             await self.refuse(error, scope, receive, send)
             return
+        scope.setdefault("state", {})[METER] = Meter(key, self.metrics)
         status = 500
 
         async def send_and_record(message: Message) -> None:
@@ -153,3 +217,44 @@ class ApiKeys:
             if secrets.compare_digest(given, key.token.encode()):
                 found = key
         return found
+
+
+METER = "gclm_key_meter"
+
+
+@dataclass
+class Meter:
+    """What one request charges to its key's windows and metrics."""
+
+    key: ApiKey
+    metrics: Metrics
+
+    def charge(self, tokens: int, compile_seconds: float) -> None:
+        now = time.monotonic()
+        self.key.tokens.add(now, tokens)
+        self.key.compile_seconds.add(now, compile_seconds)
+        if tokens:
+            self.metrics.key_tokens.labels(key=self.key.name).inc(tokens)
+        if compile_seconds:
+            self.metrics.key_compile_seconds.labels(key=self.key.name).inc(compile_seconds)
+
+
+def charge(request: Request, *, tokens: int = 0, compile_seconds: float = 0.0) -> None:
+    """Charge what `request` used to its API key (nothing without keys)."""
+    meter = request.scope.get("state", {}).get(METER)
+    if meter is not None:
+        meter.charge(tokens, compile_seconds)
+
+
+class CompileCharges:
+    """Which compiled tables (or compile errors) were charged already: their compile seconds
+    go to the first request that gets them; requests that find them cached pay nothing."""
+
+    def __init__(self) -> None:
+        self._charged: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+    def first_time(self, table: Any) -> bool:
+        if self._charged.get(id(table)) is table:
+            return False
+        self._charged[id(table)] = table
+        return True

@@ -203,6 +203,18 @@ class Metrics:
             ["key", "status"],
             registry=self.registry,
         )
+        self.key_tokens = Counter(
+            "gclm_key_tokens",
+            "Prompt and completion tokens of finished requests, by API key name.",
+            ["key"],
+            registry=self.registry,
+        )
+        self.key_compile_seconds = Counter(
+            "gclm_key_compile_seconds",
+            "Seconds of compiling the requests of each API key caused (cached tables: none).",
+            ["key"],
+            registry=self.registry,
+        )
         self.disconnects = Counter(
             "gclm_client_disconnects",
             "Requests whose client left before the response was complete.",

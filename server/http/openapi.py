@@ -46,12 +46,14 @@ class ErrorResponse(BaseModel):
 Bodies = dict[str, tuple[type[BaseModel], type[BaseModel], type[BaseModel]]]
 
 
-def document(app: FastAPI, bodies: Bodies) -> None:
+def document(app: FastAPI, bodies: Bodies, served: dict[str, dict[str, Any]]) -> None:
     """Make `app.openapi()` describe `bodies`: POST path -> (request model, response model,
     the model of each streamed event).
 
     Unknown fields are a 400, so each request body is documented with
-    `additionalProperties: false`, whatever the model does to find them.
+    `additionalProperties: false`, whatever the model does to find them. `served`: request
+    field -> its schema on this server, where the server accepts less than the model does
+    (`model`: the served model's name).
     """
 
     def openapi() -> dict[str, Any]:
@@ -69,6 +71,8 @@ def document(app: FastAPI, bodies: Bodies) -> None:
         for path, (request_model, response_model, chunk_model) in bodies.items():
             operation = schema["paths"][path]["post"]
             _add(components, request_model, "validation", closed=True)
+            properties = components[request_model.__name__]["properties"]
+            properties.update({k: v for k, v in served.items() if k in properties})
             _add(components, response_model, "serialization")
             _add(components, chunk_model, "serialization")
             event = {

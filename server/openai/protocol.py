@@ -17,7 +17,6 @@ here; `server/openai/constraint_spec.py` decides which constraint they ask for.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from functools import cached_property
 from typing import Annotated, Any, ClassVar, Literal, Protocol
 
@@ -25,17 +24,29 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     StrictBool,
     ValidationError,
     WithJsonSchema,
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 from typing_extensions import Self
 
 from gclm.errors import InvalidRequestError, quote
 from gclm.server.engine.protocol import SamplingParams
+from gclm.server.openai.json_values import JsonInt, OptionalJsonInt, integral
+from gclm.server.openai.neutral import FALSY, Neutral
 from gclm.server.openai.reasoning import ReasoningFields
+from gclm.server.openai.request_rules import (
+    FORMAT_NEEDS_SCHEMA,
+    TOOL_CHOICE_NEEDS_TOOLS,
+    TOP_LOGPROBS_NEEDS_LOGPROBS,
+    one_constraint,
+    set_,
+)
 from gclm.server.openai.tools.prompt import (
     NamedToolChoice,
     ToolCallIn,
@@ -66,6 +77,17 @@ _CONTENT_SCHEMA = {
         },
     ]
 }
+_LOGIT_BIAS_SCHEMA = {
+    "anyOf": [
+        {
+            "type": "object",
+            # Token ids: ASCII digits only (`$` alone would let Python's re end on a newline).
+            "propertyNames": {"pattern": "^[0-9]+$", "not": {"pattern": "\n"}},
+            "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100},
+        },
+        {"type": "null"},
+    ]
+}
 _NULLABLE_CONTENT_SCHEMA = {"anyOf": [*_CONTENT_SCHEMA["anyOf"], {"type": "null"}]}
 _PROMPT_SCHEMA = {
     "anyOf": [
@@ -92,6 +114,8 @@ class JsonSchemaFormat(_Strict):
 
 
 class ResponseFormat(_Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=FORMAT_NEEDS_SCHEMA)
+
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
 
@@ -99,9 +123,13 @@ class ResponseFormat(_Strict):
 class StructuredOutputs(_Strict):
     """gclm's extension: exactly one of json / regex / choice."""
 
+    model_config = ConfigDict(
+        json_schema_extra={"oneOf": [set_(key) for key in ("json", "regex", "choice")]}
+    )
+
     json_: JsonSchema | str | None = Field(default=None, alias="json")
-    regex: str | None = None
-    choice: list[str] | None = None
+    regex: str | None = Field(default=None, min_length=1)
+    choice: list[str] | None = Field(default=None, min_length=1)
     # False: forward-only DFA masking that may run out of budget (for comparisons only).
     budget_aware: StrictBool = True
     # How spare tokens are spent when the budget is tight (masking/graceful.py).
@@ -118,10 +146,6 @@ def _nullable(schema: dict[str, Any]) -> None:
     """Document a field whose explicit null means its default (see `_null_is_default`)."""
     inner = {k: schema.pop(k) for k in list(schema) if k not in ("title", "default")}
     schema["anyOf"] = [inner, {"type": "null"}]
-
-
-def _neutral(*values: Any) -> Callable[[Any], bool]:
-    return lambda v: v is None or any(v == x and type(v) is type(x) for x in values)
 
 
 class GenerationBody(Protocol):
@@ -154,13 +178,14 @@ class GenerationBody(Protocol):
 # OpenAI's ranges (logit_bias values, top_logprobs); vLLM's default max_logprobs is 20 too.
 MAX_LOGIT_BIAS = 100.0
 MAX_TOP_LOGPROBS = 20
+MAX_N = 128  # choices a request may ask for (the queue may hold fewer: --queue-size)
 
 
 class SamplingFields(BaseModel):
     """The sampling fields every generating endpoint shares, and their SamplingParams.
 
     Unknown fields land in `model_extra`; `parse` refuses them (and the values listed in
-    `_SUPPORTED_ONLY`) with a 400 that names the field.
+    `_SUPPORTED_ONLY`, documented as their accepted values) with a 400 that names the field.
 
     Penalties and logit_bias act on the logits before the constraint mask (they can steer a
     constrained output, never break it). `repetition_penalty` is vLLM's extension.
@@ -174,7 +199,7 @@ class SamplingFields(BaseModel):
     top_p: float = Field(default=1.0, ge=0, le=1, strict=True, json_schema_extra=_nullable)
     # A signed 64-bit integer, as OpenAI documents it; torch's generator takes seed + i (i < n
     # <= 128) for every value in this range.
-    seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX, strict=True)
+    seed: OptionalJsonInt = Field(default=None, ge=SEED_MIN, le=SEED_MAX, strict=True)
     presence_penalty: float = Field(
         default=0.0, ge=-2, le=2, strict=True, json_schema_extra=_nullable
     )
@@ -185,10 +210,23 @@ class SamplingFields(BaseModel):
         default=1.0, gt=0, le=2, strict=True, json_schema_extra=_nullable
     )
     # Token id (a JSON key, so a string) -> bias; read into int keys by _bias_range.
-    logit_bias: dict[str, Annotated[float, Field(strict=True)]] | None = None
+    logit_bias: Annotated[
+        dict[str, Annotated[float, Field(strict=True)]] | None, WithJsonSchema(_LOGIT_BIAS_SCHEMA)
+    ] = None
 
     # name -> (is the value one gclm can honour?, how to fix the request)
-    _SUPPORTED_ONLY: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {}
+    _SUPPORTED_ONLY: ClassVar[dict[str, Neutral]] = {}
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        # The document names the values `check_supported` accepts, not `Any`.
+        schema = handler(core_schema)
+        properties = handler.resolve_ref_schema(schema)["properties"]
+        for name, neutral in cls._SUPPORTED_ONLY.items():
+            properties[name] = neutral.schema()
+        return schema
 
     @classmethod
     def parse(cls, body: bytes) -> Self:
@@ -209,11 +247,11 @@ class SamplingFields(BaseModel):
                 param=name,
                 code="unknown_parameter",
             )
-        for name, (supported, fix) in self._SUPPORTED_ONLY.items():
+        for name, neutral in self._SUPPORTED_ONLY.items():
             value = getattr(self, name)
-            if not supported(value):
+            if not neutral.accepts(value):
                 raise InvalidRequestError(
-                    f"{name}={quote(value)} is not supported by gclm; {fix}.",
+                    f"{name}={quote(value)} is not supported by gclm; {neutral.fix}.",
                     param=name,
                     code="unsupported_parameter",
                 )
@@ -284,9 +322,9 @@ class OpenAIRequest(SamplingFields):
     """
 
     model: str | None = None  # None: the served model
-    max_tokens: int | None = Field(default=None, ge=1, strict=True)
-    max_completion_tokens: int | None = Field(default=None, ge=1, strict=True)
-    n: int = Field(default=1, ge=1, le=128, strict=True, json_schema_extra=_nullable)
+    max_tokens: OptionalJsonInt = Field(default=None, ge=1, strict=True)
+    max_completion_tokens: OptionalJsonInt = Field(default=None, ge=1, strict=True)
+    n: JsonInt = Field(default=1, ge=1, le=MAX_N, strict=True, json_schema_extra=_nullable)
     # unconstrained requests only (see the class docstring)
     stop: Annotated[tuple[str, ...], WithJsonSchema(_STOP_SCHEMA)] = ()
     stream: StrictBool = Field(default=False, json_schema_extra=_nullable)
@@ -294,8 +332,8 @@ class OpenAIRequest(SamplingFields):
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None
     guided_json: JsonSchema | str | None = None
-    guided_regex: str | None = None
-    guided_choice: list[str] | None = None
+    guided_regex: str | None = Field(default=None, min_length=1)
+    guided_choice: list[str] | None = Field(default=None, min_length=1)
 
     # Accepted and ignored: none of these changes the generated text.
     user: Any = None
@@ -372,7 +410,13 @@ class ChatMessage(_Strict):
                         "tool_calls": {"type": "array", "minItems": 1},
                     },
                 },
-            ]
+            ],
+            # ... and tool_calls on assistant turns only.
+            "if": {
+                "required": ["tool_calls"],
+                "properties": {"tool_calls": {"type": "array", "minItems": 1}},
+            },
+            "then": {"properties": {"role": {"const": "assistant"}}},
         },
     )
 
@@ -428,9 +472,19 @@ class ChatMessage(_Strict):
 class ChatCompletionRequest(OpenAIRequest, ReasoningFields):
     """POST /v1/chat/completions (reasoning controls: server/openai/reasoning.py)."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "allOf": [
+                TOOL_CHOICE_NEEDS_TOOLS,
+                TOP_LOGPROBS_NEEDS_LOGPROBS,
+                one_constraint(tools=True),
+            ]
+        }
+    )
+
     messages: list[ChatMessage] = Field(min_length=1)
     logprobs: StrictBool = Field(default=False, json_schema_extra=_nullable)
-    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
+    top_logprobs: OptionalJsonInt = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
     tools: list[ToolDef] | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: StrictBool | None = None  # None: true, as at OpenAI
@@ -443,15 +497,15 @@ class ChatCompletionRequest(OpenAIRequest, ReasoningFields):
     moderation: Any = None
     prediction: Any = None  # only speeds up generation at OpenAI; the output is unchanged
 
-    _SUPPORTED_ONLY: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {
+    _SUPPORTED_ONLY: ClassVar[dict[str, Neutral]] = {
         **OpenAIRequest._SUPPORTED_ONLY,
-        "functions": (lambda v: not v, "use tools instead (functions is deprecated)"),
-        "function_call": (_neutral("none", "auto"), "use tool_choice instead"),
-        "modalities": (lambda v: v is None or v == ["text"], 'remove it or set it to ["text"]'),
-        "audio": (lambda v: v is None, "remove it; gclm generates text only"),
-        "verbosity": (lambda v: v is None, "remove it"),
-        "web_search_options": (lambda v: v is None, "remove it; gclm does not search the web"),
-        "moderation": (lambda v: v is None, "remove it"),
+        "functions": Neutral("use tools instead (functions is deprecated)", FALSY),
+        "function_call": Neutral("use tool_choice instead", ("none", "auto")),
+        "modalities": Neutral('remove it or set it to ["text"]', (["text"],)),
+        "audio": Neutral("remove it; gclm generates text only"),
+        "verbosity": Neutral("remove it"),
+        "web_search_options": Neutral("remove it; gclm does not search the web"),
+        "moderation": Neutral("remove it"),
     }
 
     @field_validator("logprobs", mode="before")
@@ -504,18 +558,20 @@ class ChatCompletionRequest(OpenAIRequest, ReasoningFields):
 class CompletionRequest(OpenAIRequest):
     """POST /v1/completions. `prompt` becomes a list of texts or a list of token-id lists."""
 
+    model_config = ConfigDict(json_schema_extra=one_constraint(tools=False))
+
     prompt: Annotated[list[str] | list[list[int]], WithJsonSchema(_PROMPT_SCHEMA)]
     # The sampled token's logprob and this many top ones per token (None: no logprobs).
-    logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
+    logprobs: OptionalJsonInt = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
     echo: Any = None
     best_of: Any = None
     suffix: Any = None
 
-    _SUPPORTED_ONLY: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {
+    _SUPPORTED_ONLY: ClassVar[dict[str, Neutral]] = {
         **OpenAIRequest._SUPPORTED_ONLY,
-        "echo": (_neutral(False), "remove it or set it to false"),
-        "best_of": (_neutral(1), "remove it or set it to 1; use n for several samples"),
-        "suffix": (lambda v: not v, "remove it; gclm does not insert text"),
+        "echo": Neutral("remove it or set it to false", (False,)),
+        "best_of": Neutral("remove it or set it to 1; use n for several samples", (1,)),
+        "suffix": Neutral("remove it; gclm does not insert text", FALSY),
     }
 
     @property
@@ -530,6 +586,7 @@ class CompletionRequest(OpenAIRequest):
         if isinstance(v, str):
             return [v]
         if isinstance(v, list) and v:
+            v = [[integral(t) for t in p] if isinstance(p, list) else integral(p) for p in v]
             if all(isinstance(p, str) for p in v):
                 return v
             if all(_is_token_ids(p) for p in v):

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field, SerializeAsAny, StrictBool
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import InvalidRequestError
 from gclm.masking.reasoning import ThinkingSpec
+from gclm.server.openai.json_values import OptionalJsonInt
 from gclm.server.openai.render import (
     AssistantMessage,
     ChatChoice,
@@ -77,7 +78,7 @@ class ReasoningFields(BaseModel):
     """The chat request's reasoning controls (vLLM's names)."""
 
     reasoning_effort: Effort | None = None
-    thinking_token_budget: int | None = Field(default=None, ge=0, strict=True)
+    thinking_token_budget: OptionalJsonInt = Field(default=None, ge=0, strict=True)
     include_reasoning: StrictBool = True
     chat_template_kwargs: dict[str, Any] | None = None
 
@@ -138,6 +139,30 @@ class ReasoningParser:
         """The thinking text without the start marker the model may have written itself."""
         head = text.lstrip()
         return head[len(self.start) :] if head.startswith(self.start) else text
+
+
+def reasoning_schema(parser: ReasoningParser | None) -> dict[str, dict[str, Any]]:
+    """The thinking controls this server accepts (`check_reasoning`, and the Responses
+    `reasoning` object's checks), for the OpenAPI document."""
+    falsy: list[Any] = [None, "", 0, False, {}, []]  # an empty value means "not set"
+    efforts = [*EFFORTS] if parser is not None else ["none"]
+    responses = {
+        "anyOf": [
+            {"type": "null"},
+            {
+                "type": "object",
+                "properties": {"effort": {"enum": [*efforts, *falsy]}, "summary": {}},
+                "additionalProperties": {"enum": falsy},
+            },
+        ]
+    }
+    if parser is not None:
+        return {"reasoning": responses}
+    return {
+        "reasoning_effort": {"enum": [None, "none"]},
+        "thinking_token_budget": {"type": "null"},
+        "reasoning": responses,
+    }
 
 
 def check_reasoning(

@@ -53,6 +53,7 @@ def test_timeout_covers_the_queue_wait(embedded_vocab) -> None:
     assert isinstance(errors[0], CompileLimitError | CompilerBusyError)
     if isinstance(errors[0], CompileLimitError):
         assert "more than 2 s of CPU time" in errors[0].message
+        assert errors[0].compile_seconds >= 2.0  # what an API key is charged for it
     # The others never got a worker: that clears by waiting, so they are 429s, not 400s,
     # and they stay queued (their compile is the error's `compiling`).
     for error in errors[1:]:

@@ -123,8 +123,10 @@ class FakeEngine:
         queue_size: int | None = None,
         retry_after: float = 2.5,
         min_tokens: int = 3,
+        compile_seconds: float = 0.0,
     ) -> None:
         self.script = script
+        self.compile_seconds = compile_seconds  # what each table says its compile took
         self.token_delay = token_delay
         self.queue_size = queue_size
         self.retry_after = retry_after
@@ -170,7 +172,8 @@ class FakeEngine:
             return self._tables[key]
         self.cache_misses += 1
         _validate(constraint)
-        table = self._tables[key] = tiny_table(self.min_tokens)
+        table = tiny_table(self.min_tokens).with_info(compile_seconds=self.compile_seconds)
+        self._tables[key] = table
         return table
 
     def budget_policy(self, name: str) -> FakePolicy | None:
@@ -276,7 +279,7 @@ def _validate(constraint: Constraint) -> None:
     if constraint.kind == "regex":
         try:
             re.compile(constraint.spec)
-        except re.error as e:
+        except (re.error, OverflowError) as e:  # OverflowError: a{4294967296}
             raise ConstraintError(f"The regex does not compile: {e}. Fix the pattern.") from e
     if constraint.kind == "json_schema":
         schema = json.loads(constraint.spec)

@@ -4,6 +4,7 @@ server/http/errors.py)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import socket
@@ -105,18 +106,26 @@ def test_an_idle_kept_alive_connection_is_closed(tmp_path) -> None:
     assert rest == b"" and seconds < 3
 
 
-def test_connections_past_the_cap_get_a_503(tmp_path) -> None:
+def test_connections_past_the_cap_get_an_openai_shaped_503(tmp_path) -> None:
     settings = ServerSettings(cache_dir=tmp_path, max_connections=2, header_timeout=30)
     with serving(create_app(FakeEngine()), settings) as port:
-        holders = [connect(port) for _ in range(2)]
-        for sock in holders:
-            sock.sendall(b"GET /health HTTP/1.1\r\n")  # unfinished: the connection stays
-        time.sleep(0.2)
-        with connect(port) as third:
-            third.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            assert third.recv(65536).startswith(b"HTTP/1.1 503")
-        for sock in holders:
-            sock.close()
+        with connect(port) as one, connect(port) as two:
+            for sock in (one, two):
+                sock.sendall(b"GET /health HTTP/1.1\r\n")  # unfinished: the connection stays
+            time.sleep(0.2)
+            with connect(port) as third:
+                third.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                answer, _ = closed_after(third)  # connection: close frees its place
         assert wait_for(
             lambda: httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
         )
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status, *fields = head.decode().split("\r\n")
+    headers = dict(field.lower().split(": ", 1) for field in fields)
+    assert status.startswith("HTTP/1.1 503")
+    assert headers["content-type"] == "application/json"
+    assert headers["retry-after"] == "1" and headers["connection"] == "close"
+    error = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert (error["type"], error["code"]) == ("server_error", "too_many_connections")
+    assert "--max-connections" in error["message"]

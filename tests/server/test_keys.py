@@ -105,7 +105,11 @@ async def test_concurrent_requests_past_the_limit_get_a_429(tmp_path) -> None:
     ("text", "problem"),
     [
         ("sk-a speed=3\n", "unknown option"),
-        ("sk-a rpm=x\n", "must be integers"),
+        ("sk-a rpm=x\n", "rpm must be an integer"),
+        ("sk-a tokens_per_minute=1.5\n", "tokens_per_minute must be an integer"),
+        ("sk-a compile_seconds_per_minute=x\n", "compile_seconds_per_minute must be a number"),
+        ("sk-a compile_seconds_per_minute=0\n", "more than 0"),
+        ("sk-a compile_seconds_per_minute=nan\n", "more than 0"),
         ("sk-a rpm=0\n", "at least 1"),
         ("# nothing\n", "has no keys"),
         ("sk-a name=x\nsk-b name=x\n", "distinct"),

@@ -27,7 +27,6 @@ output is the same; the response just cannot be fetched later).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from functools import cached_property
 from typing import Annotated, Any, ClassVar, Literal
@@ -44,8 +43,15 @@ from pydantic import (
 from typing_extensions import Self
 
 from gclm.errors import InvalidRequestError, cut
+from gclm.server.openai.json_values import OptionalJsonInt
+from gclm.server.openai.neutral import FALSY, Neutral
 from gclm.server.openai.protocol import MAX_TOP_LOGPROBS, SamplingFields, _nullable
 from gclm.server.openai.reasoning import EFFORTS
+from gclm.server.openai.request_rules import (
+    RESPONSES_ONE_CONSTRAINT,
+    TEXT_FORMAT_NEEDS_SCHEMA,
+    TOOL_CHOICE_NEEDS_TOOLS,
+)
 from gclm.server.openai.responses.input_items import (
     INPUT_ITEMS,
     INPUT_SCHEMA,
@@ -76,14 +82,6 @@ Include = Literal[
     "web_search_call.action.sources",
     "code_interpreter_call.outputs",
 ]
-# `reasoning` in the OpenAPI document: what every server accepts (no option set). A server
-# with --reasoning-parser also takes `effort` and `summary` (the document is the same for all).
-_NO_REASONING_SCHEMA = {
-    "anyOf": [
-        {"type": "null"},
-        {"type": "object", "additionalProperties": {"enum": [None, "", 0, False, {}, []]}},
-    ]
-}
 
 
 class _Strict(BaseModel):
@@ -93,6 +91,8 @@ class _Strict(BaseModel):
 class TextFormat(_Strict):
     """`text.format`: free text, any JSON object, or a JSON Schema (name, schema and strict
     at the top level, unlike chat's response_format)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=TEXT_FORMAT_NEEDS_SCHEMA)
 
     type: Literal["text", "json_object", "json_schema"]
     name: str | None = None
@@ -142,10 +142,6 @@ class FunctionChoice(_Strict):
     name: str
 
 
-def _none(v: Any) -> bool:
-    return v is None
-
-
 REASONING_KEYS = ("effort", "summary", "generate_summary")
 
 
@@ -156,15 +152,19 @@ class ResponsesRequest(SamplingFields):
     four as extensions, as on chat). Unknown fields are refused.
     """
 
+    model_config = ConfigDict(
+        json_schema_extra={"allOf": [TOOL_CHOICE_NEEDS_TOOLS, RESPONSES_ONE_CONSTRAINT]}
+    )
+
     n: ClassVar[int] = 1  # one output per response
 
     model: str | None = None
     input: Annotated[list[InputItem], WithJsonSchema(INPUT_SCHEMA)] = Field(min_length=1)
     instructions: str | None = None
-    max_output_tokens: int | None = Field(default=None, ge=1, strict=True)
+    max_output_tokens: OptionalJsonInt = Field(default=None, ge=1, strict=True)
     stream: StrictBool = Field(default=False, json_schema_extra=_nullable)
     text: TextConfig | None = None
-    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
+    top_logprobs: OptionalJsonInt = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
     include: list[Include] | None = None
 
     # Accepted and ignored: none of these changes the generated text.
@@ -179,7 +179,7 @@ class ResponsesRequest(SamplingFields):
     tools: list[FunctionTool] | None = None
     tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = None
     parallel_tool_calls: StrictBool | None = None  # None: true, as at OpenAI
-    max_tool_calls: int | None = Field(default=None, ge=1, strict=True)
+    max_tool_calls: OptionalJsonInt = Field(default=None, ge=1, strict=True)
     truncation: Literal["auto", "disabled"] | None = None  # gclm never truncates: a long
     # input is a 400 naming the context length, never a silently shortened one
 
@@ -188,16 +188,15 @@ class ResponsesRequest(SamplingFields):
     conversation: Any = None
     prompt: Any = None
     background: Any = None
-    reasoning: Annotated[Any, WithJsonSchema(_NO_REASONING_SCHEMA)] = None
+    reasoning: Any = None
 
-    _SUPPORTED_ONLY: ClassVar[dict[str, tuple[Callable[[Any], bool], str]]] = {
-        "previous_response_id": (
-            _none,
-            "gclm stores no responses; send the earlier turns in `input` instead",
+    _SUPPORTED_ONLY: ClassVar[dict[str, Neutral]] = {
+        "previous_response_id": Neutral(
+            "gclm stores no responses; send the earlier turns in `input` instead"
         ),
-        "conversation": (_none, "gclm stores no conversations; send the turns in `input`"),
-        "prompt": (_none, "gclm stores no prompt templates; send the text in `input`"),
-        "background": (lambda v: not v, "remove it or set it to false"),
+        "conversation": Neutral("gclm stores no conversations; send the turns in `input`"),
+        "prompt": Neutral("gclm stores no prompt templates; send the text in `input`"),
+        "background": Neutral("remove it or set it to false", FALSY),
     }
 
     @field_validator("stream", mode="before")

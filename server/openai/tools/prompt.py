@@ -158,6 +158,7 @@ def tool_plan(
             raise InvalidRequestError(
                 f"Two tools are named {name!r}; give every function a distinct name.",
                 param=f"tools[{i}].function.name",
+                code="duplicate_tool_name",
             )
     if isinstance(choice, NamedToolChoice):
         name = choice.function.name
@@ -166,6 +167,7 @@ def tool_plan(
                 f"tool_choice names the function {name[:64]!r}, which is not in tools "
                 f"({', '.join(names[:10])}{', ...' if len(names) > 10 else ''}).",
                 param="tool_choice.function.name",
+                code="unknown_tool",
             )
         return ToolPlan((functions[names.index(name)],), "required", parallel=False)
     mode = choice or "auto"
