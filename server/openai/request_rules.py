@@ -63,24 +63,6 @@ _NO_TOOL_CALLS: dict[str, Any] = {
 }
 
 
-# The Responses API's sources: text.format (unless "text") and tools (as on chat).
-RESPONSES_ONE_CONSTRAINT: dict[str, Any] = {
-    "anyOf": [
-        {
-            "properties": {
-                "text": {
-                    "anyOf": [
-                        NULL,
-                        {"properties": {"format": _UNSET["response_format"]}},
-                    ]
-                }
-            }
-        },
-        _NO_TOOL_CALLS,
-    ]
-}
-
-
 def set_(key: str) -> dict[str, Any]:
     """The JSON Schema of an object whose `key` is present and not null."""
     return {"required": [key], "properties": {key: {"not": NULL}}}
@@ -88,11 +70,14 @@ def set_(key: str) -> dict[str, Any]:
 
 def one_constraint(*, tools: bool) -> dict[str, Any]:
     """At most one source sets a constraint: one branch per source that may, with every
-    other source unset (the form generators handle well, unlike `not` over pairs)."""
+    other source unset (the form generators handle well, unlike `not` over pairs). A
+    response_format may stand beside tools: it is the form of a text answer
+    (tools/prompt.py), so the tools' branch leaves it free."""
     branches: list[dict[str, Any]] = []
     for source in [*_UNSET, *(["tools"] if tools else [])]:
-        others: dict[str, Any] = {"properties": {k: v for k, v in _UNSET.items() if k != source}}
-        if tools and source != "tools":
+        free = {source, "response_format"} if source == "tools" else {source}
+        others: dict[str, Any] = {"properties": {k: v for k, v in _UNSET.items() if k not in free}}
+        if tools and source not in ("tools", "response_format"):
             others = {"allOf": [others, _NO_TOOL_CALLS]}
         branches.append(others)
     return {"anyOf": branches}

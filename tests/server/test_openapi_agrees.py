@@ -45,10 +45,6 @@ REFUSED = [
     ("CompletionRequest", {"prompt": "x", "structured_outputs": {"budget_aware": True}}),
     ("CompletionRequest", {"prompt": "x", "response_format": {"type": "json_schema"}}),
     ("ResponsesRequest", {"input": "Hi", "text": {"format": {"type": "json_schema"}}}),
-    (
-        "ResponsesRequest",
-        {"input": "Hi", "text": {"format": {"type": "json_object"}}, "tools": [RTOOL]},
-    ),
     # values
     ("CompletionRequest", {"prompt": "x", "guided_choice": []}),
     ("CompletionRequest", {"prompt": "x", "guided_regex": ""}),
@@ -82,6 +78,15 @@ ACCEPTED = [
         },
     ),
     ("CompletionRequest", {"prompt": "x", "logit_bias": {"17": -100}, "n": 64}),
+    # a JSON format beside tools: the form of a text answer (tools/prompt.py)
+    (
+        "ResponsesRequest",
+        {"input": "Hi", "text": {"format": {"type": "json_object"}}, "tools": [RTOOL]},
+    ),
+    (
+        "ChatCompletionRequest",
+        {"messages": USER, "response_format": {"type": "json_object"}, "tools": [TOOL]},
+    ),
 ]
 
 

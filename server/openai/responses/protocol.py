@@ -48,7 +48,6 @@ from gclm.server.openai.neutral import FALSY, Neutral
 from gclm.server.openai.protocol import MAX_TOP_LOGPROBS, SamplingFields, _nullable
 from gclm.server.openai.reasoning import EFFORTS
 from gclm.server.openai.request_rules import (
-    RESPONSES_ONE_CONSTRAINT,
     TEXT_FORMAT_NEEDS_SCHEMA,
     TOOL_CHOICE_NEEDS_TOOLS,
 )
@@ -152,9 +151,7 @@ class ResponsesRequest(SamplingFields):
     four as extensions, as on chat). Unknown fields are refused.
     """
 
-    model_config = ConfigDict(
-        json_schema_extra={"allOf": [TOOL_CHOICE_NEEDS_TOOLS, RESPONSES_ONE_CONSTRAINT]}
-    )
+    model_config = ConfigDict(json_schema_extra={"allOf": [TOOL_CHOICE_NEEDS_TOOLS]})
 
     n: ClassVar[int] = 1  # one output per response
 
