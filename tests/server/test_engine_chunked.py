@@ -18,6 +18,7 @@ from gclm.server.engine.protocol import (
     SamplingParams,
     TokenEvent,
 )
+from gclm.server.engine.transformers import pace
 from gclm.server.engine.transformers.engine import BatchEngine
 from gclm.server.engine.transformers.kv_store import KVStore
 from gclm.server.engine.transformers.pace import MIN_CHUNK
@@ -169,10 +170,14 @@ def test_running_streams_decode_between_the_chunks_of_a_long_prompt(tiny_engines
 
 
 @torch.no_grad()
-def test_a_step_target_shrinks_the_chunks_only_while_streams_decode(tiny_engines, passes):
+def test_a_step_target_shrinks_the_chunks_only_while_streams_decode(
+    tiny_engines, passes, monkeypatch
+):
     """--max-step-seconds: beside a decoding stream the long prompt goes in timed chunks (no
-    step can be as fast as the target here: the floors decide); alone, in one pass. The
-    outputs are the unchunked engine's."""
+    step can be as fast as the target here, and without the prefill share's floor, whose
+    size depends on timings, every chunk is the smallest); alone, in one pass. The outputs
+    are the unchunked engine's."""
+    monkeypatch.setattr(pace, "MIN_PREFILL_SHARE", 0.0)
     chunked, whole = tiny_engines
     paced = BatchEngine(
         whole.model,
@@ -197,12 +202,9 @@ def test_a_step_target_shrinks_the_chunks_only_while_streams_decode(tiny_engines
         expected = [asyncio.run(ids_of(whole, r)) for r in (runner, greedy(long, 4))]
         passes.clear()
         assert asyncio.run(together(paced, [runner, greedy(long, 4)])) == expected
-        # The long prompt's chunks (the runner's 4-token prompt aside): several, none
-        # under the floor, each at most twice the one before (pace.py's guards).
+        # The long prompt's chunks (the runner's 4-token prompt aside).
         chunks = [max(p.values()) for p in passes if max(p.values()) > 4]
-        assert len(chunks) >= 2 and sum(chunks) == len(long), chunks
-        assert min(chunks[:-1]) >= MIN_CHUNK, chunks
-        assert all(b <= 2 * a for a, b in zip(chunks, chunks[1:-1], strict=False)), chunks
+        assert chunks == [MIN_CHUNK] * 7 + [len(long) - 7 * MIN_CHUNK], chunks
     finally:
         paced.shutdown()
 

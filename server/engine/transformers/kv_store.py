@@ -151,7 +151,9 @@ class _Plan:
 
     `slots` [n] and `positions` [n, q] are where row `rows[i]` of the batch (all rows when
     `rows` is None) writes its keys; the layers return `[:high]` views of the buffers when
-    `gather` is None, else the slots `gather` gathered, `width` positions wide.
+    `gather` is None, views of the slots `span` when they are consecutive (a prompt's chunk
+    in one slot: no copy of its keys per layer), else the slots `gather` gathered, `width`
+    positions wide.
     """
 
     slots: torch.Tensor
@@ -160,6 +162,7 @@ class _Plan:
     gather: torch.Tensor | None
     high: int
     width: int
+    span: tuple[int, int] | None = None  # consecutive gathered slots [start, stop)
 
 
 class _SlotLayer(CacheLayerMixin):
@@ -199,6 +202,10 @@ class _SlotLayer(CacheLayerMixin):
         if plan.gather is None:
             high, width = plan.high, plan.width
             return self.keys[:high, :, :width], self.values[:high, :, :width]
+        if plan.span is not None:
+            start, stop = plan.span
+            width = plan.width
+            return self.keys[start:stop, :, :width], self.values[start:stop, :, :width]
         keys = self.keys[:, :, : plan.width].index_select(0, plan.gather)
         return keys, self.values[:, :, : plan.width].index_select(0, plan.gather)
 
@@ -350,6 +357,9 @@ class KVStore:
             positions=self._on(positions[written]),
             rows=None if len(written) == len(slots) else self._on(torch.tensor(written)),
             gather=None if whole else self._on(torch.tensor(slots)),
+            span=None
+            if whole or slots[-1] - slots[0] != len(slots) - 1
+            else (slots[0], slots[-1] + 1),
             high=high,
             width=width,
         )
