@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gclm.server.engine.transformers.pace import MIN_CHUNK, PROBE_TOKENS, StepPace
+from gclm.server.engine.transformers.pace import MIN_CHUNK, PROBE_TOKENS, WINDOW, StepPace
 
 
 def test_nothing_decoding_or_no_target_means_the_token_budget() -> None:
@@ -57,3 +57,26 @@ def test_the_chunk_stays_between_the_floor_and_the_budget() -> None:
     assert fast.chunk(decoding=True) == 512
     with pytest.raises(ValueError, match="> 0 seconds"):
         StepPace(0.0, ceiling=512)
+
+
+def test_a_prefill_pass_fixed_cost_is_told_from_its_tokens() -> None:
+    """Chunks of 16, 32 and 64 at 0.5 s + 10 ms a token past a 0.1 s decode: the fit finds
+    both, and the chunk gives the tokens twice the rest of the step (0.6 s -> 1.2 s)."""
+    pace = StepPace(0.5, ceiling=512)
+    pace.observe(0, decoding=True, seconds=0.1)
+    for chunk in (16, 32, 64):
+        pace.observe(chunk, decoding=True, seconds=0.1 + 0.5 + 0.01 * chunk)
+    fixed, per_token = pace.fit()  # type: ignore[misc]
+    assert fixed == pytest.approx(0.5) and per_token == pytest.approx(0.01)
+    assert pace.chunk(decoding=True) == 120
+
+
+def test_a_chunk_stuck_at_one_size_tries_twice_that_once() -> None:
+    pace = StepPace(0.5, ceiling=512)
+    pace.observe(0, decoding=True, seconds=0.3)
+    for _ in range(WINDOW):
+        pace.observe(16, decoding=True, seconds=1.0)  # all alike: no fit
+    assert pace.fit() is None and pace.chunk(decoding=True) == 32
+    pace.observe(32, decoding=True, seconds=1.2)
+    assert pace.fit() is not None  # the chunks differ now: no second try
+    assert pace.chunk(decoding=True) <= 64
