@@ -107,7 +107,15 @@ def create_app(
     service.reasoning = reasoning
     started = int(time.time())
 
-    app = FastAPI(title="gclm", summary="Constrained generation, OpenAI-compatible.")
+    # No /docs or /redoc: FastAPI's pages load their scripts from a CDN (third-party code in
+    # the browser of whoever opens them, and a blank page offline). The document itself is
+    # /openapi.json, for any OpenAPI viewer or client generator.
+    app = FastAPI(
+        title="gclm",
+        summary="Constrained generation, OpenAI-compatible.",
+        docs_url=None,
+        redoc_url=None,
+    )
     app.state.engine, app.state.settings, app.state.metrics = engine, settings, metrics
     install_error_handlers(app, metrics.reject, metrics.disconnects.inc)
     app.add_middleware(

@@ -2,7 +2,7 @@
 
 With a key configured (`--api-key KEY`, or `--api-keys-file FILE` for several), every route
 needs `Authorization: Bearer <key>` except /health (and /metrics with `--public-metrics on`,
-for a scraper); /docs, /redoc and /openapi.json included. A keys file has one key a line:
+for a scraper); /openapi.json included. A keys file has one key a line:
 
     sk-alice  name=alice  rpm=60  concurrent=4  tokens_per_minute=20000
     sk-batch  name=batch  compile_seconds_per_minute=30

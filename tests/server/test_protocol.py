@@ -180,3 +180,13 @@ async def test_models_and_health(app: FastAPI) -> None:
         health = await http.get("/health")
     assert health.status_code == 200
     assert health.json()["status"] == "ok"
+
+
+@pytest.mark.anyio
+async def test_the_openapi_document_is_served_without_pages_that_load_a_cdn(app) -> None:
+    """/docs and /redoc would load FastAPI's scripts from a CDN: they are not served."""
+    async with http_client(app) as http:
+        assert (await http.get("/openapi.json")).status_code == 200
+        for page in ("/docs", "/redoc"):
+            response = await http.get(page)
+            assert response.status_code == 404 and "cdn" not in response.text.lower()
