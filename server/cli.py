@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--max-step-seconds",
         type=float,
-        help="while streams decode, prefill chunks that keep a step near this (0.5; 0: off)",
+        help="while streams decode, prefill chunks that keep a step near this (1.0; 0: off)",
     )
     serve.add_argument("--cache-dir", type=Path, help="model and compiled-table cache")
     serve.add_argument(

@@ -78,7 +78,7 @@ class ServerSettings:
     max_num_batched_tokens: int = 0
     # While streams decode, prompt chunks small enough that a step takes about this many
     # seconds (the engine times its steps; server/engine/transformers/pace.py); 0: off.
-    max_step_seconds: float = 0.5
+    max_step_seconds: float = 1.0
     cache_dir: Path = field(default_factory=default_cache_dir)  # compiled-table disk cache
     compile_timeout: float = 10.0  # seconds a request may wait for its compile, queue included
     compile_workers: int = 0  # compile processes at normal priority; 0: one per CPU core, 2-8

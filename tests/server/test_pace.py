@@ -34,17 +34,19 @@ def test_the_estimate_follows_steps_that_grow_dearer() -> None:
 
 
 def test_a_step_too_slow_for_the_target_keeps_the_prefill_moving() -> None:
-    """Decoding alone outlasts the target: the prefill part still gets twice the decode
-    part (the long prompt's first token is not put off without end), growing at most
-    twofold per step."""
+    """Decoding alone outlasts the target: the prefill part still gets three times the
+    decode part (the long prompt's first token is not put off without end), growing at
+    most twofold per step."""
     slow = StepPace(0.5, ceiling=512)
     slow.observe(0, decoding=True, seconds=1.0)
     slow.observe(16, decoding=True, seconds=1.0 + 16 * 0.01)
-    assert slow.chunk(decoding=True) == 32  # 2.0 s of prefill is 200 tokens; doubling: 32
+    assert slow.chunk(decoding=True) == 32  # 3.0 s of prefill is 300 tokens; doubling: 32
     slow.observe(32, decoding=True, seconds=1.0 + 32 * 0.01)
     slow.observe(64, decoding=True, seconds=1.0 + 64 * 0.01)
     slow.observe(128, decoding=True, seconds=1.0 + 128 * 0.01)
-    assert slow.chunk(decoding=True) == 200
+    assert slow.chunk(decoding=True) == 256
+    slow.observe(256, decoding=True, seconds=1.0 + 256 * 0.01)
+    assert slow.chunk(decoding=True) == 300
 
 
 def test_the_chunk_stays_between_the_floor_and_the_budget() -> None:
@@ -60,15 +62,15 @@ def test_the_chunk_stays_between_the_floor_and_the_budget() -> None:
 
 
 def test_a_prefill_pass_fixed_cost_is_told_from_its_tokens() -> None:
-    """Chunks of 16, 32 and 64 at 0.5 s + 10 ms a token past a 0.1 s decode: the fit finds
-    both, and the chunk gives the tokens twice the rest of the step (0.6 s -> 1.2 s)."""
+    """Chunks of 16 to 128 at 0.5 s + 10 ms a token past a 0.1 s decode: the fit finds
+    both, and the chunk gives the tokens three times the rest of the step (0.6 -> 1.8 s)."""
     pace = StepPace(0.5, ceiling=512)
     pace.observe(0, decoding=True, seconds=0.1)
-    for chunk in (16, 32, 64):
+    for chunk in (16, 32, 64, 128):
         pace.observe(chunk, decoding=True, seconds=0.1 + 0.5 + 0.01 * chunk)
     fixed, per_token = pace.fit()  # type: ignore[misc]
     assert fixed == pytest.approx(0.5) and per_token == pytest.approx(0.01)
-    assert pace.chunk(decoding=True) == 120
+    assert pace.chunk(decoding=True) == 180
 
 
 def test_a_chunk_stuck_at_one_size_tries_twice_that_once() -> None:

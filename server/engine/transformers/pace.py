@@ -22,8 +22,8 @@ first chunk beside running streams, before any estimate, is `PROBE_TOKENS`.
 Two guards. Each step pays its decode part again, so a long prompt fed in chunks much
 shorter than that part would take many times its unchunked time to its first token: the
 tokens' part of a step is kept at least `MIN_PREFILL_SHARE` times the rest (decode and
-fixed costs), so the first token comes at most about 1.5 times later than unchunked; on a
-machine too slow or too loaded for the target, the gap gives way before that does. And a
+fixed costs), so the first token comes at most about 1.33 times later than unchunked; on
+a machine too slow or too loaded for the target, the gap gives way before that does. And a
 chunk at most doubles from one step to the next, so that one noisy timing (a step that ran
 fast while the machine was briefly idle) cannot turn into a chunk of the whole budget.
 """
@@ -40,7 +40,7 @@ MIN_CHUNK = 16
 # Weight of the newest step in the moving averages.
 ALPHA = 0.5
 # A step's prompt tokens take at least this many times the rest of the step.
-MIN_PREFILL_SHARE = 2.0
+MIN_PREFILL_SHARE = 3.0
 # Steps that prefilled beside decoding rows, kept for the fit.
 WINDOW = 8
 
