@@ -10,6 +10,7 @@ import contextlib
 import io
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,15 +27,31 @@ def test_readme_has_python_blocks() -> None:
     assert len(BLOCKS) >= 2
 
 
+THINK_TEMPLATE = Path(__file__).parent / "templates" / "think.jinja"
+
+
+@pytest.fixture(scope="module")
+def thinking_server() -> Iterator[GclmServer]:
+    """The server the reasoning block documents: the embedded model made to think."""
+    args = ("--reasoning-parser", "deepseek_r1", "--chat-template", str(THINK_TEMPLATE))
+    with GclmServer(max_batch=2, extra_args=(*args, "--compile-timeout", "120")) as server:
+        yield server
+
+
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_readme_block_runs(index: int, gclm_server: GclmServer) -> None:
-    code = BLOCKS[index].replace(DOCUMENTED_URL, f"{gclm_server.url}/v1")
+def test_readme_block_runs(index: int, request: pytest.FixtureRequest) -> None:
+    thinks = "reasoning_effort" in BLOCKS[index]
+    server = request.getfixturevalue("thinking_server" if thinks else "gclm_server")
+    code = BLOCKS[index].replace(DOCUMENTED_URL, f"{server.url}/v1")
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         exec(compile(code, f"README.md python block {index + 1}", "exec"), {})  # noqa: S102
     lines = printed.getvalue().splitlines()
     assert lines, "each README block shows its result with print()"
-    if "chat.completions.parse" in code:  # the parsed Person, then its finish reason
+    if thinks:  # the parsed Person, that it thought, and its thinking tokens
+        assert re.fullmatch(r"""name=(['"]).*\1 age=-?\d+""", lines[0]), lines
+        assert lines[1] == "True" and int(lines[2]) >= 3, lines  # the end marker: 3 tokens
+    elif "chat.completions.parse" in code:  # the parsed Person, then its finish reason
         # repr() quotes a name holding a single quote with double quotes.
         assert re.fullmatch(r"""name=(['"]).*\1 age=-?\d+""", lines[0]), lines
         assert lines[1] == "stop"
