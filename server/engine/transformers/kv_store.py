@@ -238,7 +238,7 @@ class KVStore:
         self.slots = slots
         self.chunk = chunk
         self.capacity = 0
-        self.growths = 0  # times the capacity grew (each a copy of every layer)
+        self.growths = 0  # times the capacity was raised (the next pass copies every layer)
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.cache = _SlotCache(self, _text_config(model.config).num_hidden_layers)
