@@ -580,7 +580,9 @@ class CompilerPool:
 
     def _start_failed(self) -> None:
         self._start_failures += 1
-        if self._start_failures >= _MAX_START_FAILURES:
+        # A worker already starting may fail after the pool gave up: the reason stays the
+        # one the queued compiles were (or are being) told.
+        if self._start_failures >= _MAX_START_FAILURES and self._broken is None:
             self._broken = (
                 f"The compile workers exited {self._start_failures} times before they were "
                 "ready; see the server log. A --compile-memory too low to load the compiler "
