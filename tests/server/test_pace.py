@@ -73,7 +73,7 @@ def test_a_prefill_pass_fixed_cost_is_told_from_its_tokens() -> None:
     assert pace.chunk(decoding=True) == 180
 
 
-def test_a_chunk_stuck_at_one_size_tries_twice_that_once() -> None:
+def test_a_chunk_stuck_at_the_floor_tries_twice_that_once() -> None:
     pace = StepPace(0.5, ceiling=512)
     pace.observe(0, decoding=True, seconds=0.3)
     for _ in range(WINDOW):
@@ -82,3 +82,31 @@ def test_a_chunk_stuck_at_one_size_tries_twice_that_once() -> None:
     pace.observe(32, decoding=True, seconds=1.2)
     assert pace.fit() is not None  # the chunks differ now: no second try
     assert pace.chunk(decoding=True) <= 64
+
+
+def test_a_steady_chunk_tries_half_its_size_never_more() -> None:
+    """A pace that found its chunk is stuck by design: to tell the fixed cost from the
+    tokens' it tries a smaller chunk, since a larger one is a step past the target for
+    every running stream (it once doubled 158 -> 316 -> 506 tokens: 2, 11 and 44 s)."""
+    pace = StepPace(1.0, ceiling=512)
+    pace.observe(0, decoding=True, seconds=0.3)
+    sizes = []
+    for _ in range(3 * WINDOW):
+        chunk = pace.chunk(decoding=True)
+        sizes.append(chunk)
+        pace.observe(chunk, decoding=True, seconds=0.3 + 0.1 + 0.004 * chunk)
+    steady = sizes[WINDOW:]
+    assert max(steady) <= 2 * min(s for s in steady if s > MIN_CHUNK)
+    assert any(b == a // 2 for a, b in zip(sizes, sizes[1:], strict=False))  # the one try
+    for a, b in zip(sizes, sizes[1:], strict=False):
+        assert b <= 2 * a
+
+
+@pytest.mark.parametrize("chunk", [40, 158, 250])
+def test_a_stuck_chunk_is_never_doubled(chunk: int) -> None:
+    pace = StepPace(1.0, ceiling=512)
+    pace.observe(0, decoding=True, seconds=0.3)
+    for _ in range(WINDOW):
+        pace.observe(chunk, decoding=True, seconds=0.3 + 0.7)
+    assert pace.fit() is None
+    assert pace.chunk(decoding=True) == chunk // 2
