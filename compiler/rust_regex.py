@@ -11,7 +11,7 @@ import re
 
 import outlines_core
 
-from gclm.errors import ConstraintError, quote
+from gclm.errors import CompileLimitError, ConstraintError, quote
 
 
 def matches_empty(pattern: str) -> bool:
@@ -36,6 +36,11 @@ def strip_anchors(pattern: str) -> str:
 
 
 _PROBE_VOCABULARY: outlines_core.Vocabulary | None = None
+# A counted repetition past this is refused before the DFA is built (the JSON Schema side
+# has the same limit on minLength and minItems): `x{1000000000}` would otherwise hold a
+# compile worker until its CPU limit.
+MAX_COUNT = 10_000
+_COUNTED = re.compile(r"\{(\d+)(?:,(\d*))?\}")
 
 
 def check_regex(pattern: str) -> str:
@@ -60,12 +65,39 @@ def check_regex(pattern: str) -> str:
         except ValueError as e:
             if "Failed to build DFA" in str(e):
                 problem = _diagnose(pattern)
+    count = largest_count(pattern)
+    if problem is None and count > MAX_COUNT:
+        raise CompileLimitError(
+            f"The regex {quote(pattern)} repeats a part {count:,} times, over gclm's limit of "
+            f"{MAX_COUNT:,}: each repetition is automaton states over the whole vocabulary, "
+            "so it cannot compile within the compile limits. Use a smaller count."
+        )
     if problem is not None:
         raise ConstraintError(
             f"The regex {quote(pattern)} does not compile: {problem}. gclm uses Rust regex syntax "
             "(https://docs.rs/regex), without look-around or backreferences."
         )
     return pattern
+
+
+def largest_count(pattern: str) -> int:
+    """The largest bound of a counted repetition (`{n}`, `{n,}`, `{n,m}`) outside classes."""
+    largest, i, in_class = 0, 0, 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "[":
+            in_class += 1
+        elif ch == "]" and in_class:
+            in_class -= 1
+        elif ch == "{" and not in_class:
+            counted = _COUNTED.match(pattern, i)
+            if counted:
+                largest = max(largest, *(int(n) for n in counted.groups() if n))
+        i += 1
+    return largest
 
 
 def _unbalanced(pattern: str) -> str | None:

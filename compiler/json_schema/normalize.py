@@ -65,6 +65,12 @@ class SchemaLimits:
                 raise ValueError(f"SchemaLimits.{name} must be a non-negative integer.")
 
 
+# A minLength or minItems past this is refused at once: each required character or item is
+# automaton states over the whole vocabulary (256 characters take ~1.7 s to index), so a
+# larger one only runs into the compile CPU limit, and `minLength: 1e9` would hold a worker
+# for that long at every retry on a loaded machine before its 400.
+MAX_MINIMUM = 10_000
+
 # Inlining a $ref that is not recursive is memoised; recursive ones are expanded afresh
 # each time, and a DAG of them can multiply. Past this many expansions we stop.
 MAX_REF_EXPANSIONS = 20_000
@@ -257,6 +263,7 @@ class Normalizer:
                 node[key] = count_of(s, key, ptr)
         if node.get("minLength", 0) > node.get("maxLength", node.get("minLength", 0)):
             return None
+        _feasible_minimum(node, "minLength", ptr)
         cap = max(self.limits.length_cap, node.get("minLength", 0))
         if node.get("maxLength", 0) > cap:
             self.note(f"{ptr}/maxLength", f"maxLength {node['maxLength']} lowered to {cap}")
@@ -287,6 +294,7 @@ class Normalizer:
     def array(self, s: dict[str, Any], ptr: str) -> Node | None:
         min_items = count_of(s, "minItems", ptr) if "minItems" in s else 0
         max_items = count_of(s, "maxItems", ptr) if "maxItems" in s else None
+        _feasible_minimum({"minItems": min_items}, "minItems", ptr)
         if s.get("uniqueItems") is True and (max_items is None or max_items > 1):
             raise UnsupportedSchemaError(
                 "uniqueItems", ptr, "outlines-core cannot keep items distinct"
@@ -401,3 +409,15 @@ class Normalizer:
         if self.cuts == cuts:  # no recursion was cut, so the result holds in any context
             self.memo[target_ptr] = node
         return node
+
+
+def _feasible_minimum(node: Node, key: str, ptr: str) -> None:
+    """Refuse a `minLength`/`minItems` past MAX_MINIMUM before any automaton is built."""
+    value = node.get(key, 0)
+    if value > MAX_MINIMUM:
+        raise CompileLimitError(
+            f"{key} {value:,} at {ptr or '/'} is over gclm's limit of {MAX_MINIMUM:,}: every "
+            "required character or item adds automaton states over the whole vocabulary, so "
+            "this cannot compile within the compile limits (nor fit a model's context). "
+            f"Lower {key}."
+        )

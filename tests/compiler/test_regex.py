@@ -13,7 +13,7 @@ from gclm.compiler.constraint import Constraint
 from gclm.compiler.json_schema import JSON_OBJECT_DEPTH
 from gclm.compiler.regex import RegexResult, json_regex, to_regex
 from gclm.compiler.rust_regex import check_regex
-from gclm.errors import ConstraintError
+from gclm.errors import CompileLimitError, ConstraintError
 
 
 @functools.cache
@@ -245,3 +245,26 @@ def test_json_regex_is_the_unanchored_part_of_to_regex(constraint: Constraint) -
 def test_json_regex_takes_only_json_kinds() -> None:
     with pytest.raises(ValueError, match="JSON constraint"):
         json_regex(Constraint.regex("a"))
+
+
+@pytest.mark.parametrize(
+    "constraint",
+    [
+        Constraint.regex("x{1000000000}"),
+        Constraint.regex("(ab){20000,}c"),
+        Constraint.json_schema({"type": "string", "minLength": 1_000_000_000}),
+        Constraint.json_schema({"type": "array", "items": {"type": "integer"}, "minItems": 20_000}),
+    ],
+)
+def test_a_huge_required_count_is_a_compile_limit_before_any_automaton(
+    constraint: Constraint,
+) -> None:
+    """Refused while the regex is written (no worker spends its CPU limit on it first)."""
+    with pytest.raises(CompileLimitError, match="over gclm's limit of 10,000") as e:
+        to_regex(constraint)
+    assert e.value.code == "compile_limit"
+
+
+def test_counts_within_the_limit_and_braces_in_classes_compile() -> None:
+    assert rust_accepts(to_regex(Constraint.regex("[{]x{3}")).regex, "{xxx")
+    assert to_regex(Constraint.json_schema({"type": "string", "minLength": 300})).regex
