@@ -50,30 +50,44 @@ MESSAGES = [{"role": "user", "content": "Invent a person. Think first, then answ
 FIXED_CAP = 32  # the fixed mode's thinking_token_budget
 
 
-def request(url: str, budget: int, mode: str, seed: int) -> dict[str, Any]:
-    """One chat request; returns whether its answer is valid and complete, and its thinking."""
-    body: dict[str, Any] = {
+def schema_body(budget: int, seed: int) -> dict[str, Any]:
+    """The benchmark's chat request: the JSON schema answer within `budget` tokens."""
+    return {
         "messages": MESSAGES,
         "max_tokens": budget,
         "seed": seed,
         "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}},
     }
+
+
+def post(url: str, body: dict[str, Any], label: str) -> dict[str, Any]:
+    """POST a chat request; its response body, or a RuntimeError naming `label`."""
+    r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=600)
+    if r.status_code != 200:
+        raise RuntimeError(f"{label} at max_tokens={body['max_tokens']}: {r.status_code} {r.text}")
+    return dict(r.json())
+
+
+def answer_valid(choice: dict[str, Any]) -> bool:
+    """Whether a choice's content is a complete answer that the schema accepts."""
+    try:
+        jsonschema.validate(json.loads(choice["message"]["content"]), SCHEMA)
+    except (TypeError, ValueError, jsonschema.ValidationError):  # TypeError: content null
+        return False
+    return bool(choice["finish_reason"] == "stop")
+
+
+def request(url: str, budget: int, mode: str, seed: int) -> dict[str, Any]:
+    """One chat request; returns whether its answer is valid and complete, and its thinking."""
+    body = schema_body(budget, seed)
     if mode == "fixed":
         body["thinking_token_budget"] = FIXED_CAP
         del body["response_format"]
         body["structured_outputs"] = {"json": SCHEMA, "budget_aware": False}
-    r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=600)
-    if r.status_code != 200:
-        raise RuntimeError(f"{mode} at max_tokens={budget}: {r.status_code} {r.text}")
-    out = r.json()
+    out = post(url, body, mode)
     choice = out["choices"][0]
-    try:
-        jsonschema.validate(json.loads(choice["message"]["content"]), SCHEMA)
-        valid = choice["finish_reason"] == "stop"
-    except (ValueError, jsonschema.ValidationError):
-        valid = False
     return {
-        "valid": valid,
+        "valid": answer_valid(choice),
         "finish_reason": choice["finish_reason"],
         "thinking": out["usage"]["completion_tokens_details"]["reasoning_tokens"],
         "tokens": out["usage"]["completion_tokens"],
@@ -81,25 +95,22 @@ def request(url: str, budget: int, mode: str, seed: int) -> dict[str, Any]:
 
 
 def minimum(url: str) -> int:
-    body = {
-        "messages": MESSAGES,
-        "max_tokens": 1,
-        "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}},
-    }
-    error = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=600).json()["error"]
-    if error.get("code") != "budget_too_small":
+    """The minimum budget that gclm's 400 for max_tokens=1 names."""
+    error = httpx.post(f"{url}/v1/chat/completions", json=schema_body(1, 0), timeout=600).json()
+    if error["error"].get("code") != "budget_too_small":
         raise RuntimeError(f"expected the budget 400, got: {error}")
-    return int(error["message"].split("needs ")[1].split(" tokens")[0])
+    return int(error["error"]["message"].split("needs ")[1].split(" tokens")[0])
 
 
-def run(url: str, budgets: list[int], seeds: int) -> list[dict[str, Any]]:
-    jobs = [(b, m, s) for b in budgets for m in ("gclm", "fixed") for s in range(seeds)]
-    with ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(lambda j: request(url, *j), jobs))
+def tabulate(
+    jobs: list[tuple[int, str, int]], results: list[dict[str, Any]], modes: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """One row per budget of `jobs` ((budget, mode, seed), in `results`' order): per mode,
+    the valid and complete answers, the requests and the mean thinking tokens."""
     rows = []
-    for budget in budgets:
+    for budget in sorted({b for b, _, _ in jobs}):
         row: dict[str, Any] = {"budget": budget}
-        for mode in ("gclm", "fixed"):
+        for mode in modes:
             got = [
                 r for (b, m, _), r in zip(jobs, results, strict=True) if (b, m) == (budget, mode)
             ]
@@ -110,6 +121,13 @@ def run(url: str, budgets: list[int], seeds: int) -> list[dict[str, Any]]:
             }
         rows.append(row)
     return rows
+
+
+def run(url: str, budgets: list[int], seeds: int) -> list[dict[str, Any]]:
+    jobs = [(b, m, s) for b in budgets for m in ("gclm", "fixed") for s in range(seeds)]
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda j: request(url, *j), jobs))
+    return tabulate(jobs, results, ("gclm", "fixed"))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
