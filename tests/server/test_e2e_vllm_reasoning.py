@@ -21,6 +21,7 @@ from test_e2e_reasoning import (
     SCHEMA,
     TEMPLATE,
     check,
+    check_tool_calls,
     refused_minimum,
 )
 
@@ -124,3 +125,7 @@ def test_stream_sends_reasoning_then_content(client: openai.OpenAI, minimum: int
     jsonschema.validate(json.loads("".join(content)), SCHEMA)
     assert usage is not None and usage.completion_tokens <= budget
     assert usage.completion_tokens_details.reasoning_tokens >= MARKER_TOKENS
+
+
+def test_tool_calls_after_thinking(client: openai.OpenAI) -> None:
+    check_tool_calls(client, range(0, 4), stream_budget=12)
