@@ -60,11 +60,20 @@ def schema_body(budget: int, seed: int) -> dict[str, Any]:
     }
 
 
+class ServerError(RuntimeError):
+    """A chat request answered with a status other than 200."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 def post(url: str, body: dict[str, Any], label: str) -> dict[str, Any]:
-    """POST a chat request; its response body, or a RuntimeError naming `label`."""
+    """POST a chat request; its response body, or a ServerError naming `label`."""
     r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=600)
     if r.status_code != 200:
-        raise RuntimeError(f"{label} at max_tokens={body['max_tokens']}: {r.status_code} {r.text}")
+        message = f"{label} at max_tokens={body['max_tokens']}: {r.status_code} {r.text}"
+        raise ServerError(message, r.status_code)
     return dict(r.json())
 
 
@@ -106,7 +115,8 @@ def tabulate(
     jobs: list[tuple[int, str, int]], results: list[dict[str, Any]], modes: tuple[str, ...]
 ) -> list[dict[str, Any]]:
     """One row per budget of `jobs` ((budget, mode, seed), in `results`' order): per mode,
-    the valid and complete answers, the requests and the mean thinking tokens."""
+    the valid and complete answers, the requests, the mean thinking tokens of those
+    answered and the count of server errors (results with an "error"), if any."""
     rows = []
     for budget in sorted({b for b, _, _ in jobs}):
         row: dict[str, Any] = {"budget": budget}
@@ -114,11 +124,14 @@ def tabulate(
             got = [
                 r for (b, m, _), r in zip(jobs, results, strict=True) if (b, m) == (budget, mode)
             ]
+            answered = [r["thinking"] for r in got if "error" not in r]
             row[mode] = {
                 "valid": sum(r["valid"] for r in got),
                 "n": len(got),
-                "thinking": statistics.mean(r["thinking"] for r in got),
+                "thinking": statistics.mean(answered) if answered else None,
             }
+            if len(answered) < len(got):
+                row[mode]["errors"] = len(got) - len(answered)
         rows.append(row)
     return rows
 

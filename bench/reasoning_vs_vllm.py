@@ -34,7 +34,7 @@ from typing import Any
 from bench._server import GclmServer
 from bench._think_model import MARKERS, TEMPLATE, think_model_dir
 from bench._vllm import VllmServer, vllm_env, vllm_python
-from bench.reasoning import answer_valid, minimum, post, schema_body, tabulate
+from bench.reasoning import ServerError, answer_valid, minimum, post, schema_body, tabulate
 
 CAP = 32  # vLLM's thinking_token_budget in the capped mode (as bench/reasoning.py's)
 MODES = ("gclm", "vllm_cap", "vllm")
@@ -54,7 +54,12 @@ def vllm_request(url: str, budget: int, seed: int, cap: int | None, end_id: int)
     body = schema_body(budget, seed) | {"return_token_ids": True}
     if cap is not None:
         body["thinking_token_budget"] = cap
-    choice = post(url, body, f"vLLM (cap {cap})")["choices"][0]
+    try:
+        choice = post(url, body, f"vLLM (cap {cap})")["choices"][0]
+    except ServerError as exc:
+        if exc.status < 500:
+            raise
+        return {"valid": False, "error": str(exc)}  # counted, and its log shown below
     ids = choice["token_ids"]
     return {
         "valid": answer_valid(choice),
@@ -67,6 +72,20 @@ def run_all(
 ) -> list[tuple[tuple[int, str, int], dict[str, Any]]]:
     with ThreadPoolExecutor(8) as pool:
         return list(zip(jobs, pool.map(lambda j: call(server.url, j), jobs), strict=True))
+
+
+def first_traceback(log: Path, lines: int = 40) -> str:
+    """The first traceback in a server's log (what a 500 hides), `lines` lines of it."""
+    text = log.read_text(errors="replace").splitlines()
+    start = next((i for i, line in enumerate(text) if "Traceback" in line), len(text))
+    return "\n".join(text[start : start + lines])
+
+
+def cell(result: dict[str, Any]) -> str:
+    """A table cell: valid/requests, mean thinking tokens, and server errors if any."""
+    thinking = "-" if result["thinking"] is None else f"{result['thinking']:.1f}"
+    errors = f" ({result['errors']} err)" if result.get("errors") else ""
+    return f"{result['valid']:>10}/{result['n']:<3} {thinking:>8}{errors}"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -101,14 +120,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         done += run_all(
             vllm, jobs, lambda url, j: vllm_request(url, j[0], j[2], caps[j[1]], end_id)
         )
+        errors = [r["error"] for _, r in done if "error" in r]
+        if errors:
+            print(f"{len(errors)} vLLM server error(s), the first: {errors[0]}")
+            print(first_traceback(vllm.log_path))
 
     rows = tabulate([j for j, _ in done], [r for _, r in done], MODES)
     print(f"minimum {low} tokens (1 for </think>); vLLM cap: thinking_token_budget={CAP}")
     print(f"{'budget':>7} | " + " | ".join(f"{m + ' valid':>14} {'thinking':>8}" for m in MODES))
     for row in rows:
-        cells = [
-            f"{row[m]['valid']:>10}/{row[m]['n']:<3} {row[m]['thinking']:>8.1f}" for m in MODES
-        ]
+        cells = [cell(row[m]) for m in MODES]
         print(f"{row['budget']:>7} | " + " | ".join(cells))
     totals = {m: sum(r[m]["valid"] for r in rows) / sum(r[m]["n"] for r in rows) for m in MODES}
     print(
