@@ -74,11 +74,10 @@ def run_all(
         return list(zip(jobs, pool.map(lambda j: call(server.url, j), jobs), strict=True))
 
 
-def first_traceback(log: Path, lines: int = 40) -> str:
-    """The first traceback in a server's log (what a 500 hides), `lines` lines of it."""
-    text = log.read_text(errors="replace").splitlines()
-    start = next((i for i, line in enumerate(text) if "Traceback" in line), len(text))
-    return "\n".join(text[start : start + lines])
+def error_lines(log: Path, lines: int = 20) -> str:
+    """The ERROR lines of a server's log (what a 500 hides), the first `lines` of them."""
+    found = [line for line in log.read_text(errors="replace").splitlines() if " ERROR " in line]
+    return "\n".join(found[:lines])
 
 
 def cell(result: dict[str, Any]) -> str:
@@ -123,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         errors = [r["error"] for _, r in done if "error" in r]
         if errors:
             print(f"{len(errors)} vLLM server error(s), the first: {errors[0]}")
-            print(first_traceback(vllm.log_path))
+            print(error_lines(vllm.log_path))
 
     rows = tabulate([j for j, _ in done], [r for _, r in done], MODES)
     print(f"minimum {low} tokens (1 for </think>); vLLM cap: thinking_token_budget={CAP}")

@@ -9,6 +9,8 @@ import importlib.util
 import json
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import jsonschema
 import openai
@@ -76,11 +78,18 @@ def test_forced_close_at_the_minimum(client: openai.OpenAI, minimum: int) -> Non
 
 
 def test_budgets_from_the_minimum_think_then_answer(client: openai.OpenAI, minimum: int) -> None:
-    """Valid, complete, "stop", within budget; thinking text wherever there is room."""
-    for budget in range(minimum, minimum + 4):
-        completion = client.chat.completions.create(
+    """Valid, complete, "stop", within budget; thinking text wherever there is room: every
+    budget from the minimum to minimum + 8, and two larger ones."""
+
+    def ask(budget: int) -> tuple[int, Any]:
+        return budget, client.chat.completions.create(
             model=MODEL, messages=MESSAGES, response_format=FORMAT, max_tokens=budget, seed=budget
         )
+
+    budgets = [*range(minimum, minimum + 9), minimum + 24, minimum + 48]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(ask, budgets))
+    for budget, completion in results:
         reasoning, _ = check(completion, budget)
         assert bool(reasoning) == (budget > minimum)
 
