@@ -42,6 +42,7 @@ PARSER = ("--reasoning-parser", "deepseek_r1", "--chat-template", str(TEMPLATE))
 
 
 def gclm_request(url: str, budget: int, seed: int) -> dict[str, Any]:
+    """One request to gclm: whether its answer is valid and complete, and its thinking."""
     out = post(url, schema_body(budget, seed), "gclm")
     choice = out["choices"][0]
     return {
@@ -51,6 +52,8 @@ def gclm_request(url: str, budget: int, seed: int) -> dict[str, Any]:
 
 
 def vllm_request(url: str, budget: int, seed: int, cap: int | None, end_id: int) -> dict[str, Any]:
+    """One request to vLLM's server (`cap`: its thinking_token_budget); the thinking is
+    counted from the token ids up to `end_id` (vLLM's own count reads 0 here)."""
     body = schema_body(budget, seed) | {"return_token_ids": True}
     if cap is not None:
         body["thinking_token_budget"] = cap
@@ -70,6 +73,7 @@ def vllm_request(url: str, budget: int, seed: int, cap: int | None, end_id: int)
 def run_all(
     server: Any, jobs: list[tuple[int, str, int]], call: Any
 ) -> list[tuple[tuple[int, str, int], dict[str, Any]]]:
+    """Each job (budget, mode, seed) through `call(url, job)`, 8 at a time, with its result."""
     with ThreadPoolExecutor(8) as pool:
         return list(zip(jobs, pool.map(lambda j: call(server.url, j), jobs), strict=True))
 
