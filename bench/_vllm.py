@@ -51,7 +51,7 @@ def vllm_env(threads_bind: str = "1", kv_cache_gib: int = 1) -> dict[str, str]:
 
 
 class VllmServer(ServerProcess):
-    """vLLM's OpenAI server on 127.0.0.1 serving the embedded model.
+    """vLLM's OpenAI server on 127.0.0.1 serving the embedded model (or `model`).
 
     Args:
         logits_processor: load gclm's GclmLogitsProcessor (requests opt in with vllm_xargs).
@@ -60,6 +60,7 @@ class VllmServer(ServerProcess):
         threads_bind: VLLM_CPU_OMP_THREADS_BIND, a core list.
         extra_args: more api_server options.
         dtype: vLLM's --dtype.
+        model: the model directory to serve (default: the embedded model's).
     """
 
     name = "vLLM"
@@ -77,6 +78,7 @@ class VllmServer(ServerProcess):
         extra_args: tuple[str, ...] = (),
         startup_timeout: float = STARTUP_TIMEOUT_S,
         dtype: str = "float32",
+        model: Path | None = None,
     ) -> None:
         super().__init__(startup_timeout=startup_timeout, prefix="gclm-vllm-")
         self.dtype = dtype
@@ -85,6 +87,7 @@ class VllmServer(ServerProcess):
         self.eager = eager
         self.threads_bind = threads_bind
         self.extra_args = extra_args
+        self.model = model
 
     def environment(self) -> dict[str, str]:
         return vllm_env(self.threads_bind)
@@ -99,7 +102,7 @@ class VllmServer(ServerProcess):
             )
         command = [
             str(python), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(embedded_model_dir()), "--served-model-name", SERVED_NAME,
+            "--model", str(self.model or embedded_model_dir()), "--served-model-name", SERVED_NAME,
             "--host", "127.0.0.1", "--port", str(self.port),
             "--max-model-len", "2048", "--max-num-seqs", str(self.max_num_seqs),
             "--dtype", self.dtype, "--disable-log-stats",

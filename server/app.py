@@ -59,6 +59,7 @@ from gclm.server.openai.protocol import (
 from gclm.server.openai.reasoning import (
     ReasoningChatRenderer,
     ReasoningParser,
+    ReasoningToolChatRenderer,
     ThinkingControls,
     check_reasoning,
     reasoning_schema,
@@ -134,12 +135,12 @@ def create_app(
         plan = body.tool_plan
         prompt = await run_in_threadpool(service.chat_prompt, body)
         renderer = ChatRenderer(engine.model_id)
-        if plan is not None and plan.calls_allowed:
+        tools = plan is not None and plan.calls_allowed
+        if service.reasoning is not None and service.thinks(body):
+            thinking = ReasoningToolChatRenderer if tools else ReasoningChatRenderer
+            renderer = thinking(engine.model_id, service.reasoning, body.include_reasoning)
+        elif tools:
             renderer = ToolChatRenderer(engine.model_id)
-        elif service.reasoning is not None and service.thinks(body):
-            renderer = ReasoningChatRenderer(
-                engine.model_id, service.reasoning, body.include_reasoning
-            )
         return await service.generate(request, body, [prompt], renderer)
 
     @api.post("/completions")

@@ -43,6 +43,7 @@ from gclm.server.openai.render import (
     CompletionTokensDetails,
     Usage,
 )
+from gclm.server.openai.tools.calls import Call, ToolCallMessage, ToolChatRenderer
 
 # vLLM's parser names, and the markers their models think between.
 PARSERS: dict[str, tuple[str, str]] = {
@@ -210,8 +211,9 @@ class ReasoningChatChunk(ChatCompletionChunk):
     usage: SerializeAsAny[Usage] | None = None
 
 
-class ReasoningChatRenderer(ChatRenderer):
-    """Chat bodies of a thinking request: the thinking beside the answer, or left out
+class ThinkingText(ChatRenderer):
+    """What a thinking request's chat renderer adds: the thinking text, streamed as
+    `reasoning` deltas and beside the answer in the message, or left out
     (`include_reasoning: false`)."""
 
     def __init__(self, model: str, parser: ReasoningParser, include: bool = True) -> None:
@@ -235,10 +237,18 @@ class ReasoningChatRenderer(ChatRenderer):
             return None
         return self._chunk([ChatChunkChoice(index=index, delta=reasoning_delta(text))])
 
+    def thought(self, out: ChoiceOutput) -> str | None:
+        """A choice's thinking text as the message carries it (None: left out)."""
+        return self.parser.strip_start(out.reasoning) if self.include else None
+
+
+class ReasoningChatRenderer(ThinkingText):
+    """Chat bodies of a thinking request: the thinking beside the answer."""
+
     def final(self, outputs: list[ChoiceOutput], usage: Usage) -> BaseModel:
         choices = []
         for i, out in enumerate(outputs):
-            thought = self.parser.strip_start(out.reasoning) if self.include else None
+            thought = self.thought(out)
             message = ReasoningMessage(
                 content=out.text, reasoning=thought, reasoning_content=thought
             )
@@ -251,3 +261,20 @@ class ReasoningChatRenderer(ChatRenderer):
         return ReasoningChatCompletion(
             id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
         )
+
+
+class ReasoningToolCallMessage(ToolCallMessage):
+    """A tool-call message with the thinking before the calls (both of vLLM's names)."""
+
+    reasoning: str | None = None
+    reasoning_content: str | None = None
+
+
+class ReasoningToolChatRenderer(ThinkingText, ToolChatRenderer):
+    """Chat bodies of a thinking request with tools: the thinking, then the calls (or text)."""
+
+    def message(self, out: ChoiceOutput, calls: list[Call]) -> AssistantMessage:
+        plain = super().message(out, calls)
+        shape = ReasoningToolCallMessage if calls else ReasoningMessage
+        thought = self.thought(out)
+        return shape(**dict(plain), reasoning=thought, reasoning_content=thought)

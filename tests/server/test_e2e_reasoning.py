@@ -265,3 +265,76 @@ def test_sdk_responses_parse_after_thinking(client: openai.OpenAI) -> None:
         assert MARKER_TOKENS <= usage.output_tokens_details.reasoning_tokens
         assert usage.output_tokens_details.reasoning_tokens < usage.output_tokens <= budget
     assert "".join(deltas) == streamed.output[0].content[0].text
+
+
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 12}},
+    "required": ["city"],
+}
+TOOLS: list[Any] = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}
+]
+ASK_WEATHER = [{"role": "user", "content": "What is the weather in Paris? Think first."}]
+
+
+def check_tool_calls(client: openai.OpenAI, budgets: range, stream_budget: int) -> None:
+    """Tools after thinking: from the tool request's minimum up, the thinking, then valid
+    calls with finish_reason "tool_calls", within max_tokens (and the same streamed)."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model=MODEL, messages=ASK_WEATHER, tools=TOOLS, tool_choice="required", max_tokens=1
+        )
+    body = caught.value.body
+    assert isinstance(body, dict) and body["code"] == "budget_too_small"
+    least = int(body["message"].split("needs ")[1].split(" tokens")[0])
+    for budget in (least + b for b in budgets):
+        completion = client.chat.completions.create(
+            model=MODEL,
+            messages=ASK_WEATHER,
+            tools=TOOLS,
+            tool_choice="required",
+            max_tokens=budget,
+            seed=budget,
+        )
+        choice = completion.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None
+        for call in choice.message.tool_calls:
+            assert call.function.name == "get_weather"
+            jsonschema.validate(json.loads(call.function.arguments), WEATHER)
+        reasoning = choice.message.model_extra["reasoning"]
+        assert "</think>" not in reasoning and bool(reasoning) == (budget > least)
+        thought = completion.usage.completion_tokens_details.reasoning_tokens
+        assert MARKER_TOKENS <= thought < completion.usage.completion_tokens <= budget
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=ASK_WEATHER,
+        tools=TOOLS,
+        tool_choice="required",
+        max_tokens=least + stream_budget,
+        stream=True,
+    )
+    order: list[str] = []
+    thinking: list[str] = []
+    arguments: dict[int, str] = {}  # per call index
+    finish = None
+    for chunk in stream:
+        for c in chunk.choices:
+            extra = c.delta.model_extra or {}
+            if extra.get("reasoning"):
+                thinking.append(extra["reasoning"])
+                order.append("r")
+            if c.delta.tool_calls:
+                for t in c.delta.tool_calls:
+                    arguments[t.index] = arguments.get(t.index, "") + (t.function.arguments or "")
+                order.append("t")
+            finish = c.finish_reason or finish
+    assert finish == "tool_calls" and thinking and order == sorted(order)  # thinking first
+    assert "</think>" not in "".join(thinking)
+    assert arguments
+    for text in arguments.values():
+        jsonschema.validate(json.loads(text), WEATHER)
+
+
+def test_tool_calls_after_thinking(client: openai.OpenAI) -> None:
+    check_tool_calls(client, range(0, 6), stream_budget=20)

@@ -9,6 +9,8 @@ import importlib.util
 import json
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import jsonschema
 import openai
@@ -21,6 +23,7 @@ from test_e2e_reasoning import (
     SCHEMA,
     TEMPLATE,
     check,
+    check_tool_calls,
     refused_minimum,
 )
 
@@ -75,11 +78,18 @@ def test_forced_close_at_the_minimum(client: openai.OpenAI, minimum: int) -> Non
 
 
 def test_budgets_from_the_minimum_think_then_answer(client: openai.OpenAI, minimum: int) -> None:
-    """Valid, complete, "stop", within budget; thinking text wherever there is room."""
-    for budget in range(minimum, minimum + 4):
-        completion = client.chat.completions.create(
+    """Valid, complete, "stop", within budget; thinking text wherever there is room: every
+    budget from the minimum to minimum + 8, and two larger ones."""
+
+    def ask(budget: int) -> tuple[int, Any]:
+        return budget, client.chat.completions.create(
             model=MODEL, messages=MESSAGES, response_format=FORMAT, max_tokens=budget, seed=budget
         )
+
+    budgets = [*range(minimum, minimum + 9), minimum + 24, minimum + 48]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(ask, budgets))
+    for budget, completion in results:
         reasoning, _ = check(completion, budget)
         assert bool(reasoning) == (budget > minimum)
 
@@ -124,3 +134,7 @@ def test_stream_sends_reasoning_then_content(client: openai.OpenAI, minimum: int
     jsonschema.validate(json.loads("".join(content)), SCHEMA)
     assert usage is not None and usage.completion_tokens <= budget
     assert usage.completion_tokens_details.reasoning_tokens >= MARKER_TOKENS
+
+
+def test_tool_calls_after_thinking(client: openai.OpenAI) -> None:
+    check_tool_calls(client, range(0, 4), stream_budget=12)

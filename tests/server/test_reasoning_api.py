@@ -287,3 +287,47 @@ async def test_responses_calls_after_thinking_through_the_sdk(tmp_path) -> None:
         (e.output_index, e.item.type) for e in events if e.type == "response.output_item.added"
     ]
     assert added == [(0, "reasoning"), (1, "function_call")]
+
+
+async def test_chat_calls_after_thinking_through_the_sdk(tmp_path) -> None:
+    """Chat with tools: the thinking comes back beside the calls (message and stream),
+    finish_reason "tool_calls"; `include_reasoning: false` leaves it out."""
+    from harness import openai_client
+
+    from gclm.server.openai.tools.prompt import OPENER
+
+    call = (OPENER, '[{"name": "get_weather", ', '"arguments": {"city": "Pa', 'ris"}}]')
+    engine = FakeEngine(lambda request: [Thought("<think>rain?"), *call], min_tokens=MIN_TOKENS)
+    weather = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    tools: list[Any] = [
+        {"type": "function", "function": {"name": "get_weather", "parameters": weather}}
+    ]
+    ask = {"model": "gclm-fake", "messages": MESSAGES, "tools": tools, "tool_choice": "required"}
+    async with openai_client(app_for(engine, tmp_path)) as client:
+        plain = await client.chat.completions.create(**ask)
+        hidden = await client.chat.completions.create(
+            **ask, extra_body={"include_reasoning": False}
+        )
+        stream = await client.chat.completions.create(**ask, stream=True)
+        chunks = [chunk async for chunk in stream]
+    choice = plain.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    [made] = choice.message.tool_calls
+    assert made.function.name == "get_weather"
+    assert json.loads(made.function.arguments) == {"city": "Paris"}
+    assert choice.message.model_extra["reasoning"] == "rain?"
+    assert choice.message.model_extra["reasoning_content"] == "rain?"
+    assert plain.usage.completion_tokens_details.reasoning_tokens == 1
+    assert hidden.choices[0].message.model_extra["reasoning"] is None
+    assert hidden.choices[0].message.tool_calls[0].function.name == "get_weather"
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    order = [
+        "r" if (d.model_extra or {}).get("reasoning") else "t"
+        for d in deltas
+        if d.tool_calls or (d.model_extra or {}).get("reasoning")
+    ]
+    assert order == sorted(order) and order[0] == "r" and "t" in order  # thinking first
+    assert "".join((d.model_extra or {}).get("reasoning") or "" for d in deltas) == "rain?"
+    streamed = "".join(d.tool_calls[0].function.arguments or "" for d in deltas if d.tool_calls)
+    assert json.loads(streamed) == {"city": "Paris"}
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"

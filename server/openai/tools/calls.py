@@ -238,19 +238,10 @@ class ToolChatRenderer(ChatRenderer):
             reader = CallReader()
             reader.feed(out.text)
             reader.finish()
-            message: AssistantMessage
-            if reader.calls:
-                calls = [
-                    ToolCall(id=c.id, function=Function(name=c.name, arguments=c.arguments))
-                    for c in reader.calls
-                ]
-                message = ToolCallMessage(content=None, tool_calls=calls)
-            else:
-                message = AssistantMessage(content=out.text)
             choices.append(
                 ChatChoice(
                     index=i,
-                    message=message,
+                    message=self.message(out, reader.calls),
                     logprobs=ChatLogprobs.of(out.logprobs),
                     finish_reason="tool_calls" if reader.calls else out.finish_reason,
                 )
@@ -258,6 +249,15 @@ class ToolChatRenderer(ChatRenderer):
         return ChatCompletion(
             id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
         )
+
+    def message(self, out: ChoiceOutput, calls: list[Call]) -> AssistantMessage:
+        """One choice's message: its calls (content null), or its text when it made none."""
+        if not calls:
+            return AssistantMessage(content=out.text)
+        tool_calls = [
+            ToolCall(id=c.id, function=Function(name=c.name, arguments=c.arguments)) for c in calls
+        ]
+        return ToolCallMessage(content=None, tool_calls=tool_calls)
 
 
 def _call_delta(calls: list[Call], event: tuple[Any, ...]) -> dict[str, Any]:
