@@ -47,6 +47,7 @@ from gclm.compiler.index_reader import (
     read_index,
 )
 from gclm.compiler.numba_cache import cache_per_version
+from gclm.compiler.token_sets import spans
 from gclm.compiler.vocabulary import TokenVocabulary
 
 cache_per_version(__file__)
@@ -70,7 +71,7 @@ _BYTE_VOCABULARY: outlines_core.Vocabulary | None = None
 class ByteDfa:
     """The DFA of a regex over bytes, dense ids from 0 (the start state)."""
 
-    next: np.ndarray  # int64 [S, 256], -1 where the byte leads to the dead state
+    next: np.ndarray  # int32 [S, 256], -1 where the byte leads to the dead state
     accepting: np.ndarray  # bool [S]
 
 
@@ -82,10 +83,14 @@ def byte_dfa(regex: str) -> ByteDfa:
     """
     grouped = read_index(outlines_core.Index(regex, byte_vocabulary()), 256, BYTE_EOS)
     states = grouped.accepting.shape[0]
+    # Bytes of each distinct set (few), then of each group through them: no [groups, 256].
     bits = np.unpackbits(grouped.packed_sets.view(np.uint8), axis=1, bitorder="little")
-    group, byte = np.nonzero(bits[grouped.group_set, :256])
-    table = np.full((states, 256), -1, dtype=np.int64)
-    table[grouped.group_src[group], byte] = grouped.group_next[group]
+    set_of, byte = np.nonzero(bits[:, :256])
+    offsets = np.zeros(bits.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(set_of, minlength=bits.shape[0]), out=offsets[1:])
+    idx, group = spans(offsets, grouped.group_set)
+    table = np.full((states, 256), -1, dtype=np.int32)  # 1 KiB a state
+    table[grouped.group_src[group], byte[idx]] = grouped.group_next[group]
     return ByteDfa(next=table, accepting=grouped.accepting)
 
 
