@@ -133,12 +133,6 @@ class TokenVocabulary:
         return h.hexdigest()
 
     @cached_property
-    def sentinel_token(self) -> int | None:
-        """A token spelling the byte 0x01 alone (compile.py starts every regex with it), or
-        None if the vocabulary has none."""
-        return next((i for i, b in enumerate(self.token_bytes) if b == b"\x01"), None)
-
-    @cached_property
     def outlines(self) -> outlines_core.Vocabulary:
         """The outlines-core Vocabulary (built once; converting costs ~0.1 s)."""
         return self.to_outlines()

@@ -15,7 +15,8 @@ from gclm.errors import GclmError
 
 
 def _warm() -> None:
-    # A three-token vocabulary: loads (or compiles) every numba function of the reader.
+    # A three-token vocabulary: loads (or compiles) every numba function of the reader and
+    # of the token walk.
     vocab = TokenVocabulary((b"a", b"b", b"ab", None), 3, "plain")
     try:
         compile_constraint(Constraint.regex("(ab|a)b?"), vocab)

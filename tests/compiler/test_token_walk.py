@@ -1,0 +1,98 @@
+"""The token walk against outlines-core's own token Index: the same table, state for state."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import outlines_core
+import pytest
+from test_index_reader import _canonical
+
+from gclm.compiler.compile import compile_constraint, table_from_index
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.regex import to_regex
+from gclm.compiler.token_walk import byte_dfa, token_trie, walk_tokens
+from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.errors import CompileLimitError, ConstraintError
+
+CONSTRAINTS = {
+    "regex": Constraint.regex(r"(ab|b)a?"),
+    "digits": Constraint.regex(r"[0-9]{2,4}-(yes|no)"),
+    "choice": Constraint.choice(["alpha", "beta", "alphabet"]),
+    # Multi-byte characters under a count: tokens that end inside a character.
+    "unicode": Constraint.regex(r"[^a]{1,12}(é|日本)"),
+    "hostname": Constraint.json_schema({"type": "string", "format": "hostname"}),
+    "schema": Constraint.json_schema(
+        {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "maxLength": 20},
+                "n": {"type": "integer", "minimum": -5},
+                "tags": {"type": "array", "items": {"enum": ["a", "b c", "ü"]}},
+                "free": {},
+            },
+            "required": ["name"],
+        }
+    ),
+}
+
+
+@pytest.mark.parametrize("constraint", CONSTRAINTS.values(), ids=CONSTRAINTS.keys())
+def test_walk_matches_outlines_token_index(constraint, embedded_vocab):
+    walked = compile_constraint(constraint, embedded_vocab)
+    index = outlines_core.Index(to_regex(constraint).regex, embedded_vocab.outlines)
+    reference = table_from_index(index, embedded_vocab)
+    assert _canonical(walked) == _canonical(reference)
+    assert walked.shortest_output == reference.shortest_output
+    for s in range(walked.num_states):  # forward sets are the union of the groups
+        tokens, _ = walked.transitions(s)
+        assert np.array_equal(walked.token_sets.tokens_of(int(walked.state_set[s])), tokens)
+
+
+def test_walk_retries_with_more_room_for_successors(embedded_vocab):
+    dfa = byte_dfa(to_regex(CONSTRAINTS["unicode"]).regex)
+    roomy, cramped = walk_tokens(dfa, embedded_vocab), walk_tokens(dfa, embedded_vocab, group_cap=1)
+    assert roomy is not None and cramped is not None
+    for name in ("accepting", "group_src", "group_next", "group_set", "state_set", "packed_sets"):
+        assert np.array_equal(getattr(roomy, name), getattr(cramped, name)), name
+
+
+def test_trie_spells_every_token_once(embedded_vocab):
+    trie = token_trie(embedded_vocab)
+    spelled: dict[int, bytes] = {}
+    path: list[int] = []
+    for k in range(trie.byte.size):
+        del path[trie.depth[k] - 1 :]
+        path.append(int(trie.byte[k]))
+        for i in trie.token_ids[trie.token_lo[k] : trie.token_lo[k + 1]].tolist():
+            assert i not in spelled
+            spelled[i] = bytes(path)
+        assert trie.skip[k] > k
+    expected = {
+        i: b
+        for i, b in enumerate(embedded_vocab.token_bytes)
+        if b is not None and i != embedded_vocab.eos_token_id
+    }
+    assert spelled == expected
+
+
+def test_state_limit_stops_the_walk_early(embedded_vocab):
+    """A 20,000-state schema is refused before the walk is done, not after."""
+    big = Constraint.json_schema({"type": "string", "minLength": 2000, "maxLength": 2500})
+    small_limit = 1000
+    started = time.perf_counter()
+    with pytest.raises(CompileLimitError, match="more than 1000 DFA states"):
+        compile_constraint(big, embedded_vocab, max_states=small_limit)
+    refused_s = time.perf_counter() - started
+    dfa = byte_dfa(to_regex(big).regex)
+    assert walk_tokens(dfa, embedded_vocab, max_states=small_limit) is None
+    assert dfa.next.shape[0] > 10 * small_limit  # the full walk would be 10x the work
+    assert refused_s < 60  # generous: the point is the None above, on a shared machine
+
+
+def test_a_character_no_token_spells_is_refused():
+    vocab = TokenVocabulary(token_bytes=(b"a", b"b", None), eos_token_id=2, scheme="plain")
+    with pytest.raises(ConstraintError, match="no token of this model spells"):
+        compile_constraint(Constraint.regex("ac"), vocab)
+    assert compile_constraint(Constraint.regex("ab+"), vocab).shortest_output == "ab"
