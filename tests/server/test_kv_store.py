@@ -149,3 +149,20 @@ def test_a_reserved_store_grows_once_for_a_prompt_fed_in_chunks(model):
     assert (rows.store.capacity, rows.store.growths) == (40, 1)
     rows.check({slot: [9, 10, 11]})  # past the reservation (41): it grows as before
     assert rows.store.growths == 2
+
+
+@pytest.mark.parametrize("force_gqa", ["0", "1"])
+def test_masked_passes_match_a_plain_forward_with_shared_kv_heads(model, monkeypatch, force_gqa):
+    """On the CPU the engine has SDPA share key/value heads in masked passes too
+    (engine._gqa_in_masked_sdpa): a prompt's later chunks and a decode over slots of
+    different lengths still give a plain forward's logits (the tiny Llama has 4 query heads
+    over 2 key/value heads)."""
+    monkeypatch.setenv("TRANSFORMERS_SDPA_FORCE_GQA", force_gqa)
+    rows = Rows(model, 3)
+    long = rows.store.claim(list(range(1, 25)))
+    rows.text[long] = []
+    for start in range(0, 24, 8):
+        rows.check({long: list(range(1, 25))[start : start + 8]})
+    short = rows.admit([5, 6, 7])
+    rows.check({long: [3], short: [4]})
+    rows.check({short: [9, 10, 11]})
