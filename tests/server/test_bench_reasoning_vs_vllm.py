@@ -45,6 +45,10 @@ def test_think_model_has_single_token_markers() -> None:
 
 
 @pytest.mark.vllm
+@pytest.mark.skipif(
+    os.environ.get("GCLM_BENCH_TESTS") != "1",
+    reason="starts gclm and vLLM's own server (~3 min); GCLM_BENCH_TESTS=1 runs it",
+)
 def test_quick_run_against_vllm(tmp_path) -> None:
     if not vllm_python().exists():
         message = f"vLLM's environment is missing ({vllm_python()}); run `make install-vllm`"
