@@ -55,6 +55,11 @@ _KNOWN_STATS = {
     "prefilling": ("gclm_prefilling", "Prompts being prefilled, a chunk per step.", False),
     "prefill_tokens": ("gclm_prefill_tokens", "Prompt tokens prefilled (all chunks).", True),
     "prefill_chunks": ("gclm_prefill_chunks", "Prompt chunks prefilled.", True),
+    "packed_passes": (
+        "gclm_engine_packed_passes",
+        "Forward passes that packed decoding rows and prompt chunks into one row.",
+        True,
+    ),
     "steps": ("gclm_engine_steps", "Engine steps (a decode and a prompt chunk each).", True),
     "step_seconds": (
         "gclm_engine_step_seconds",

@@ -98,3 +98,7 @@ def tiny_batch_engine(embedded_tokenizer, embedded_vocab, tiny_llama):
         )
 
     return build
+
+
+# Every forward pass the KV store runs (the engine tests).
+from pass_spy import passes  # noqa: E402, F401

@@ -8,12 +8,12 @@ import asyncio
 
 import pytest
 import torch
+from pass_spy import Packed
 
 from bench.drafts import generate
 from gclm.compiler.constraint import Constraint
 from gclm.server.engine.protocol import GenerationRequest, SamplingParams, TokenEvent
 from gclm.server.engine.transformers.engine import BatchEngine
-from gclm.server.engine.transformers.kv_store import KVStore
 
 SCHEMA = {
     "type": "object",
@@ -52,20 +52,6 @@ async def staggered(engine: BatchEngine, first: GenerationRequest, second: Gener
     return "".join(texts), second_text
 
 
-@pytest.fixture
-def passes(monkeypatch):
-    """The slots and token counts of every forward pass the KV store runs."""
-    seen: list[dict[int, int]] = []
-    extend = KVStore.extend
-
-    def spy(self, inputs, every_position=False):
-        seen.append({slot: len(tokens) for slot, tokens in inputs.items()})
-        return extend(self, inputs, every_position)
-
-    monkeypatch.setattr(KVStore, "extend", spy)
-    return seen
-
-
 @torch.no_grad()
 def test_a_repeated_prompt_joins_the_decode_pass(engine, passes):
     first = request(engine, "Invent a person as JSON.")
@@ -81,14 +67,18 @@ def test_a_repeated_prompt_joins_the_decode_pass(engine, passes):
 
 
 @torch.no_grad()
-def test_a_long_new_prompt_gets_a_pass_of_its_own(engine, passes):
+def test_a_long_new_prompt_is_packed_beside_the_decode_rows(engine, passes):
+    """A long prompt's rest never pads the decode rows to its length: on the CPU it shares
+    one packed pass with them (KVStore.extend_packed), elsewhere it gets a pass of its own."""
     first = request(engine, "Invent a person as JSON.")
     fresh = request(engine, "Describe, as JSON, a librarian who collects maps of rivers.")
     alone_first = asyncio.run(generate(engine, first))[0]
     passes.clear()
     together = asyncio.run(staggered(engine, first, fresh))
     assert together[0] == alone_first
-    prefills = [p for p in passes[1:] if len(p) == 1 and max(p.values()) > 8]
-    assert len(prefills) == 1, passes  # the new prompt's rest, apart from the decode rows
+    prefills = [p for p in passes[1:] if max(p.values()) > 8]
+    assert len(prefills) == 1, passes  # the new prompt's rest, in one pass
+    assert isinstance(prefills[0], Packed) and sorted(prefills[0].values())[0] == 1, passes
+    assert not any(len(p) > 1 and max(p.values()) > 8 for p in passes if not isinstance(p, Packed))
     passes.clear()
     assert asyncio.run(generate(engine, fresh))[0] == together[1]

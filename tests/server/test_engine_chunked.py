@@ -20,7 +20,6 @@ from gclm.server.engine.protocol import (
 )
 from gclm.server.engine.transformers import pace
 from gclm.server.engine.transformers.engine import BatchEngine
-from gclm.server.engine.transformers.kv_store import KVStore
 from gclm.server.engine.transformers.pace import MIN_CHUNK
 
 CHUNK = 16
@@ -53,20 +52,6 @@ def tiny_engines(embedded_tokenizer, embedded_vocab, tiny_llama):
     yield engines
     for engine in engines:
         engine.shutdown()
-
-
-@pytest.fixture
-def passes(monkeypatch):
-    """The slots and token counts of every forward pass the KV store runs."""
-    seen: list[dict[int, int]] = []
-    extend = KVStore.extend
-
-    def spy(self, inputs, every_position=False):
-        seen.append({slot: len(tokens) for slot, tokens in inputs.items()})
-        return extend(self, inputs, every_position)
-
-    monkeypatch.setattr(KVStore, "extend", spy)
-    return seen
 
 
 def greedy(prompt: list[int], max_tokens: int = 12) -> GenerationRequest:

@@ -166,3 +166,39 @@ def test_masked_passes_match_a_plain_forward_with_shared_kv_heads(model, monkeyp
     short = rows.admit([5, 6, 7])
     rows.check({long: [3], short: [4]})
     rows.check({short: [9, 10, 11]})
+
+
+@pytest.mark.parametrize("force_gqa", ["0", "1"])
+def test_a_packed_pass_matches_a_plain_forward(model, monkeypatch, force_gqa):
+    """Decoding rows (one token, or a run of drafts) and prompts' chunks (a first chunk, a
+    later one) in one packed pass: every row's logits are a plain forward's, and the slots
+    hold what they were given; later passes of any kind read what the packed one wrote."""
+    monkeypatch.setenv("TRANSFORMERS_SDPA_FORCE_GQA", force_gqa)
+    rows = Rows(model, 4)
+    assert rows.store.packs  # a tiny Llama on the CPU attends with SDPA
+    a, b = rows.admit([1, 2, 3, 4, 5]), rows.admit([6, 7])
+    long = rows.store.claim(list(range(1, 25)))
+    rows.text[long] = []
+    rows.check({long: list(range(1, 9))})
+    fresh = rows.store.claim([30, 31, 32, 33])
+    rows.text[fresh] = []
+    runs, rests = {a: [10, 11, 12], b: [13]}, {long: list(range(9, 17)), fresh: [30, 31, 32]}
+    decoded, prefilled = rows.store.extend_packed(runs, rests)
+    assert decoded.shape[:2] == (2, 3) and prefilled.shape[0] == 2
+    for slot, tokens in (runs | rests).items():
+        rows.text[slot] += tokens
+        assert rows.store.tokens[slot] == rows.text[slot]
+    for i, slot in enumerate(runs):
+        for j in range(len(runs[slot])):
+            cut = len(rows.text[slot]) - len(runs[slot]) + j + 1
+            torch.testing.assert_close(decoded[i, j], plain(model, rows.text[slot][:cut]))
+    for i, slot in enumerate(rests):
+        torch.testing.assert_close(prefilled[i], plain(model, rows.text[slot]))
+    rows.check({a: [14], b: [15], long: [16], fresh: [17]})
+
+
+def test_only_sdpa_on_the_cpu_packs(tiny_llama):
+    """Packed passes use an SDPA attention of their own: a model on eager attention runs
+    the two-pass path."""
+    eager = tiny_llama(vocab_size=40, attn_implementation="eager")
+    assert not KVStore(eager, 2).packs

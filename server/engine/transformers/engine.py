@@ -144,6 +144,7 @@ class BatchEngine(TokenizerEngine):
         self._feed: dict[Sequence, list[int]] = {}  # tokens the model has not seen: last, drafts
         self._counts: dict[str, float] = {
             "forward_passes": 0,
+            "packed_passes": 0,
             "tokens_sampled": 0,
             "draft_tokens_kept": 0,
             "prefill_tokens": 0,
@@ -373,6 +374,10 @@ class BatchEngine(TokenizerEngine):
             last = torch.tensor([len(rest) - 1 for rest in rests.values()], device=logits.device)
             prefilled = logits[len(runs) :][torch.arange(len(rests), device=logits.device), last]
             self._counts["forward_passes"] += 1
+        elif runs and rests and self._kv.packs:
+            decoded, prefilled = self._kv.extend_packed(runs, rests)
+            self._counts["forward_passes"] += 1
+            self._counts["packed_passes"] += 1
         else:
             if runs:
                 decoded = self._kv.extend(runs, every_position=True)

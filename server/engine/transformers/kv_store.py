@@ -37,6 +37,8 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from gclm.server.engine.transformers.packed import Segment, can_pack, packed_attention_on
+
 # Capacity grows by this many positions at a time.
 CHUNK = 256
 # Slots planned without --max-batch: as many as hold this many positions each, at most
@@ -163,6 +165,7 @@ class _Plan:
     high: int
     width: int
     span: tuple[int, int] | None = None  # consecutive gathered slots [start, stop)
+    packed: bool = False  # one row of several slots' tokens: `slots` and `positions` [T]
 
 
 class _SlotLayer(CacheLayerMixin):
@@ -194,6 +197,10 @@ class _SlotLayer(CacheLayerMixin):
             self.lazy_initialization(key_states, value_states)
         assert self.keys is not None and self.values is not None
         plan = self.store.plan
+        if plan.packed:  # packed.packed_attention reads each slot's own positions
+            self.keys[plan.slots, :, plan.positions] = key_states[0].transpose(0, 1)
+            self.values[plan.slots, :, plan.positions] = value_states[0].transpose(0, 1)
+            return self.keys, self.values
         if plan.rows is not None:
             key_states, value_states = key_states[plan.rows], value_states[plan.rows]
         # [n, 1] slots and [n, q] positions around a slice: the indexed view is [n, q, H, D].
@@ -248,6 +255,8 @@ class KVStore:
         self.plan = _Plan(empty, empty[:, None], None, None, 0, 0)
         self._cache_kwarg = _cache_kwarg(model.__class__)
         self._min = torch.finfo(self.dtype).min
+        self._text_config = _text_config(model.config)
+        self.packs = can_pack(self._text_config, self.device)  # extend_packed runs
 
     # --- slots ---
 
@@ -372,6 +381,58 @@ class KVStore:
         for s in given:
             self.tokens[s].extend(inputs[s])
         return logits[[slots.index(s) for s in given]]
+
+    def extend_packed(
+        self, runs: dict[int, list[int]], rests: dict[int, list[int]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append the tokens of `runs` (decoding slots) and `rests` (prompts' chunks) in one
+        packed pass (`packed` module; only where `packs`). Returns the logits after each of a
+        run's tokens, [R, q, V] (q the longest run; a shorter run's row is padded with
+        zeros), and after each rest's last token, [P, V], both in the order given."""
+        inputs = {**runs, **rests}
+        segments: list[Segment] = []
+        slots: list[int] = []
+        positions: list[int] = []
+        offset = 0
+        for slot, tokens in inputs.items():
+            start = len(self.tokens[slot])
+            segments.append(Segment(slot, offset, len(tokens), start))
+            slots += [slot] * len(tokens)
+            positions += range(start, start + len(tokens))
+            offset += len(tokens)
+        self.reserve(max(s.start + s.length for s in segments))
+        ids = torch.tensor([t for tokens in inputs.values() for t in tokens])[None]
+        self.plan = _Plan(
+            slots=self._on(torch.tensor(slots)),
+            positions=self._on(torch.tensor(positions)),
+            rows=None,
+            gather=None,
+            high=self.high,
+            width=0,
+            packed=True,
+        )
+        run_segments = segments[: len(runs)]
+        keep = [s.offset + i for s in run_segments for i in range(s.length)]
+        keep += [s.offset + s.length - 1 for s in segments[len(runs) :]]
+        with packed_attention_on(self._text_config):
+            out = self.model(
+                input_ids=self._on(ids),
+                position_ids=self._on(torch.tensor(positions))[None],
+                use_cache=True,
+                logits_to_keep=self._on(torch.tensor(keep)),
+                gclm_segments=tuple(segments),
+                **{self._cache_kwarg: self.cache},
+            )
+        for slot, tokens in inputs.items():
+            self.tokens[slot].extend(tokens)
+        logits = out.logits[0]  # [len(keep), V]
+        q = max((s.length for s in run_segments), default=1)
+        decoded = logits.new_zeros((len(runs), q, logits.shape[-1]))
+        at = 0
+        for i, seg in enumerate(run_segments):
+            decoded[i, : seg.length] = logits[at : at + seg.length]
+            at += seg.length
+        return decoded, logits[at:]
 
     def _run(
         self,
