@@ -19,7 +19,8 @@ timeout were answered at 10, 21, ... 63 s, since time in the queue did not count
   frontend), and waits at most `start_timeout_s` for it.
 - A compile outlives its requests (compiler/compile_job.py): at a request's deadline the
   request gets a CompilerBusyError (429) whose `retry_after` estimates when the compile
-  will be over and whose `compiling` is the compile's outcome, and the compile goes on in
+  will be over (from the progress the worker reports: compiler/compile_job.py) and whose
+  `compiling` is the compile's outcome, and the compile goes on in
   the background, bounded by `limits.cpu_s` of CPU time, the memory limit and the
   state limit. Past any of them it ends with a CompileLimitError, which the table cache
   remembers: every later request for it is a 400 at once, whatever the machine's load.
@@ -46,6 +47,7 @@ from multiprocessing.connection import wait
 
 from gclm.compiler.compile_job import (
     MIN_RETRY_S,
+    QUEUED,
     Job,
     Waiter,
     late_error,
@@ -54,6 +56,7 @@ from gclm.compiler.compile_job import (
     settle,
 )
 from gclm.compiler.constraint import Constraint
+from gclm.compiler.progress import Progress
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.compiler.worker import (
@@ -411,14 +414,17 @@ class CompilerPool:
             grace = 0.0
             if proc is not None:
                 cpu, wall = proc.cpu_used(now), now - proc.started
-                retry = running_estimate(cpu, wall, ceiling)
+                progress = Progress.read(proc.worker.progress)
+                estimate = running_estimate(cpu, wall, ceiling, progress)
+                retry = job.retry_after(now, estimate, progress.position)
                 # Its ceiling is under a second away at the CPU it gets: wait for that
                 # answer rather than send a 429 that a retry would find to be a 400.
                 if wall > 0 and ceiling - cpu <= MIN_RETRY_S * cpu / wall:
                     grace = MIN_RETRY_S
             else:
                 position = self._jobs.index(job) if job in self._jobs else 0
-                retry = queued_estimate(position, self.workers, self._typical_s)
+                estimate = queued_estimate(position, self.workers, self._typical_s)
+                retry = job.retry_after(now, estimate, (QUEUED, -position))
             late = [w for w in job.waiters if now - w.since >= timeout + grace]
             if not late:
                 continue
@@ -523,6 +529,7 @@ class CompilerPool:
         while idle and self._jobs:
             job = self._jobs.popleft()
             proc = idle.pop(0)
+            proc.worker.progress[:] = 0  # the last compile's: this one's is written after
             try:
                 proc.worker.conn.send(job.constraint)
             except OSError:  # the process died while idle: requeue the job
