@@ -28,25 +28,31 @@ from gclm.errors import CompilerBusyError
 ABC = TokenVocabulary((b"a", b"b", b"ab", None), 3, "plain")
 
 
-def test_in_the_walk_what_is_left_scales_with_the_states_left() -> None:
-    # 1 s before the walk, 2 s walking a quarter of the states: 6 s more, plus a tenth.
+def test_in_the_walk_the_states_left_weigh_more_as_the_walk_goes() -> None:
+    # 1 s of CPU before the walk (the DFA: a walk of 5 s is guessed from it), 2 s walking a
+    # quarter of the states (6 s more at that rate): a quarter measured, three guessed,
+    # plus a tenth of the walk for what follows it.
     progress = Progress(WALK, done=100, total=400, walk_cpu_s=1.0)
-    assert remaining_cpu(3.0, progress) == pytest.approx(6.0 + 0.8)
-    # Three quarters walked in the same CPU: a third as much left.
-    assert remaining_cpu(3.0, Progress(WALK, 300, 400, 1.0)) == pytest.approx(2 / 3 + 0.2667, 1e-3)
+    assert remaining_cpu(3.0, progress) == pytest.approx(0.75 * 3 + 0.25 * 6 + 0.575)
+    # Three quarters walked in the same CPU: mostly the measured two thirds of a second.
+    late = Progress(WALK, 300, 400, 1.0)
+    assert remaining_cpu(3.0, late) == pytest.approx(0.25 * 3 + 0.75 * 2 / 3 + 0.325)
+    # All but one state: what was measured.
+    assert remaining_cpu(3.0, Progress(WALK, 399, 400, 1.0)) == pytest.approx(0.2, abs=0.02)
 
 
 def test_before_the_walk_and_after_it() -> None:
-    assert remaining_cpu(4.0, Progress(PREPARE)) == 4.0  # as much again
-    assert remaining_cpu(0.1, Progress(PREPARE)) == 0.5
+    # In the DFA: its walk is guessed at five times the DFA's CPU so far.
+    assert remaining_cpu(4.0, Progress(PREPARE)) == 20.0
+    assert remaining_cpu(0.05, Progress(PREPARE)) == 0.5
+    assert remaining_cpu(1.1, Progress(WALK, 0, 400, 1.0)) == pytest.approx(4.9 + 0.5)
     assert remaining_cpu(11.0, Progress(FINISH, 400, 400, 1.0)) == pytest.approx(1.0)
-    assert remaining_cpu(1.1, Progress(WALK, 0, 400, 1.0)) == 1.1  # not counting yet
 
 
 def test_the_estimate_is_at_the_cpu_rate_the_compile_gets_and_within_its_ceiling() -> None:
     progress = Progress(WALK, done=100, total=400, walk_cpu_s=1.0)
-    # 3 s of CPU in 6 s of wall time: half a core, so 6.8 CPU seconds take 13.6 s.
-    assert running_estimate(3.0, 6.0, 60.0, progress) == pytest.approx(13.6)
+    # 3 s of CPU in 6 s of wall time: half a core, so 4.325 CPU seconds take 8.65 s.
+    assert running_estimate(3.0, 6.0, 60.0, progress) == pytest.approx(8.65)
     # A ceiling 2 CPU seconds away ends it sooner (with a 400), at the same rate.
     assert running_estimate(3.0, 6.0, 5.0, progress) == pytest.approx(4.0)
     assert running_estimate(3.0, 6.0, 3.0, progress) == MIN_RETRY_S
@@ -97,7 +103,7 @@ def test_a_retry_at_the_retry_after_gets_the_table(embedded_vocab) -> None:
         time.sleep(retry_after)
         # The retry waits at most the timeout for a compile still running: it must end
         # within that (before, the guess was "as long again as so far", about 2 s here for
-        # a compile that needs 5 s or more, and the retry was another 429).
+        # a compile that needs 5 s or more of CPU, and the retry was another 429).
         table = cache.get(constraint)
         assert table is caught.value.compiling.result(0)
     finally:
