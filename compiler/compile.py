@@ -50,7 +50,8 @@ def compile_constraint(
     except (ValueError, RuntimeError, OverflowError) as e:
         raise index_error(e, len(regex.regex)) from e
     # The token walk stops as soon as the limit is passed: a refusal costs what it walked.
-    # Every state but the one before the sentinel may be reached; the walk stops past the limit.
+    # Every state but the one before the sentinel may be reached: the walk's progress is
+    # counted against that (or the limit).
     reachable = dfa.next.shape[0] - 1
     report.walking(reachable if max_states is None else min(reachable, max_states))
     grouped = walk_tokens(dfa, vocab, max_states=max_states, progress=report.slots)
