@@ -12,7 +12,8 @@ of it, each about as long as the recent ones took. A running one reports its pro
 (compiler/progress.py). Almost all of a large compile is its token walk, state by state
 over a DFA whose state count is known once the byte DFA is built: the CPU still needed is
 the walk's CPU so far times the states left over the states walked, blended, early in the
-walk, with a guess from the DFA's CPU (`remaining_cpu`), plus a little for what follows.
+walk, with a guess per state (`remaining_cpu`), plus a little for what follows; before the
+walk, a guess from the DFA's CPU.
 That CPU, never more than the ceiling leaves, is turned into seconds at the rate of CPU the
 compile has been getting on this machine. For one compile, the end a 429 announces never
 moves earlier unless the compile reported progress since the last one.
@@ -36,9 +37,13 @@ _FLOOR_RATE = 0.05
 # What follows the token walk, as a share of the walk's CPU: measured about 1% (distances,
 # pruning, serialising; a 43k-state table 0.11 s after a 12.7 s walk); room for the rest.
 _AFTER_WALK = 0.1
-# The token walk's CPU over the byte DFA's, assumed until the walk's own rate is known:
-# measured 1.3 (1,000 tools), 4.9 (six 400-character fields), 8 (a 43k-state array).
-_WALK_PER_DFA = 5.0
+# The token walk's CPU over the byte DFA's, assumed while the DFA is built: measured 1.3
+# (1,000 tools), 4.9 (six 400-character fields), 8 (a 43k-state array). The largest: a
+# retry sent too early is another 429, one sent late only waits.
+_WALK_PER_DFA = 8.0
+# CPU seconds the walk takes per state, assumed until its own rate is known: measured 290
+# and 350 us for string-heavy schemas, 68 us for 1,000 tools (few tokens fit a name).
+_CPU_PER_STATE = 300e-6
 # A position before any running one: queued compiles (the queue's head counts as later).
 QUEUED = -1
 
@@ -88,19 +93,22 @@ def settle(future: Future[CompiledTable], outcome: object) -> None:
 def remaining_cpu(cpu_used: float, progress: Progress) -> float:
     """CPU seconds a running compile still needs, from the progress it reports.
 
-    Before its walk has gone far, the walk is guessed from the byte DFA's CPU
-    (`_WALK_PER_DFA`); as the walk goes, that guess gives way to the walk's own rate,
-    in proportion to the share of states walked (the first states cost the most: from
-    2% of the way a straight extrapolation was three to eight times too long).
+    In the byte DFA nothing is counted: its walk is guessed from the DFA's CPU so far
+    (`_WALK_PER_DFA`). In the walk, a guess of `_CPU_PER_STATE` for each state left gives
+    way to the walk's own rate as the walk goes, weighted by the square root of the share
+    walked (the first states cost the most: 2% of the way in, a straight extrapolation was
+    three to eight times too long).
     """
-    if progress.phase == PREPARE:  # the DFA: no count to read; guess its walk starts now
+    if progress.phase == PREPARE:
         return max(_WALK_PER_DFA * cpu_used, 0.5)
     walk = max(cpu_used - progress.walk_cpu_s, 1e-3)
     if progress.phase == WALK and progress.done < progress.total:
-        share = progress.done / progress.total if progress.total else 0.0
-        guess = max(_WALK_PER_DFA * progress.walk_cpu_s - walk, 0.0)
-        measured = walk * (progress.total - progress.done) / max(progress.done, 1)
-        left = (1 - share) * guess + share * measured
+        left_states = progress.total - progress.done
+        share = progress.done / progress.total
+        guess = _CPU_PER_STATE * left_states
+        measured = walk * left_states / max(progress.done, 1)
+        weight = math.sqrt(share)
+        left = (1 - weight) * guess + weight * measured
         return max(left + _AFTER_WALK * (walk + left), 0.2)
     return max(_AFTER_WALK * walk, 0.2)
 

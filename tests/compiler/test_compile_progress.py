@@ -28,31 +28,34 @@ from gclm.errors import CompilerBusyError
 ABC = TokenVocabulary((b"a", b"b", b"ab", None), 3, "plain")
 
 
-def test_in_the_walk_the_states_left_weigh_more_as_the_walk_goes() -> None:
-    # 1 s of CPU before the walk (the DFA: a walk of 5 s is guessed from it), 2 s walking a
-    # quarter of the states (6 s more at that rate): a quarter measured, three guessed,
-    # plus a tenth of the walk for what follows it.
-    progress = Progress(WALK, done=100, total=400, walk_cpu_s=1.0)
-    assert remaining_cpu(3.0, progress) == pytest.approx(0.75 * 3 + 0.25 * 6 + 0.575)
+def test_in_the_walk_its_own_rate_weighs_more_as_it_goes() -> None:
+    # 1 s of CPU before the walk, 2 s walking a quarter of 40,000 states: 30,000 left are
+    # guessed at 9 s (300 us each) and measured at 6 s; weighted by the square root of the
+    # share walked (a half), plus a tenth of the walk for what follows it.
+    progress = Progress(WALK, done=10_000, total=40_000, walk_cpu_s=1.0)
+    assert remaining_cpu(3.0, progress) == pytest.approx(7.5 + 0.1 * 9.5)
     # Three quarters walked in the same CPU: mostly the measured two thirds of a second.
-    late = Progress(WALK, 300, 400, 1.0)
-    assert remaining_cpu(3.0, late) == pytest.approx(0.25 * 3 + 0.75 * 2 / 3 + 0.325)
-    # All but one state: what was measured.
-    assert remaining_cpu(3.0, Progress(WALK, 399, 400, 1.0)) == pytest.approx(0.2, abs=0.02)
+    late = Progress(WALK, 30_000, 40_000, 1.0)
+    weight = 0.75**0.5
+    left = (1 - weight) * 3.0 + weight * 2 / 3
+    assert remaining_cpu(3.0, late) == pytest.approx(left + 0.1 * (2 + left))
+    # All but one state: what follows the walk.
+    assert remaining_cpu(3.0, Progress(WALK, 39_999, 40_000, 1.0)) == pytest.approx(0.2, abs=0.01)
+    # Nothing walked yet: the guess alone.
+    assert remaining_cpu(1.1, Progress(WALK, 0, 40_000, 1.0)) == pytest.approx(12 + 1.21)
 
 
 def test_before_the_walk_and_after_it() -> None:
-    # In the DFA: its walk is guessed at five times the DFA's CPU so far.
-    assert remaining_cpu(4.0, Progress(PREPARE)) == 20.0
+    # In the DFA: its walk is guessed at eight times the DFA's CPU so far.
+    assert remaining_cpu(4.0, Progress(PREPARE)) == 32.0
     assert remaining_cpu(0.05, Progress(PREPARE)) == 0.5
-    assert remaining_cpu(1.1, Progress(WALK, 0, 400, 1.0)) == pytest.approx(4.9 + 0.5)
     assert remaining_cpu(11.0, Progress(FINISH, 400, 400, 1.0)) == pytest.approx(1.0)
 
 
 def test_the_estimate_is_at_the_cpu_rate_the_compile_gets_and_within_its_ceiling() -> None:
-    progress = Progress(WALK, done=100, total=400, walk_cpu_s=1.0)
-    # 3 s of CPU in 6 s of wall time: half a core, so 4.325 CPU seconds take 8.65 s.
-    assert running_estimate(3.0, 6.0, 60.0, progress) == pytest.approx(8.65)
+    progress = Progress(WALK, done=10_000, total=40_000, walk_cpu_s=1.0)
+    # 3 s of CPU in 6 s of wall time: half a core, so 8.45 CPU seconds take 16.9 s.
+    assert running_estimate(3.0, 6.0, 60.0, progress) == pytest.approx(16.9)
     # A ceiling 2 CPU seconds away ends it sooner (with a 400), at the same rate.
     assert running_estimate(3.0, 6.0, 5.0, progress) == pytest.approx(4.0)
     assert running_estimate(3.0, 6.0, 3.0, progress) == MIN_RETRY_S
