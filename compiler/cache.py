@@ -276,34 +276,50 @@ class TableCache:
             if follow:
                 self._background.add(key)
         if follow:
-            compiling.add_done_callback(  # type: ignore[union-attr]
-                lambda f: self._finisher.submit(self._landed, key, f)
-            )
+            compiling.add_done_callback(lambda f: self._land(key, f))  # type: ignore[union-attr]
         future.set_exception(error)
 
-    def _landed(self, key: str, compiled: Future[CompiledTable]) -> None:
-        """A compile that went on in the background ended: keep its table or its failure."""
+    def _land(self, key: str, compiled: Future[CompiledTable]) -> None:
+        """A background compile ended. Until its table is measured and kept (seconds for a
+        large one on a loaded machine), a request for it waits for that, as for any compile
+        in flight, instead of starting the compile again: a retry sent at the 429's
+        Retry-After arrives just then."""
+        with self._lock:
+            landing: Future[CompiledTable] | None = None
+            if key not in self._inflight:  # else a request that joined the compile keeps it
+                landing = self._inflight[key] = Future()
+        self._finisher.submit(self._landed, key, compiled, landing)
+
+    def _landed(
+        self, key: str, compiled: Future[CompiledTable], landing: Future[CompiledTable] | None
+    ) -> None:
+        """Keep a background compile's table or its failure, then answer `landing`."""
+        outcome: object
         try:
             table = compiled.result()
+            size = self._measure(table)
         except BaseException as e:
+            outcome = e
             with self._lock:
                 self._background.discard(key)
                 if key not in self._entries:  # a retry that joined it may have stored it
                     self._remember(key, e)
-            return
-        try:
-            size = self._measure(table)
-        except BaseException as e:
+        else:
+            outcome = table
+            if self.disk is not None:
+                self.disk.store(key, table.to_bytes())
             with self._lock:
                 self._background.discard(key)
-                self._remember(key, e)
-            return
-        if self.disk is not None:
-            self.disk.store(key, table.to_bytes())
-        with self._lock:
-            self._background.discard(key)
-            self.stats.compiles += 1
-            self._keep(key, table, size)
+                self.stats.compiles += 1
+                self._keep(key, table, size)
+        if landing is not None:
+            with self._lock:
+                if self._inflight.get(key) is landing:
+                    del self._inflight[key]
+            if isinstance(outcome, BaseException):
+                landing.set_exception(outcome)
+            else:
+                landing.set_result(outcome)  # type: ignore[arg-type]
 
     def _keep(self, key: str, table: CompiledTable, size: int) -> None:
         """Cache a table (with the lock held)."""

@@ -14,10 +14,12 @@ from __future__ import annotations
 import logging
 import time
 
+import numpy as np
 import outlines_core
 
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.index_reader import GroupedIndex, read_index
+from gclm.compiler.progress import Reporter
 from gclm.compiler.regex import to_regex
 from gclm.compiler.tables import CompiledTable, finish_table, with_shortest_output
 from gclm.compiler.token_walk import byte_dfa, walk_tokens
@@ -28,23 +30,34 @@ log = logging.getLogger("gclm.compiler")
 
 
 def compile_constraint(
-    constraint: Constraint, vocab: TokenVocabulary, *, max_states: int | None = None
+    constraint: Constraint,
+    vocab: TokenVocabulary,
+    *,
+    max_states: int | None = None,
+    progress: np.ndarray | None = None,
 ) -> CompiledTable:
-    """Compile `constraint` for `vocab`.
+    """Compile `constraint` for `vocab`, reporting how far it got in `progress` (the
+    slots of compiler/progress.py, read by the pool for a Retry-After).
 
     Raises ConstraintError when the constraint is invalid, unsupported, or has no output
     that the vocabulary can spell; CompileLimitError past `max_states` DFA states.
     """
     started = time.perf_counter()
+    report = Reporter(progress)
     regex = to_regex(constraint)
     try:
         dfa = byte_dfa(regex.regex)
     except (ValueError, RuntimeError, OverflowError) as e:
         raise index_error(e, len(regex.regex)) from e
     # The token walk stops as soon as the limit is passed: a refusal costs what it walked.
-    grouped = walk_tokens(dfa, vocab, max_states=max_states)
+    # Every state but the one before the sentinel may be reached: the walk's progress is
+    # counted against that (or the limit).
+    reachable = dfa.next.shape[0] - 1
+    report.walking(reachable if max_states is None else min(reachable, max_states))
+    grouped = walk_tokens(dfa, vocab, max_states=max_states, progress=report.slots)
     if grouped is None:
         raise too_many_states(f"more than {max_states}", max_states)
+    report.finishing()
     if not grouped.accepting.any():
         # What outlines-core's token Index refuses as an incompatible vocabulary.
         raise index_error(ValueError("vocabulary provided is incompatible"), len(regex.regex))

@@ -6,20 +6,22 @@ timeout were answered at 10, 21, ... 63 s, since time in the queue did not count
 - `workers` processes take compiles in arrival order, at the server's own priority: the
   kernel shares the cores fairly between runnable threads, so a compile worker gets about
   what one of the model's threads gets, next to a busy engine.
-- A compile still running after `slow_after_s` is demoted: its process is reniced to
-  `DEMOTED_NICE` (about a third of a normal thread's share), stops counting as one of the
-  `workers`, and a warm reserve process takes its place at once (a new reserve is started).
-  So slow schemas cannot keep a small one waiting for a worker, yet still progress next
-  to a busy engine. A demoted process is retired when its compile ends (a process cannot
-  raise its priority back). At most `max_slow` compiles are demoted at once; past that a
-  slow compile keeps its slot.
+- A compile still running after `slow_after_s` is demoted: it stops counting as one of
+  the `workers`, and a warm reserve process takes its place at once (a new reserve is
+  started). So slow schemas cannot keep a small one waiting for a worker. It keeps the
+  server's priority (`DEMOTED_NICE`): one runnable process among the machine's, it gets
+  what one of the engine's threads gets. A demoted process is retired when its compile
+  ends. At most `max_slow` compiles are demoted at once (what they can take from the
+  engine is bounded by that and by the CPU ceiling); past that a slow compile keeps its
+  slot.
 - A request waits at most `timeout_s` for its compile, queue included; but not for the
   pool's own start: a compile submitted before any worker was ready is timed from when the
   first one is (a cold start, with numba's cache to rebuild, took over 10 s inside vLLM's
   frontend), and waits at most `start_timeout_s` for it.
 - A compile outlives its requests (compiler/compile_job.py): at a request's deadline the
   request gets a CompilerBusyError (429) whose `retry_after` estimates when the compile
-  will be over and whose `compiling` is the compile's outcome, and the compile goes on in
+  will be over (from the progress the worker reports: compiler/compile_job.py) and whose
+  `compiling` is the compile's outcome, and the compile goes on in
   the background, bounded by `limits.cpu_s` of CPU time, the memory limit and the
   state limit. Past any of them it ends with a CompileLimitError, which the table cache
   remembers: every later request for it is a 400 at once, whatever the machine's load.
@@ -46,6 +48,7 @@ from multiprocessing.connection import wait
 
 from gclm.compiler.compile_job import (
     MIN_RETRY_S,
+    QUEUED,
     Job,
     Waiter,
     late_error,
@@ -54,6 +57,7 @@ from gclm.compiler.compile_job import (
     settle,
 )
 from gclm.compiler.constraint import Constraint
+from gclm.compiler.progress import Progress
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.compiler.worker import (
@@ -74,10 +78,11 @@ _RESERVE = 1
 # After this many workers in a row die before they are ready, the pool stops starting more
 # and fails compiles with the reason (a memory limit too low to import the compiler, say).
 _MAX_START_FAILURES = 3
-# A demoted compile's niceness: weight 335 against a normal thread's 1024, a third of one
-# of the engine's threads, so it neither takes much from them nor stops (at 19, weight 15,
-# a compile beside a busy engine and other load got so little CPU that it never ended).
-DEMOTED_NICE = 5
+# A demoted compile's niceness: the server's own. At 5 (weight 335 against 1,024) beside
+# six busy processes on two cores a compile got 0.037 of a core against 0.119 at 0, 3.5x
+# the wall time (bench/compile_share.py, one run side by side): a 43k-state table then
+# took minutes and its retries kept getting 429. At 19 it never ended.
+DEMOTED_NICE = 0
 # A compile still below its CPU ceiling after this many times the ceiling in wall time (and
 # at least `_STARVED_MIN_S`) is starved, not costly: stopped as busy, and not remembered.
 # Generous: a starved compile costs little, and stopping it throws its work away (on a
@@ -113,7 +118,7 @@ def default_workers() -> int:
     """Normal-priority compile processes for this machine: half the cores, 2 to 8.
 
     The model's forward pass wants the other half; slow compiles run beyond this number,
-    demoted, and do not take CPU from either while anything else is runnable.
+    demoted, each with one thread's share.
     """
     return max(2, min(8, (os.cpu_count() or 2) // 2))
 
@@ -411,14 +416,17 @@ class CompilerPool:
             grace = 0.0
             if proc is not None:
                 cpu, wall = proc.cpu_used(now), now - proc.started
-                retry = running_estimate(cpu, wall, ceiling)
+                progress = Progress.read(proc.worker.progress)
+                estimate = running_estimate(cpu, wall, ceiling, progress)
+                retry = job.retry_after(now, estimate, progress.position)
                 # Its ceiling is under a second away at the CPU it gets: wait for that
                 # answer rather than send a 429 that a retry would find to be a 400.
                 if wall > 0 and ceiling - cpu <= MIN_RETRY_S * cpu / wall:
                     grace = MIN_RETRY_S
             else:
                 position = self._jobs.index(job) if job in self._jobs else 0
-                retry = queued_estimate(position, self.workers, self._typical_s)
+                estimate = queued_estimate(position, self.workers, self._typical_s)
+                retry = job.retry_after(now, estimate, (QUEUED, -position))
             late = [w for w in job.waiters if now - w.since >= timeout + grace]
             if not late:
                 continue
@@ -467,7 +475,8 @@ class CompilerPool:
                 and now - proc.started >= self.slow_after_s
             ):
                 proc.demoted = True
-                proc.worker.lower_priority(DEMOTED_NICE)
+                if DEMOTED_NICE:
+                    proc.worker.lower_priority(DEMOTED_NICE)
                 self.stats.demotions += 1
                 demoted += 1
 
@@ -523,6 +532,7 @@ class CompilerPool:
         while idle and self._jobs:
             job = self._jobs.popleft()
             proc = idle.pop(0)
+            proc.worker.progress[:] = 0  # the last compile's: this one's is written after
             try:
                 proc.worker.conn.send(job.constraint)
             except OSError:  # the process died while idle: requeue the job

@@ -47,6 +47,8 @@ from gclm.compiler.index_reader import (
     read_index,
 )
 from gclm.compiler.numba_cache import cache_per_version
+from gclm.compiler.progress import DONE as _DONE
+from gclm.compiler.progress import new_slots
 from gclm.compiler.token_sets import spans
 from gclm.compiler.vocabulary import TokenVocabulary
 
@@ -193,12 +195,19 @@ def _build_trie(flat, offsets):
 
 
 def walk_tokens(
-    dfa: ByteDfa, vocab: TokenVocabulary, *, max_states: int | None = None, group_cap: int = 256
+    dfa: ByteDfa,
+    vocab: TokenVocabulary,
+    *,
+    max_states: int | None = None,
+    group_cap: int = 256,
+    progress: np.ndarray | None = None,
 ) -> GroupedIndex | None:
     """The GroupedIndex of `dfa` over `vocab`'s tokens (what read_index gives for
     outlines-core's token Index of the same regex), or None as soon as more than
     `max_states` states are reached. `group_cap` is the room for one state's successors
-    to start with; the walk runs again with more when a state has more."""
+    to start with; the walk runs again with more when a state has more. The states walked
+    so far are written to `progress[DONE]` (compiler/progress.py) as the walk goes."""
+    slots = new_slots() if progress is None else progress
     trie = token_trie(vocab)
     words = (vocab.size + 31) // 32
     limit = -1 if max_states is None else max_states
@@ -216,6 +225,7 @@ def walk_tokens(
             _token_hashes(words * 32),
             limit,
             group_cap,
+            slots,
         )
         if status != _MORE_GROUPS:
             break
@@ -248,6 +258,7 @@ def _walk(
     token_hash,
     max_states,
     group_cap,
+    progress,
 ):
     """Breadth-first over the states tokens reach from state 0: per state, the trie in
     preorder through `trans`, its tokens bucketed by successor into packed rows that are
@@ -280,6 +291,7 @@ def _walk(
     no_states = np.zeros(0, dtype=np.bool_)
     head = 0
     while head < n_states:
+        progress[_DONE] = head  # read by the compile pool for its Retry-After
         src = head
         head += 1
         path[0] = order[src]

@@ -17,7 +17,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gclm.compiler.constraint import Constraint
+from gclm.compiler.progress import SLOTS
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import CompileLimitError, ConstraintError, GclmError
 
@@ -52,8 +55,10 @@ class CompileLimits:
             raise ValueError("compile state limit must be at least 1")
 
 
-def _serve(conn: Connection, vocab: TokenVocabulary, limits: CompileLimits) -> None:
-    """Worker main loop: receive a Constraint, send back table bytes or an error."""
+def _serve(conn: Connection, vocab: TokenVocabulary, limits: CompileLimits, shared: Any) -> None:
+    """Worker main loop: receive a Constraint, send back table bytes or an error; report
+    each compile's progress in `shared` (compiler/progress.py's slots)."""
+    slots = np.frombuffer(shared, dtype=np.int64)
     try:
         import resource
 
@@ -71,7 +76,9 @@ def _serve(conn: Connection, vocab: TokenVocabulary, limits: CompileLimits) -> N
         except EOFError:
             return
         try:
-            table = compile_constraint(constraint, vocab, max_states=limits.max_states)
+            table = compile_constraint(
+                constraint, vocab, max_states=limits.max_states, progress=slots
+            )
             conn.send(("ok", table.to_bytes()))
         except GclmError as e:
             conn.send(("error", _flatten(e)))
@@ -130,7 +137,8 @@ class WorkerProcess:
     """One compile process and the parent's end of its pipe.
 
     Protocol: the child sends ("ready", None) once warmed up, then answers each Constraint
-    it receives with ("ok", table bytes) or ("error", parts). Scheduling is compiler/pool.py's.
+    it receives with ("ok", table bytes) or ("error", parts), and writes how far the
+    current compile has got to `progress` as it goes. Scheduling is compiler/pool.py's.
     """
 
     def __init__(
@@ -140,7 +148,10 @@ class WorkerProcess:
         limits: CompileLimits,
     ):
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_serve, args=(child, vocab, limits), daemon=True)
+        shared = ctx.RawArray("q", SLOTS)
+        # The pool zeroes it before each compile, the worker writes it as the compile goes.
+        self.progress = np.frombuffer(shared, dtype=np.int64)
+        self.process = ctx.Process(target=_serve, args=(child, vocab, limits, shared), daemon=True)
         self.process.start()
         child.close()
         self.ready = False
