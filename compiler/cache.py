@@ -319,7 +319,7 @@ class TableCache:
             if isinstance(outcome, BaseException):
                 landing.set_exception(outcome)
             else:
-                landing.set_result(outcome)  # type: ignore[arg-type]
+                landing.set_result(outcome)
 
     def _keep(self, key: str, table: CompiledTable, size: int) -> None:
         """Cache a table (with the lock held)."""
