@@ -124,6 +124,12 @@ def meet(a: Node | None, b: Node | None, pointer: str) -> Node | None:
     """
     if a is None or b is None:
         return None
+    # any_node stands for `true` (any value), cut at a depth only to bound what it
+    # generates itself: met with a schema it is that schema, however deep the schema goes.
+    if is_any(a):
+        return b
+    if is_any(b):
+        return a
     if "anyOf" in a or "anyOf" in b:
         pairs = [(x, y) for x in branches(a) for y in branches(b)]
         if len(pairs) > MAX_BRANCHES:
@@ -332,14 +338,17 @@ def string_ok(node: Node, value: str) -> bool:
         return False
 
 
+_SCALARS: list[Node] = [
+    {"type": "null"},
+    {"type": "boolean"},
+    {"type": "number"},
+    {"type": "string"},
+]
+
+
 def any_node(depth: int) -> Node:
     """Any JSON value with at most `depth` levels of arrays and objects."""
-    scalars: list[Node] = [
-        {"type": "null"},
-        {"type": "boolean"},
-        {"type": "number"},
-        {"type": "string"},
-    ]
+    scalars = [dict(n) for n in _SCALARS]
     if depth <= 0:
         return {"anyOf": scalars}
     inner = any_node(depth - 1)
@@ -356,6 +365,25 @@ def any_node(depth: int) -> Node:
             },
         ]
     }
+
+
+def is_any(node: Node) -> bool:
+    """Whether `node` is an any_node (of some depth): a stand-in for `true`."""
+    bs = node.get("anyOf")
+    if not isinstance(bs, list) or bs[:4] != _SCALARS or len(bs) not in (4, 6):
+        return False
+    if len(bs) == 4:
+        return True
+    array, obj = bs[4], bs[5]
+    return (
+        array.keys() == {"type", "items"}
+        and array["type"] == "array"
+        and is_any(array["items"])
+        and obj.keys() == {"type", "properties", "required", "additionalProperties", "declared"}
+        and (obj["type"], obj["properties"], obj["required"], obj["declared"])
+        == ("object", {}, [], False)
+        and is_any(obj["additionalProperties"])
+    )
 
 
 # ------------------------------------------------------------ keyword value checks
