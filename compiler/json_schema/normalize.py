@@ -20,7 +20,7 @@ from typing import Any
 
 from gclm.compiler.json_schema.finish import Finisher
 from gclm.compiler.json_schema.numbers import number_regex
-from gclm.compiler.json_schema.objects import object_node
+from gclm.compiler.json_schema.objects import object_node, without_optional
 from gclm.compiler.json_schema.ops import (
     ASSERTIONS,
     Node,
@@ -370,6 +370,8 @@ class Normalizer:
                 kept += [{"enum": values}] if values else []
             elif self.prover.rejects(sub, branch):
                 kept.append(branch)
+            elif (narrowed := without_optional(self, sub, branch, ptr)) is not None:
+                kept.append(narrowed)
             else:
                 lost |= not self.prover.accepts_all(sub, branch)
         if lost and not kept:

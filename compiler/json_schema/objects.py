@@ -2,7 +2,8 @@
 
 Kept: properties, required, additionalProperties, patternProperties, min/maxProperties,
 propertyNames (checked against each declared name), dependentRequired (dependents of an
-optional property become required) and dependentSchemas of a required property.
+optional property become required) and dependentSchemas of a required property; and a
+`not` of required names met by leaving optional properties out.
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ from gclm.compiler.json_schema.ops import (
     escape_pointer,
     meet,
     object_of,
+    union,
 )
 from gclm.compiler.json_schema.proofs import Prover
 from gclm.compiler.rust_regex import parse_problem
 from gclm.errors import UnsupportedSchemaError, quote
+
+# `not` of required names: objects without each optional one, at most this many branches.
+MAX_NOT_DROPS = 4
 
 
 class Subschemas(Protocol):
@@ -151,3 +156,29 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
                 "dependentSchemas", ptr, f"{quote(trigger)} is optional; make it required"
             )
     return out
+
+
+def without_optional(self: Subschemas, sub: Any, branch: Node, ptr: str) -> Node | None:
+    """`branch` less an optional property, where that proves it fails `sub`, else None.
+
+    Each optional property whose absence proves it gives one branch of the result:
+    `not: {required: [a, b]}` (never both) generates objects without `a` or without `b`.
+    """
+    if branch.get("type") != "object":
+        return None
+    kept, dropped = [], []
+    for name in branch["properties"]:
+        if name in branch["required"] or len(kept) == MAX_NOT_DROPS:
+            continue
+        props = {k: v for k, v in branch["properties"].items() if k != name}
+        narrowed = {**branch, "properties": props, "additionalProperties": False}
+        if self.prover.rejects(sub, narrowed):
+            kept.append(narrowed)
+            dropped.append(name)
+    if kept:
+        self.note(
+            f"{ptr}/not",
+            f"objects generated without one of the optional properties {dropped}, so that "
+            "they fail the 'not' subschema",
+        )
+    return union(kept)
