@@ -53,7 +53,9 @@ class Finisher:
                 "type": "object",
                 "additionalProperties": self.finish(extra, f"{ptr}/additionalProperties"),
             }
-            out.update({k: node[k] for k in ("minProperties", "maxProperties") if k in node})
+            out.update(
+                {k: node[k] for k in ("minProperties", "maxProperties", "keyPatterns") if k in node}
+            )
             return out
         optional = [p for p in props if p not in required]
         if len(required) < min_p:

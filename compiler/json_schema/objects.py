@@ -97,8 +97,17 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
         if extra_s is True
         else self.schema(extra_s, f"{ptr}/additionalProperties")
     )
-    for p, sub in patterns.items():
-        extra = meet(extra, self.schema(sub, f"{ptr}/patternProperties/{escape_pointer(p)}"), ptr)
+    pattern_nodes = [
+        self.schema(sub, f"{ptr}/patternProperties/{escape_pointer(p)}")
+        for p, sub in patterns.items()
+    ]
+    # With additionalProperties false, the undeclared keys are those a pattern matches:
+    # generated with a name that matches one, and a value that meets every pattern's schema.
+    key_patterns = list(patterns) if extra is None and patterns else []
+    if key_patterns:
+        extra = reduce(lambda a, b: meet(a, b, ptr), pattern_nodes)
+    else:
+        extra = reduce(lambda a, b: meet(a, b, ptr), pattern_nodes, extra)
     if names_s not in (True, {}):
         extra = None  # undeclared keys could not be checked against propertyNames
     props: dict[str, Node] = {}
@@ -143,6 +152,8 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
         # keys are generated freely from additionalProperties.
         "declared": bool(props_s or required),
     }
+    if key_patterns and extra is not None:
+        out["keyPatterns"] = key_patterns
     for key in ("minProperties", "maxProperties"):
         if key in s:
             out[key] = count_of(s, key, ptr)

@@ -3,7 +3,8 @@
 A node is what `compiler/json_schema/normalize.py` builds: `None` (no value), `{"anyOf": [...]}`,
 `{"enum": [...]}`, or `{"type": T, ...}` with only the keywords that type's generator
 reads. An object node carries `properties`, `required` and `additionalProperties`
-(`False` when undeclared keys are not allowed); it generates its declared properties only.
+(`False` when undeclared keys are not allowed), and `keyPatterns` when an undeclared key's
+name must match one of those patterns; it generates its declared properties only.
 
 `meet` is exact on what nodes generate, so allOf never widens the output. The checks that
 involve an original (unnormalised) schema - `holds`, `rejects`, `accepts_all` - answer
@@ -240,8 +241,8 @@ def _meet_objects(a: Node, b: Node, pointer: str) -> Node | None:
     props: dict[str, Node] = {}
     required = list(dict.fromkeys(a["required"] + b["required"]))
     for name in dict.fromkeys(list(a["properties"]) + list(b["properties"])):
-        x = a["properties"].get(name, a["additionalProperties"] or None)
-        y = b["properties"].get(name, b["additionalProperties"] or None)
+        x = a["properties"].get(name, undeclared(a, name))
+        y = b["properties"].get(name, undeclared(b, name))
         node = meet(x, y, f"{pointer}/properties/{escape_pointer(name)}")
         if node is not None:
             props[name] = node
@@ -249,6 +250,9 @@ def _meet_objects(a: Node, b: Node, pointer: str) -> Node | None:
             return None
     extra_a, extra_b = a["additionalProperties"], b["additionalProperties"]
     extra = meet(extra_a, extra_b, pointer) if extra_a and extra_b else None
+    keys_a, keys_b = a.get("keyPatterns"), b.get("keyPatterns")
+    if keys_a and keys_b and keys_a != keys_b:
+        extra = None  # names matching both lists: not one regex; no undeclared keys
     out: Node = {
         "type": "object",
         "properties": props,
@@ -256,11 +260,28 @@ def _meet_objects(a: Node, b: Node, pointer: str) -> Node | None:
         "declared": a["declared"] or b["declared"],
         "additionalProperties": False if extra is None else extra,
     }
+    if extra is not None and (keys_a or keys_b):
+        out["keyPatterns"] = keys_a or keys_b
     for key, pick in (("minProperties", max), ("maxProperties", min)):
         values = [n[key] for n in (a, b) if key in n]
         if values:
             out[key] = pick(values)
     return out
+
+
+def undeclared(node: Node, name: str) -> Node | None:
+    """What an object node allows under an undeclared key `name` (None: the key is not)."""
+    patterns = node.get("keyPatterns")
+    if patterns and not any(_searches(p, name) for p in patterns):
+        return None
+    return node["additionalProperties"] or None
+
+
+def _searches(pattern: str, name: str) -> bool:
+    try:
+        return re.search(pattern, name) is not None
+    except re.error:
+        return False
 
 
 def escape_pointer(token: str) -> str:
@@ -299,8 +320,7 @@ def member(node: Node | None, value: Any) -> bool:
             all(r in value for r in node["required"])
             and node.get("minProperties", 0) <= len(value) <= node.get("maxProperties", len(value))
             and all(
-                member(node["properties"].get(k, node["additionalProperties"] or None), v)
-                for k, v in value.items()
+                member(node["properties"].get(k, undeclared(node, k)), v) for k, v in value.items()
             )
         )
     return True

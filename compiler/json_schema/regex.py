@@ -20,6 +20,7 @@ from gclm.compiler.json_schema.patterns import (
     JSON_CHAR_SHORT,
     OUTLINES_JSON_CHAR,
     escape_literal,
+    pattern_regex,
     string_regex,
 )
 from gclm.errors import CompileLimitError, ConstraintError
@@ -65,12 +66,15 @@ def _json_depth(value: Any) -> int:
     return deepest
 
 
-def schema_regex(schema: dict[str, Any], whitespace: str = DEFAULT_WHITESPACE) -> str:
+def schema_regex(
+    schema: dict[str, Any], whitespace: str = DEFAULT_WHITESPACE, top_level: bool = True
+) -> str:
     """Build the regex for a normalised schema with outlines-core, splicing in gclm's leaves.
 
-    Leaves outlines-core gets wrong (bounded numbers, patterns, formats) become string
-    constants that cannot occur elsewhere in the schema; their regexes replace the
-    constants' text in outlines-core's output.
+    Leaves outlines-core gets wrong (bounded numbers, patterns, formats, objects whose
+    undeclared keys must match a pattern) become string constants that cannot occur
+    elsewhere in the schema; their regexes replace the constants' text in outlines-core's
+    output. `top_level=False`: the schema is part of a larger output (see `string_regex`).
     """
     size = _regex_size(schema, {})
     if size > MAX_REGEX_CHARS:
@@ -84,8 +88,10 @@ def schema_regex(schema: dict[str, Any], whitespace: str = DEFAULT_WHITESPACE) -
     while f"gclm{nonce}x" in text:
         nonce += 1
     leaves: dict[str, str] = {}
-    top = schema["anyOf"] if "anyOf" in schema else [schema]
-    prepared = _prepare(schema, "", f"gclm{nonce}x", leaves, top=[id(n) for n in top])
+    top = (schema["anyOf"] if "anyOf" in schema else [schema]) if top_level else []
+    prepared = _prepare(
+        schema, "", f"gclm{nonce}x", leaves, [id(n) for n in top], whitespace=whitespace
+    )
     depth = _json_depth(prepared)
     if depth > MAX_JSON_DEPTH:
         raise ConstraintError(
@@ -137,13 +143,17 @@ def _regex_size(node: Any, memo: dict[int, int]) -> int:
     return size
 
 
-def _prepare(node: Any, ptr: str, prefix: str, leaves: dict[str, str], top: list[int]) -> Any:
+def _prepare(
+    node: Any, ptr: str, prefix: str, leaves: dict[str, str], top: list[int], whitespace: str
+) -> Any:
     """Copy `node` for outlines-core: leaves become placeholders, keys get JSON escapes.
 
     `top` holds the ids of the nodes that are the whole output (see `string_regex`).
     """
     if isinstance(node, list):
-        return [_prepare(x, f"{ptr}/{i}", prefix, leaves, top) for i, x in enumerate(node)]
+        return [
+            _prepare(x, f"{ptr}/{i}", prefix, leaves, top, whitespace) for i, x in enumerate(node)
+        ]
     if not isinstance(node, dict):
         return node
     leaf = None
@@ -161,6 +171,8 @@ def _prepare(node: Any, ptr: str, prefix: str, leaves: dict[str, str], top: list
         leaf = number_regex(node, ptr)
     elif node.get("type") == "string":
         leaf = string_regex(node, ptr, top_level=id(node) in top)
+    elif node.get("type") == "object" and "keyPatterns" in node:
+        leaf = _keyed_object_regex(node, ptr, whitespace)
     if leaf is not None:
         placeholder = f"{prefix}{len(leaves)}"
         leaves[placeholder] = leaf
@@ -171,15 +183,35 @@ def _prepare(node: Any, ptr: str, prefix: str, leaves: dict[str, str], top: list
             # outlines-core regex-escapes a name but does not JSON-escape it.
             out[key] = {
                 _json_escaped(k): _prepare(
-                    v, f"{ptr}/properties/{escape_pointer(k)}", prefix, leaves, top
+                    v, f"{ptr}/properties/{escape_pointer(k)}", prefix, leaves, top, whitespace
                 )
                 for k, v in value.items()
             }
         elif key == "required":
             out[key] = [_json_escaped(k) for k in value]
         else:
-            out[key] = _prepare(value, f"{ptr}/{key}", prefix, leaves, top)
+            out[key] = _prepare(value, f"{ptr}/{key}", prefix, leaves, top, whitespace)
     return out
+
+
+def _keyed_object_regex(node: dict[str, Any], ptr: str, ws: str) -> str:
+    """An object of undeclared keys only, each named to match one of `keyPatterns`.
+
+    Written as outlines-core writes a free-key object (same whitespace and separators),
+    with the key's string regex replaced and the value's regex built on its own.
+    """
+    names = "|".join(
+        '"' + pattern_regex(p, f"{ptr}/patternProperties/{escape_pointer(p)}") + '"'
+        for p in node["keyPatterns"]
+    )
+    value = schema_regex(node["additionalProperties"], ws, top_level=False)
+    entry = f"(?:{names}){ws}:{ws}(?:{value})"
+    lo, hi = node.get("minProperties", 0), node.get("maxProperties")
+    if hi == 0:
+        return rf"\{{{ws}\}}"
+    more = f"(?:{ws},{ws}{entry}){{{max(lo - 1, 0)},{'' if hi is None else hi - 1}}}"
+    body = entry + more if lo else f"(?:{entry}{more})?"
+    return rf"\{{{ws}{body}{ws}\}}"
 
 
 def _json_escaped(name: str) -> str:
