@@ -184,6 +184,10 @@ class Prover:
                 for name in node["required"]:
                     if name in sprops and self.rejects(sprops[name], props[name]):
                         return True
+                # A key the node always writes that the schema forbids as undeclared.
+                if s.get("additionalProperties") is False and not s.get("patternProperties"):
+                    if any(name not in sprops for name in node["required"]):
+                        return True
         return False
 
     def accepts_all(self, schema: Any, node: Node | None) -> bool:
