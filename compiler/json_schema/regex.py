@@ -30,9 +30,11 @@ log = logging.getLogger("gclm.compiler")
 # json_object allows this many levels of arrays and objects, the outer object included:
 # `{"a": {"b": [1]}}` but not `{"a": {"b": [[1]]}}`. Each level multiplies the regex by ~4.
 JSON_OBJECT_DEPTH = 3
-# A longer regex never compiled within 10 s on the benchmark corpus, and outlines-core
-# aborts the process (not an exception) when building a far longer one runs out of memory.
-MAX_REGEX_CHARS = 1_000_000
+# outlines-core aborts the process (not an exception) when building a far longer regex
+# runs out of memory. With the token walk (compiler/token_walk.py), MaskBench's
+# Kubernetes kb_449 (1.3 M characters) and kb_1112 (2.4 M) compile in 6-16 s on a loaded
+# 2-core machine; kb_233 (5.6 M) took 77 s and 2.3 GB: refused at once here instead.
+MAX_REGEX_CHARS = 3_000_000
 # serde_json (under outlines-core) reads at most this many nested objects and arrays.
 MAX_JSON_DEPTH = 127
 
