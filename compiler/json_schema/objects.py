@@ -154,6 +154,18 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
     }
     if key_patterns and extra is not None:
         out["keyPatterns"] = key_patterns
+    # An explicit `additionalProperties` (true or a schema) beside declared properties:
+    # keys other than the declared ones may follow them (not with patterns, propertyNames
+    # or property counts, which one regex of extra keys could not honour).
+    if (
+        "additionalProperties" in s
+        and extra is not None
+        and props
+        and not patterns
+        and names_s in (True, {})
+        and not s.keys() & {"minProperties", "maxProperties"}
+    ):
+        out["open"] = True
     for key in ("minProperties", "maxProperties"):
         if key in s:
             out[key] = count_of(s, key, ptr)
@@ -183,6 +195,7 @@ def without_optional(self: Subschemas, sub: Any, branch: Node, ptr: str) -> Node
             continue
         props = {k: v for k, v in branch["properties"].items() if k != name}
         narrowed = {**branch, "properties": props, "additionalProperties": False}
+        narrowed.pop("open", None)  # an extra key could be the one left out
         if self.prover.rejects(sub, narrowed):
             kept.append(narrowed)
             dropped.append(name)

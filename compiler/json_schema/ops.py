@@ -4,7 +4,8 @@ A node is what `compiler/json_schema/normalize.py` builds: `None` (no value), `{
 `{"enum": [...]}`, or `{"type": T, ...}` with only the keywords that type's generator
 reads. An object node carries `properties`, `required` and `additionalProperties`
 (`False` when undeclared keys are not allowed), and `keyPatterns` when an undeclared key's
-name must match one of those patterns; it generates its declared properties only.
+name must match one of those patterns; it generates its declared properties only, and
+after them undeclared keys when it is `open`.
 
 `meet` is exact on what nodes generate, so allOf never widens the output. The checks that
 involve an original (unnormalised) schema - `holds`, `rejects`, `accepts_all` - answer
@@ -262,6 +263,8 @@ def _meet_objects(a: Node, b: Node, pointer: str) -> Node | None:
     }
     if extra is not None and (keys_a or keys_b):
         out["keyPatterns"] = keys_a or keys_b
+    if extra is not None and a.get("open") and b.get("open"):
+        out["open"] = True
     for key, pick in (("minProperties", max), ("maxProperties", min)):
         values = [n[key] for n in (a, b) if key in n]
         if values:

@@ -14,6 +14,7 @@ from outlines_core.json_schema import build_regex_from_schema
 
 from gclm.compiler.constraint import DEFAULT_WHITESPACE
 from gclm.compiler.json_schema.numbers import number_regex
+from gclm.compiler.json_schema.open_objects import keyed_object_regex, open_object_regex
 from gclm.compiler.json_schema.ops import any_node, escape_pointer
 from gclm.compiler.json_schema.patterns import (
     JSON_CHAR,
@@ -173,8 +174,8 @@ def _prepare(
         leaf = number_regex(node, ptr)
     elif node.get("type") == "string":
         leaf = string_regex(node, ptr, top_level=id(node) in top)
-    elif node.get("type") == "object" and "keyPatterns" in node:
-        leaf = _keyed_object_regex(node, ptr, whitespace)
+    elif node.get("type") == "object" and ("keyPatterns" in node or "extraKeys" in node):
+        leaf = _object_regex(node, ptr, whitespace)
     if leaf is not None:
         placeholder = f"{prefix}{len(leaves)}"
         leaves[placeholder] = leaf
@@ -196,24 +197,22 @@ def _prepare(
     return out
 
 
-def _keyed_object_regex(node: dict[str, Any], ptr: str, ws: str) -> str:
-    """An object of undeclared keys only, each named to match one of `keyPatterns`.
-
-    Written as outlines-core writes a free-key object (same whitespace and separators),
-    with the key's string regex replaced and the value's regex built on its own.
-    """
-    names = "|".join(
+def _object_regex(node: dict[str, Any], ptr: str, ws: str) -> str:
+    """An object outlines-core cannot write (see `open_objects.py`); values built here."""
+    if "extraKeys" in node:
+        entries = [
+            (name, schema_regex(sub, ws, top_level=False), name in node["required"])
+            for name, sub in node["properties"].items()
+        ]
+        return open_object_regex(entries, schema_regex(node["extraKeys"], ws, False), ws)
+    names = [
         '"' + pattern_regex(p, f"{ptr}/patternProperties/{escape_pointer(p)}") + '"'
         for p in node["keyPatterns"]
-    )
+    ]
     value = schema_regex(node["additionalProperties"], ws, top_level=False)
-    entry = f"(?:{names}){ws}:{ws}(?:{value})"
-    lo, hi = node.get("minProperties", 0), node.get("maxProperties")
-    if hi == 0:
-        return rf"\{{{ws}\}}"
-    more = f"(?:{ws},{ws}{entry}){{{max(lo - 1, 0)},{'' if hi is None else hi - 1}}}"
-    body = entry + more if lo else f"(?:{entry}{more})?"
-    return rf"\{{{ws}{body}{ws}\}}"
+    return keyed_object_regex(
+        names, value, node.get("minProperties", 0), node.get("maxProperties"), ws
+    )
 
 
 def _json_escaped(name: str) -> str:
