@@ -155,15 +155,19 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
     if key_patterns and extra is not None:
         out["keyPatterns"] = key_patterns
     # An explicit `additionalProperties` (true or a schema) beside declared properties:
-    # keys other than the declared ones may follow them (not with patterns, propertyNames
-    # or property counts, which one regex of extra keys could not honour).
+    # keys other than the declared ones may follow them. Not with patterns, propertyNames,
+    # property counts or dependencies (an extra key could be a trigger), which one regex of
+    # extra keys cannot honour, nor when a declared name is never generated (`"a": false`:
+    # an extra key must not be it).
     if (
         "additionalProperties" in s
         and extra is not None
         and props
+        and set(props) == set(declared)
         and not patterns
         and names_s in (True, {})
         and not s.keys() & {"minProperties", "maxProperties"}
+        and not (dep_required or dep_schemas)
     ):
         out["open"] = True
     for key in ("minProperties", "maxProperties"):

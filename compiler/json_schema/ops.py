@@ -240,6 +240,7 @@ def array_node(items: Node | None, min_items: int, max_items: int | None) -> Nod
 
 def _meet_objects(a: Node, b: Node, pointer: str) -> Node | None:
     props: dict[str, Node] = {}
+    dropped = False
     required = list(dict.fromkeys(a["required"] + b["required"]))
     for name in dict.fromkeys(list(a["properties"]) + list(b["properties"])):
         x = a["properties"].get(name, undeclared(a, name))
@@ -249,6 +250,8 @@ def _meet_objects(a: Node, b: Node, pointer: str) -> Node | None:
             props[name] = node
         elif name in required:
             return None
+        else:
+            dropped = True  # a name no value fits: no extra key may be it
     extra_a, extra_b = a["additionalProperties"], b["additionalProperties"]
     extra = meet(extra_a, extra_b, pointer) if extra_a and extra_b else None
     keys_a, keys_b = a.get("keyPatterns"), b.get("keyPatterns")
@@ -263,7 +266,7 @@ def _meet_objects(a: Node, b: Node, pointer: str) -> Node | None:
     }
     if extra is not None and (keys_a or keys_b):
         out["keyPatterns"] = keys_a or keys_b
-    if extra is not None and a.get("open") and b.get("open"):
+    if extra is not None and a.get("open") and b.get("open") and not dropped:
         out["open"] = True
     for key, pick in (("minProperties", max), ("maxProperties", min)):
         values = [n[key] for n in (a, b) if key in n]

@@ -72,3 +72,17 @@ def test_other_key_is_any_raw_string_but_the_names(name):
     text = json.dumps(name, ensure_ascii=False)
     raw = not any(c in '"\\' or ord(c) < 0x20 for c in name)
     assert (re.fullmatch(other_key_regex(NAMES), text) is not None) == (raw and name not in NAMES)
+
+
+def test_a_forbidden_declared_name_keeps_the_object_closed():
+    schema = {**NEWSLETTER, "properties": {**NEWSLETTER["properties"], "secret": False}}
+    assert accepts(schema, {"id": "a"})
+    assert not accepts(schema, {"id": "a", "secret": 1})
+    both = {"allOf": [NEWSLETTER, {**NEWSLETTER, "properties": {"id": {"type": "integer"}}}]}
+    assert not accepts(both, {"id": 1})  # no value fits "id" ...
+    assert not accepts(both, {"send_id": "b", "id": 1})  # ... so no extra key may be it
+
+
+def test_dependencies_keep_the_object_closed():
+    schema = {**NEWSLETTER, "dependentRequired": {"trigger": ["id"]}}
+    assert not accepts(schema, {"send_id": "b", "trigger": 1})
