@@ -364,52 +364,39 @@ def string_ok(node: Node, value: str) -> bool:
         return False
 
 
-_SCALARS: list[Node] = [
-    {"type": "null"},
-    {"type": "boolean"},
-    {"type": "number"},
-    {"type": "string"},
-]
+# any_node's results, one per depth: is_any knows them by identity. A schema that spells
+# the same union (`"type": ["null", "boolean", "number", "string"]`) is a real constraint.
+_ANY: dict[int, Node] = {}
 
 
 def any_node(depth: int) -> Node:
-    """Any JSON value with at most `depth` levels of arrays and objects."""
-    scalars = [dict(n) for n in _SCALARS]
-    if depth <= 0:
-        return {"anyOf": scalars}
-    inner = any_node(depth - 1)
-    return {
-        "anyOf": scalars
-        + [
-            {"type": "array", "items": inner},
-            {
-                "type": "object",
-                "properties": {},
-                "required": [],
-                "additionalProperties": inner,
-                "declared": False,
-            },
-        ]
-    }
+    """Any JSON value with at most `depth` levels of arrays and objects (shared: do not edit)."""
+    depth = max(depth, 0)
+    if depth not in _ANY:
+        scalars: list[Node] = [{"type": t} for t in ("null", "boolean", "number", "string")]
+        if depth == 0:
+            _ANY[0] = {"anyOf": scalars}
+        else:
+            inner = any_node(depth - 1)
+            _ANY[depth] = {
+                "anyOf": scalars
+                + [
+                    {"type": "array", "items": inner},
+                    {
+                        "type": "object",
+                        "properties": {},
+                        "required": [],
+                        "additionalProperties": inner,
+                        "declared": False,
+                    },
+                ]
+            }
+    return _ANY[depth]
 
 
 def is_any(node: Node) -> bool:
     """Whether `node` is an any_node (of some depth): a stand-in for `true`."""
-    bs = node.get("anyOf")
-    if not isinstance(bs, list) or bs[:4] != _SCALARS or len(bs) not in (4, 6):
-        return False
-    if len(bs) == 4:
-        return True
-    array, obj = bs[4], bs[5]
-    return (
-        array.keys() == {"type", "items"}
-        and array["type"] == "array"
-        and is_any(array["items"])
-        and obj.keys() == {"type", "properties", "required", "additionalProperties", "declared"}
-        and (obj["type"], obj["properties"], obj["required"], obj["declared"])
-        == ("object", {}, [], False)
-        and is_any(obj["additionalProperties"])
-    )
+    return any(node is n for n in _ANY.values())
 
 
 # ------------------------------------------------------------ keyword value checks

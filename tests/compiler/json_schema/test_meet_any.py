@@ -41,6 +41,15 @@ def test_declared_empty_property_takes_its_pattern_properties_schema():
 def test_is_any_recognises_any_node_only():
     assert all(is_any(any_node(d)) for d in range(4))
     assert not is_any({"anyOf": [{"type": "null"}, {"type": "boolean"}]})
+    assert not is_any({"anyOf": [{"type": t} for t in ("null", "boolean", "number", "string")]})
     assert not is_any(ITEMS)
     assert meet(any_node(1), ITEMS, "") == ITEMS
     assert meet(ITEMS, any_node(0), "") == ITEMS
+
+
+def test_a_schema_that_spells_any_scalar_is_not_any():
+    # The same union as any_node(0), written by the user: a real constraint.
+    scalar = {"type": ["null", "boolean", "number", "string"]}
+    schema = {"type": "object", "properties": {"x": {"allOf": [scalar, ITEMS]}}}
+    assert not accepts(schema, {"x": []})
+    assert accepts(schema, {})
