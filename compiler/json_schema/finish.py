@@ -3,7 +3,8 @@
 Internal object nodes carry `additionalProperties` so that `allOf` can intersect them;
 outlines-core reads only one keyword per subschema, so each object leaves here in exactly
 one of its two forms: declared properties (`properties` + `required`, nothing else
-generated) or free keys (`additionalProperties` + `minProperties`/`maxProperties`).
+generated but, for an open object, `extraKeys` after them) or free keys
+(`additionalProperties` + `minProperties`/`maxProperties`).
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ class Finisher:
                 "type": "object",
                 "additionalProperties": self.finish(extra, f"{ptr}/additionalProperties"),
             }
-            out.update({k: node[k] for k in ("minProperties", "maxProperties") if k in node})
+            out.update(
+                {k: node[k] for k in ("minProperties", "maxProperties", "keyPatterns") if k in node}
+            )
             return out
         optional = [p for p in props if p not in required]
         if len(required) < min_p:
@@ -74,10 +77,14 @@ class Finisher:
             )
             self.note(ptr, f"maxProperties {max_p}: only {sorted(keep)} generated")
             props = {k: v for k, v in props.items() if k in keep}
-        return {
+        out = {
             "type": "object",
             "properties": {
                 k: self.finish(v, f"{ptr}/properties/{escape_pointer(k)}") for k, v in props.items()
             },
             "required": [r for r in props if r in required],
         }
+        if node.get("open") and props == node["properties"] and extra:
+            # Undeclared keys after the declared ones (see `open_objects.py`).
+            out["extraKeys"] = self.finish(extra, f"{ptr}/additionalProperties")
+        return out

@@ -17,6 +17,7 @@ from typing import Any
 from gclm.errors import UnsupportedSchemaError, quote
 
 Items = list[tuple[Any, Any]]
+MAX_SPLIT = 16  # alternatives distributed to fold length bounds into each
 # What an unanchored side of a pattern may hold: any characters (JSON-encoded by _emit).
 ANY_CHARS: tuple[Any, Any] = (
     sre.MAX_REPEAT,
@@ -40,9 +41,24 @@ def _pieces(items: Items) -> Items:
     for op, av in items:
         if op is sre.SUBPATTERN and not av[1] and not av[2]:
             out += _pieces(list(av[3]))
+        elif (inner := _optional_repeat(op, av)) is not None:
+            out.append(inner)
         else:
             out.append((op, av))
     return out
+
+
+def _optional_repeat(op: Any, av: Any) -> tuple[Any, Any] | None:
+    """`(x{a,b})?` with a <= 1 as the same language `x{0,b}`, a repeat that can be narrowed."""
+    if op not in (sre.MAX_REPEAT, sre.MIN_REPEAT) or av[:2] != (0, 1):
+        return None
+    inner = list(av[2])
+    while len(inner) == 1 and inner[0][0] is sre.SUBPATTERN and not any(inner[0][1][1:3]):
+        inner = list(inner[0][1][3])
+    if len(inner) != 1 or inner[0][0] not in (sre.MAX_REPEAT, sre.MIN_REPEAT):
+        return None
+    lo, hi, sub = inner[0][1]
+    return (inner[0][0], (0, hi, sub)) if lo <= 1 else None
 
 
 def _step(item: tuple[Any, Any]) -> int | None:
@@ -57,6 +73,43 @@ def _step(item: tuple[Any, Any]) -> int | None:
 def fold_lengths(
     body: Items, min_len: int, max_len: int | None, pattern: str, pointer: str
 ) -> Items:
+    """Narrow the repeats of an anchored pattern body so each match is min_len..max_len long.
+
+    Where the body as a whole cannot be narrowed, its first alternation is distributed
+    (`^(a|b+c)$` is `^a$|^b+c$`) and each alternative narrowed on its own; the ones that
+    cannot be are left out (at most MAX_SPLIT alternatives in all).
+
+    Raises:
+        UnsupportedSchemaError: as `_fold`, when no alternative can be narrowed.
+    """
+    return _fold_split(body, min_len, max_len, pattern, pointer, [MAX_SPLIT])
+
+
+def _fold_split(
+    body: Items, min_len: int, max_len: int | None, pattern: str, pointer: str, left: list[int]
+) -> Items:
+    try:
+        return _fold(body, min_len, max_len, pattern, pointer)
+    except UnsupportedSchemaError as e:
+        pieces = _pieces(body)
+        at = next((i for i, (op, _) in enumerate(pieces) if op is sre.BRANCH), None)
+        if at is None or left[0] < len(pieces[at][1][1]):
+            raise
+        left[0] -= len(pieces[at][1][1])
+        folded = []
+        for alternative in pieces[at][1][1]:
+            split = pieces[:at] + list(alternative) + pieces[at + 1 :]
+            try:
+                folded.append(_fold_split(split, min_len, max_len, pattern, pointer, left))
+            except UnsupportedSchemaError:
+                continue
+        if not folded:
+            raise e from None
+        subs = [sre_parse.SubPattern(sre_parse.State(), f) for f in folded]
+        return [(sre.BRANCH, (None, subs))]
+
+
+def _fold(body: Items, min_len: int, max_len: int | None, pattern: str, pointer: str) -> Items:
     """Narrow the repeats of an anchored pattern body so each match is min_len..max_len long.
 
     Raises:

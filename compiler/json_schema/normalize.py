@@ -20,7 +20,7 @@ from typing import Any
 
 from gclm.compiler.json_schema.finish import Finisher
 from gclm.compiler.json_schema.numbers import number_regex
-from gclm.compiler.json_schema.objects import object_node
+from gclm.compiler.json_schema.objects import object_node, without_optional
 from gclm.compiler.json_schema.ops import (
     ASSERTIONS,
     Node,
@@ -343,7 +343,7 @@ class Normalizer:
             generated = meet(base, self.schema(sub, f"{ptr}/oneOf/{i}"), ptr)
             others = subs[:i] + subs[i + 1 :]
             exclusive = [
-                b for b in branches(generated) if all(self.prover.rejects(o, b) for o in others)
+                e for b in branches(generated) if (e := self.proven(others, b)) is not None
             ]
             lost |= len(exclusive) < len(branches(generated))
             kept += exclusive
@@ -359,6 +359,14 @@ class Normalizer:
             )
         return union(kept)
 
+    def proven(self, others: list[Any], branch: Node) -> Node | None:
+        """`branch`, or it without extra keys, if proven to fail all of `others`; else None."""
+        closed = {k: v for k, v in branch.items() if k != "open"}
+        for candidate in [branch] + ([closed] if "open" in branch else []):
+            if all(self.prover.rejects(o, candidate) for o in others):
+                return candidate
+        return None
+
     def exclude(self, sub: Any, node: Node | None, ptr: str) -> Node | None:
         """Keep only what provably fails the `not` subschema."""
         kept, lost = [], False
@@ -368,8 +376,10 @@ class Normalizer:
                 values = [v for v, ok in verdicts if ok is False]
                 lost |= any(ok is None for _, ok in verdicts)
                 kept += [{"enum": values}] if values else []
-            elif self.prover.rejects(sub, branch):
-                kept.append(branch)
+            elif (proven := self.proven([sub], branch)) is not None:
+                kept.append(proven)
+            elif (narrowed := without_optional(self, sub, branch, ptr)) is not None:
+                kept.append(narrowed)
             else:
                 lost |= not self.prover.accepts_all(sub, branch)
         if lost and not kept:

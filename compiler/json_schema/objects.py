@@ -2,7 +2,8 @@
 
 Kept: properties, required, additionalProperties, patternProperties, min/maxProperties,
 propertyNames (checked against each declared name), dependentRequired (dependents of an
-optional property become required) and dependentSchemas of a required property.
+optional property become required) and dependentSchemas of a required property; and a
+`not` of required names met by leaving optional properties out.
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ from gclm.compiler.json_schema.ops import (
     escape_pointer,
     meet,
     object_of,
+    union,
 )
 from gclm.compiler.json_schema.proofs import Prover
 from gclm.compiler.rust_regex import parse_problem
 from gclm.errors import UnsupportedSchemaError, quote
+
+# `not` of required names: objects without each optional one, at most this many branches.
+MAX_NOT_DROPS = 4
 
 
 class Subschemas(Protocol):
@@ -92,8 +97,17 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
         if extra_s is True
         else self.schema(extra_s, f"{ptr}/additionalProperties")
     )
-    for p, sub in patterns.items():
-        extra = meet(extra, self.schema(sub, f"{ptr}/patternProperties/{escape_pointer(p)}"), ptr)
+    pattern_nodes = [
+        self.schema(sub, f"{ptr}/patternProperties/{escape_pointer(p)}")
+        for p, sub in patterns.items()
+    ]
+    # With additionalProperties false, the undeclared keys are those a pattern matches:
+    # generated with a name that matches one, and a value that meets every pattern's schema.
+    key_patterns = list(patterns) if extra is None and patterns else []
+    if key_patterns:
+        extra = reduce(lambda a, b: meet(a, b, ptr), pattern_nodes)
+    else:
+        extra = reduce(lambda a, b: meet(a, b, ptr), pattern_nodes, extra)
     if names_s not in (True, {}):
         extra = None  # undeclared keys could not be checked against propertyNames
     props: dict[str, Node] = {}
@@ -138,6 +152,24 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
         # keys are generated freely from additionalProperties.
         "declared": bool(props_s or required),
     }
+    if key_patterns and extra is not None:
+        out["keyPatterns"] = key_patterns
+    # An explicit `additionalProperties` (true or a schema) beside declared properties:
+    # keys other than the declared ones may follow them. Not with patterns, propertyNames,
+    # property counts or dependencies (an extra key could be a trigger), which one regex of
+    # extra keys cannot honour, nor when a declared name is never generated (`"a": false`:
+    # an extra key must not be it).
+    if (
+        "additionalProperties" in s
+        and extra is not None
+        and props
+        and set(props) == set(declared)
+        and not patterns
+        and names_s in (True, {})
+        and not s.keys() & {"minProperties", "maxProperties"}
+        and not (dep_required or dep_schemas)
+    ):
+        out["open"] = True
     for key in ("minProperties", "maxProperties"):
         if key in s:
             out[key] = count_of(s, key, ptr)
@@ -151,3 +183,30 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
                 "dependentSchemas", ptr, f"{quote(trigger)} is optional; make it required"
             )
     return out
+
+
+def without_optional(self: Subschemas, sub: Any, branch: Node, ptr: str) -> Node | None:
+    """`branch` less an optional property, where that proves it fails `sub`, else None.
+
+    Each optional property whose absence proves it gives one branch of the result:
+    `not: {required: [a, b]}` (never both) generates objects without `a` or without `b`.
+    """
+    if branch.get("type") != "object":
+        return None
+    kept, dropped = [], []
+    for name in branch["properties"]:
+        if name in branch["required"] or len(kept) == MAX_NOT_DROPS:
+            continue
+        props = {k: v for k, v in branch["properties"].items() if k != name}
+        narrowed = {**branch, "properties": props, "additionalProperties": False}
+        narrowed.pop("open", None)  # an extra key could be the one left out
+        if self.prover.rejects(sub, narrowed):
+            kept.append(narrowed)
+            dropped.append(name)
+    if kept:
+        self.note(
+            f"{ptr}/not",
+            f"objects generated without one of the optional properties {dropped}, so that "
+            "they fail the 'not' subschema",
+        )
+    return union(kept)

@@ -3,7 +3,9 @@
 A node is what `compiler/json_schema/normalize.py` builds: `None` (no value), `{"anyOf": [...]}`,
 `{"enum": [...]}`, or `{"type": T, ...}` with only the keywords that type's generator
 reads. An object node carries `properties`, `required` and `additionalProperties`
-(`False` when undeclared keys are not allowed); it generates its declared properties only.
+(`False` when undeclared keys are not allowed), and `keyPatterns` when an undeclared key's
+name must match one of those patterns; it generates its declared properties only, and
+after them undeclared keys when it is `open`.
 
 `meet` is exact on what nodes generate, so allOf never widens the output. The checks that
 involve an original (unnormalised) schema - `holds`, `rejects`, `accepts_all` - answer
@@ -124,6 +126,12 @@ def meet(a: Node | None, b: Node | None, pointer: str) -> Node | None:
     """
     if a is None or b is None:
         return None
+    # any_node stands for `true` (any value), cut at a depth only to bound what it
+    # generates itself: met with a schema it is that schema, however deep the schema goes.
+    if is_any(a):
+        return b
+    if is_any(b):
+        return a
     if "anyOf" in a or "anyOf" in b:
         pairs = [(x, y) for x in branches(a) for y in branches(b)]
         if len(pairs) > MAX_BRANCHES:
@@ -232,17 +240,23 @@ def array_node(items: Node | None, min_items: int, max_items: int | None) -> Nod
 
 def _meet_objects(a: Node, b: Node, pointer: str) -> Node | None:
     props: dict[str, Node] = {}
+    dropped = False
     required = list(dict.fromkeys(a["required"] + b["required"]))
     for name in dict.fromkeys(list(a["properties"]) + list(b["properties"])):
-        x = a["properties"].get(name, a["additionalProperties"] or None)
-        y = b["properties"].get(name, b["additionalProperties"] or None)
+        x = a["properties"].get(name, undeclared(a, name))
+        y = b["properties"].get(name, undeclared(b, name))
         node = meet(x, y, f"{pointer}/properties/{escape_pointer(name)}")
         if node is not None:
             props[name] = node
         elif name in required:
             return None
+        else:
+            dropped = True  # a name no value fits: no extra key may be it
     extra_a, extra_b = a["additionalProperties"], b["additionalProperties"]
     extra = meet(extra_a, extra_b, pointer) if extra_a and extra_b else None
+    keys_a, keys_b = a.get("keyPatterns"), b.get("keyPatterns")
+    if keys_a and keys_b and keys_a != keys_b:
+        extra = None  # names matching both lists: not one regex; no undeclared keys
     out: Node = {
         "type": "object",
         "properties": props,
@@ -250,11 +264,30 @@ def _meet_objects(a: Node, b: Node, pointer: str) -> Node | None:
         "declared": a["declared"] or b["declared"],
         "additionalProperties": False if extra is None else extra,
     }
+    if extra is not None and (keys_a or keys_b):
+        out["keyPatterns"] = keys_a or keys_b
+    if extra is not None and a.get("open") and b.get("open") and not dropped:
+        out["open"] = True
     for key, pick in (("minProperties", max), ("maxProperties", min)):
         values = [n[key] for n in (a, b) if key in n]
         if values:
             out[key] = pick(values)
     return out
+
+
+def undeclared(node: Node, name: str) -> Node | None:
+    """What an object node allows under an undeclared key `name` (None: the key is not)."""
+    patterns = node.get("keyPatterns")
+    if patterns and not any(_searches(p, name) for p in patterns):
+        return None
+    return node["additionalProperties"] or None
+
+
+def _searches(pattern: str, name: str) -> bool:
+    try:
+        return re.search(pattern, name) is not None
+    except re.error:
+        return False
 
 
 def escape_pointer(token: str) -> str:
@@ -293,8 +326,7 @@ def member(node: Node | None, value: Any) -> bool:
             all(r in value for r in node["required"])
             and node.get("minProperties", 0) <= len(value) <= node.get("maxProperties", len(value))
             and all(
-                member(node["properties"].get(k, node["additionalProperties"] or None), v)
-                for k, v in value.items()
+                member(node["properties"].get(k, undeclared(node, k)), v) for k, v in value.items()
             )
         )
     return True
@@ -332,30 +364,39 @@ def string_ok(node: Node, value: str) -> bool:
         return False
 
 
+# any_node's results, one per depth: is_any knows them by identity. A schema that spells
+# the same union (`"type": ["null", "boolean", "number", "string"]`) is a real constraint.
+_ANY: dict[int, Node] = {}
+
+
 def any_node(depth: int) -> Node:
-    """Any JSON value with at most `depth` levels of arrays and objects."""
-    scalars: list[Node] = [
-        {"type": "null"},
-        {"type": "boolean"},
-        {"type": "number"},
-        {"type": "string"},
-    ]
-    if depth <= 0:
-        return {"anyOf": scalars}
-    inner = any_node(depth - 1)
-    return {
-        "anyOf": scalars
-        + [
-            {"type": "array", "items": inner},
-            {
-                "type": "object",
-                "properties": {},
-                "required": [],
-                "additionalProperties": inner,
-                "declared": False,
-            },
-        ]
-    }
+    """Any JSON value with at most `depth` levels of arrays and objects (shared: do not edit)."""
+    depth = max(depth, 0)
+    if depth not in _ANY:
+        scalars: list[Node] = [{"type": t} for t in ("null", "boolean", "number", "string")]
+        if depth == 0:
+            _ANY[0] = {"anyOf": scalars}
+        else:
+            inner = any_node(depth - 1)
+            _ANY[depth] = {
+                "anyOf": scalars
+                + [
+                    {"type": "array", "items": inner},
+                    {
+                        "type": "object",
+                        "properties": {},
+                        "required": [],
+                        "additionalProperties": inner,
+                        "declared": False,
+                    },
+                ]
+            }
+    return _ANY[depth]
+
+
+def is_any(node: Node) -> bool:
+    """Whether `node` is an any_node (of some depth): a stand-in for `true`."""
+    return any(node is n for n in _ANY.values())
 
 
 # ------------------------------------------------------------ keyword value checks

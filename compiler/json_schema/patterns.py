@@ -20,6 +20,7 @@ from typing import Any
 
 from outlines_core.json_schema import STRING_INNER
 
+from gclm.compiler.json_schema.anchors import anchored_branches
 from gclm.compiler.json_schema.lengths import ANY_CHARS, fold_lengths, width
 from gclm.compiler.rust_regex import parse_problem
 from gclm.errors import UnsupportedSchemaError, quote
@@ -314,30 +315,6 @@ def _emit(items: list[tuple[Any, Any]], pattern: str, pointer: str, quotes: bool
     return "".join(out)
 
 
-def _alternatives(parsed: list[tuple[Any, Any]]) -> list[list[tuple[Any, Any]]]:
-    """Split a top-level alternation so that each branch can carry its own anchors.
-
-    Plain groups around the whole pattern or a whole branch are looked into
-    (`^$|(^[a-z]+$)`), and a prefix Python's parser factored out of the branches (`^a|^b`
-    parses as `^(?:a|b)`) is put back in front of each.
-    """
-    if len(parsed) == 1 and parsed[0][0] is sre.SUBPATTERN and not any(parsed[0][1][1:3]):
-        return _alternatives(list(parsed[0][1][3]))
-    if parsed and parsed[-1][0] is sre.BRANCH:
-        prefix = parsed[:-1]
-        return [alt for b in parsed[-1][1][1] for alt in _alternatives(prefix + list(b))]
-    return [list(parsed)]
-
-
-def _strip_anchors(items: list[tuple[Any, Any]]) -> tuple[bool, list[tuple[Any, Any]], bool]:
-    starts = (sre.AT_BEGINNING, sre.AT_BEGINNING_STRING)
-    ends = (sre.AT_END, sre.AT_END_STRING)
-    start = bool(items) and items[0][0] is sre.AT and items[0][1] in starts
-    items = items[1:] if start else items
-    end = bool(items) and items[-1][0] is sre.AT and items[-1][1] in ends
-    return start, items[:-1] if end else items, end
-
-
 def pattern_regex(
     pattern: str,
     pointer: str,
@@ -359,8 +336,7 @@ def pattern_regex(
     """
     branches, failures = [], []
     lengths_needed = min_length > 0 or max_length is not None
-    for items in _alternatives(list(_parse_pattern(pattern, pointer))):
-        start, body, end = _strip_anchors(items)
+    for start, body, end in anchored_branches(list(_parse_pattern(pattern, pointer))):
         if lengths_needed and not (max_length is None and width(body)[0] >= min_length):
             # The unanchored sides become explicit repeats the length bounds can narrow.
             body = ([] if start else [ANY_CHARS]) + body + ([] if end else [ANY_CHARS])
@@ -373,6 +349,8 @@ def pattern_regex(
         text = _emit(body, pattern, pointer, quotes)
         pad = JSON_CHAR if quotes else JSON_CHAR_NO_QUOTE
         branches.append(("" if start else f"{pad}*") + text + ("" if end else f"{pad}*"))
+    if not branches and not failures:
+        raise UnsupportedSchemaError("pattern", pointer, f"{quote(pattern)} matches no string")
     if not branches:
         raise failures[0]
     return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"

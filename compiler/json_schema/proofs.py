@@ -177,12 +177,17 @@ class Prover:
             return True
         if t == "object":
             props = node["properties"]
-            if any(r not in props for r in s.get("required", [])):
+            # An open node may write any undeclared key among its extra keys.
+            if not node.get("open") and any(r not in props for r in s.get("required", [])):
                 return True
             sprops = s.get("properties", {})
             if isinstance(sprops, dict):
                 for name in node["required"]:
                     if name in sprops and self.rejects(sprops[name], props[name]):
+                        return True
+                # A key the node always writes that the schema forbids as undeclared.
+                if s.get("additionalProperties") is False and not s.get("patternProperties"):
+                    if any(name not in sprops for name in node["required"]):
                         return True
         return False
 

@@ -14,12 +14,14 @@ from outlines_core.json_schema import build_regex_from_schema
 
 from gclm.compiler.constraint import DEFAULT_WHITESPACE
 from gclm.compiler.json_schema.numbers import number_regex
+from gclm.compiler.json_schema.open_objects import keyed_object_regex, open_object_regex
 from gclm.compiler.json_schema.ops import any_node, escape_pointer
 from gclm.compiler.json_schema.patterns import (
     JSON_CHAR,
     JSON_CHAR_SHORT,
     OUTLINES_JSON_CHAR,
     escape_literal,
+    pattern_regex,
     string_regex,
 )
 from gclm.errors import CompileLimitError, ConstraintError
@@ -29,9 +31,11 @@ log = logging.getLogger("gclm.compiler")
 # json_object allows this many levels of arrays and objects, the outer object included:
 # `{"a": {"b": [1]}}` but not `{"a": {"b": [[1]]}}`. Each level multiplies the regex by ~4.
 JSON_OBJECT_DEPTH = 3
-# A longer regex never compiled within 10 s on the benchmark corpus, and outlines-core
-# aborts the process (not an exception) when building a far longer one runs out of memory.
-MAX_REGEX_CHARS = 1_000_000
+# outlines-core aborts the process (not an exception) when building a far longer regex
+# runs out of memory. With the token walk (compiler/token_walk.py), MaskBench's
+# Kubernetes kb_449 (1.3 M characters) and kb_1112 (2.4 M) compile in 6-16 s on a loaded
+# 2-core machine; kb_233 (5.6 M) took 77 s and 2.3 GB: refused at once here instead.
+MAX_REGEX_CHARS = 3_000_000
 # serde_json (under outlines-core) reads at most this many nested objects and arrays.
 MAX_JSON_DEPTH = 127
 
@@ -65,12 +69,15 @@ def _json_depth(value: Any) -> int:
     return deepest
 
 
-def schema_regex(schema: dict[str, Any], whitespace: str = DEFAULT_WHITESPACE) -> str:
+def schema_regex(
+    schema: dict[str, Any], whitespace: str = DEFAULT_WHITESPACE, top_level: bool = True
+) -> str:
     """Build the regex for a normalised schema with outlines-core, splicing in gclm's leaves.
 
-    Leaves outlines-core gets wrong (bounded numbers, patterns, formats) become string
-    constants that cannot occur elsewhere in the schema; their regexes replace the
-    constants' text in outlines-core's output.
+    Leaves outlines-core gets wrong (bounded numbers, patterns, formats, objects whose
+    undeclared keys must match a pattern) become string constants that cannot occur
+    elsewhere in the schema; their regexes replace the constants' text in outlines-core's
+    output. `top_level=False`: the schema is part of a larger output (see `string_regex`).
     """
     size = _regex_size(schema, {})
     if size > MAX_REGEX_CHARS:
@@ -84,8 +91,10 @@ def schema_regex(schema: dict[str, Any], whitespace: str = DEFAULT_WHITESPACE) -
     while f"gclm{nonce}x" in text:
         nonce += 1
     leaves: dict[str, str] = {}
-    top = schema["anyOf"] if "anyOf" in schema else [schema]
-    prepared = _prepare(schema, "", f"gclm{nonce}x", leaves, top=[id(n) for n in top])
+    top = (schema["anyOf"] if "anyOf" in schema else [schema]) if top_level else []
+    prepared = _prepare(
+        schema, "", f"gclm{nonce}x", leaves, [id(n) for n in top], whitespace=whitespace
+    )
     depth = _json_depth(prepared)
     if depth > MAX_JSON_DEPTH:
         raise ConstraintError(
@@ -137,13 +146,17 @@ def _regex_size(node: Any, memo: dict[int, int]) -> int:
     return size
 
 
-def _prepare(node: Any, ptr: str, prefix: str, leaves: dict[str, str], top: list[int]) -> Any:
+def _prepare(
+    node: Any, ptr: str, prefix: str, leaves: dict[str, str], top: list[int], whitespace: str
+) -> Any:
     """Copy `node` for outlines-core: leaves become placeholders, keys get JSON escapes.
 
     `top` holds the ids of the nodes that are the whole output (see `string_regex`).
     """
     if isinstance(node, list):
-        return [_prepare(x, f"{ptr}/{i}", prefix, leaves, top) for i, x in enumerate(node)]
+        return [
+            _prepare(x, f"{ptr}/{i}", prefix, leaves, top, whitespace) for i, x in enumerate(node)
+        ]
     if not isinstance(node, dict):
         return node
     leaf = None
@@ -161,6 +174,8 @@ def _prepare(node: Any, ptr: str, prefix: str, leaves: dict[str, str], top: list
         leaf = number_regex(node, ptr)
     elif node.get("type") == "string":
         leaf = string_regex(node, ptr, top_level=id(node) in top)
+    elif node.get("type") == "object" and ("keyPatterns" in node or "extraKeys" in node):
+        leaf = _object_regex(node, ptr, whitespace)
     if leaf is not None:
         placeholder = f"{prefix}{len(leaves)}"
         leaves[placeholder] = leaf
@@ -171,15 +186,33 @@ def _prepare(node: Any, ptr: str, prefix: str, leaves: dict[str, str], top: list
             # outlines-core regex-escapes a name but does not JSON-escape it.
             out[key] = {
                 _json_escaped(k): _prepare(
-                    v, f"{ptr}/properties/{escape_pointer(k)}", prefix, leaves, top
+                    v, f"{ptr}/properties/{escape_pointer(k)}", prefix, leaves, top, whitespace
                 )
                 for k, v in value.items()
             }
         elif key == "required":
             out[key] = [_json_escaped(k) for k in value]
         else:
-            out[key] = _prepare(value, f"{ptr}/{key}", prefix, leaves, top)
+            out[key] = _prepare(value, f"{ptr}/{key}", prefix, leaves, top, whitespace)
     return out
+
+
+def _object_regex(node: dict[str, Any], ptr: str, ws: str) -> str:
+    """An object outlines-core cannot write (see `open_objects.py`); values built here."""
+    if "extraKeys" in node:
+        entries = [
+            (name, schema_regex(sub, ws, top_level=False), name in node["required"])
+            for name, sub in node["properties"].items()
+        ]
+        return open_object_regex(entries, schema_regex(node["extraKeys"], ws, False), ws)
+    names = [
+        '"' + pattern_regex(p, f"{ptr}/patternProperties/{escape_pointer(p)}") + '"'
+        for p in node["keyPatterns"]
+    ]
+    value = schema_regex(node["additionalProperties"], ws, top_level=False)
+    return keyed_object_regex(
+        names, value, node.get("minProperties", 0), node.get("maxProperties"), ws
+    )
 
 
 def _json_escaped(name: str) -> str:

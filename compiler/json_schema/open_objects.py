@@ -1,0 +1,83 @@
+"""Object regexes outlines-core cannot write: pattern-named keys, and keys past the declared.
+
+- keyed: `additionalProperties: false` with `patternProperties` and nothing declared; every
+  key's name matches one of the patterns.
+- open: declared properties (in order, the required ones always) followed by any number of
+  other keys, for an explicit `additionalProperties` (true or a schema). An extra key is
+  never a declared name: it is written with raw characters only (no escapes, so one text per
+  name) and a trie of the declared names is left out of it, so no key can repeat a declared
+  one (a validator reads the last of two equal keys; the declared schema would not hold).
+
+Both follow outlines-core's layout: `{`, entries joined by `,`, `}`, the same whitespace
+between tokens. Value regexes are built by the caller (`regex.py`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gclm.compiler.json_schema.patterns import escape_literal
+
+_RAW = '"\\\\\\x00-\\x1F'  # inside [^...]: what a raw JSON string character is not
+
+
+def keyed_object_regex(
+    name_regexes: list[str], value: str, min_props: int, max_props: int | None, ws: str
+) -> str:
+    """An object of undeclared keys only, each named by one of `name_regexes` (quotes in)."""
+    if max_props == 0:
+        return rf"\{{{ws}\}}"
+    entry = f"(?:{'|'.join(name_regexes)}){ws}:{ws}(?:{value})"
+    most = "" if max_props is None else max_props - 1
+    more = f"(?:{ws},{ws}{entry}){{{max(min_props - 1, 0)},{most}}}"
+    body = entry + more if min_props else f"(?:{entry}{more})?"
+    return rf"\{{{ws}{body}{ws}\}}"
+
+
+def open_object_regex(entries: list[tuple[str, str, bool]], extra: str, ws: str) -> str:
+    """Declared (name, value regex, required) entries in order, then other keys' entries."""
+    names = [name for name, _, _ in entries]
+    written = [
+        (f'"{escape_literal(json.dumps(n, ensure_ascii=False)[1:-1])}"{ws}:{ws}(?:{v})', req)
+        for n, v, req in entries
+    ]
+    other = f"{other_key_regex(names)}{ws}:{ws}(?:{extra})"
+    others = f"(?:{ws},{ws}{other})*"
+
+    def tail(start: int) -> str:
+        return "".join(
+            f"{ws},{ws}{e}" if req else f"(?:{ws},{ws}{e})?" for e, req in written[start:]
+        )
+
+    first_required = next((i for i, (_, req) in enumerate(written) if req), None)
+    last_first = len(written) - 1 if first_required is None else first_required
+    # The first entry written: a declared one up to the first required, or an extra key.
+    starts = [written[k][0] + tail(k + 1) + others for k in range(last_first + 1)]
+    if first_required is None:
+        starts.append(other + others)
+    body = "(?:" + "|".join(starts) + ")" + ("?" if first_required is None else "")
+    return rf"\{{{ws}{body}{ws}\}}"
+
+
+def other_key_regex(names: list[str]) -> str:
+    """A JSON string of raw characters (no escapes) that is none of `names`, quotes in."""
+    trie: dict[str, Any] = {}
+    for name in names:
+        if any(c in '"\\' or ord(c) < 0x20 for c in name):
+            continue  # its text has an escape: no raw-only key can be equal to it
+        node = trie
+        for c in name:
+            node = node.setdefault(c, {})
+        node[""] = {}  # the name ends here
+    return '"' + _not_in(trie) + '"'
+
+
+def _not_in(node: dict[str, Any]) -> str:
+    """Raw strings that do not spell a name ending below `node` (its prefix already read)."""
+    children = [c for c in node if c]
+    excluded = "".join(escape_literal(c) for c in children)
+    parts = [f"[^{_RAW}{excluded}][^{_RAW}]*"]
+    parts += [escape_literal(c) + _not_in(node[c]) for c in children]
+    # Stopping here is allowed unless a name ends here.
+    return "(?:" + "|".join(parts) + ")" + ("" if "" in node else "?")

@@ -1,0 +1,47 @@
+"""oneOf of closed objects: a required key one branch forbids proves the branches exclusive."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.regex import to_regex
+
+
+def closed(*names: str) -> dict:
+    return {
+        "type": "object",
+        "properties": {n: {"type": "string"} for n in names},
+        "required": list(names),
+        "additionalProperties": False,
+    }
+
+
+# MaskBench Github_hard---o14390: a change log item is added, deleted or modified.
+CHANGE = {
+    "type": "object",
+    "oneOf": [
+        closed("property", "newValue"),
+        closed("property", "oldValue"),
+        closed("property", "oldValue", "newValue"),
+    ],
+}
+
+
+def accepts(schema, value) -> bool:
+    regex = to_regex(Constraint.json_schema(schema)).regex
+    return re.fullmatch(regex, json.dumps(value, separators=(",", ":"))) is not None
+
+
+def test_every_branch_is_generated():
+    assert accepts(CHANGE, {"property": "a", "newValue": "b"})
+    assert accepts(CHANGE, {"property": "a", "oldValue": "b"})
+    assert accepts(CHANGE, {"property": "a", "oldValue": "b", "newValue": "c"})
+    assert not accepts(CHANGE, {"property": "a"})
+
+
+def test_open_branches_are_not_proven_exclusive():
+    # Without additionalProperties false, {property, oldValue, newValue} matches all three.
+    schema = {"oneOf": [{**b, "additionalProperties": True} for b in CHANGE["oneOf"]]}
+    assert not accepts(schema, {"property": "a", "oldValue": "b", "newValue": "c"})

@@ -1,0 +1,88 @@
+"""An explicit additionalProperties beside declared properties: extra keys after them."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.json_schema.open_objects import other_key_regex
+from gclm.compiler.regex import to_regex
+
+# MaskBench Snowplow---sp_180: a newsletter object that allows other keys.
+NEWSLETTER = {
+    "type": "object",
+    "properties": {"id": {"type": "string"}, "send_id": {"type": "string"}},
+    "additionalProperties": True,
+}
+
+
+def accepts(schema, text) -> bool:
+    regex = to_regex(Constraint.json_schema(schema)).regex
+    if not isinstance(text, str):
+        text = json.dumps(text, separators=(",", ":"))
+    return re.fullmatch(regex, text) is not None
+
+
+def test_extra_keys_follow_the_declared_ones():
+    assert accepts(NEWSLETTER, {"id": "a", "send_id": "b", "extra": "c", "more": [1, None]})
+    assert accepts(NEWSLETTER, {"extra": 1})
+    assert accepts(NEWSLETTER, {"send_id": "b", "x": {"y": 2}})
+    assert accepts(NEWSLETTER, {})
+    assert not accepts(NEWSLETTER, '{,"x":1}')
+
+
+def test_an_extra_key_never_repeats_a_declared_one():
+    assert not accepts(NEWSLETTER, '{"id":"a","id":1}')
+    assert not accepts(NEWSLETTER, '{"id":"a","send_id":"b","send_id":2}')
+    assert not accepts(NEWSLETTER, '{"id":"a","\\u0069d":1}')  # escapes: not in extra keys
+    assert accepts(NEWSLETTER, '{"id":"a","i":1,"ids":2,"send":3}')
+
+
+def test_required_and_schema_valued_extras():
+    schema = {**NEWSLETTER, "required": ["send_id"], "additionalProperties": {"type": "integer"}}
+    assert accepts(schema, {"id": "a", "send_id": "b", "n": 3})
+    assert not accepts(schema, {"id": "a", "send_id": "b", "n": "3"})
+    assert not accepts(schema, {"id": "a", "n": 3})
+
+
+def test_without_additional_properties_only_declared_keys():
+    schema = {k: v for k, v in NEWSLETTER.items() if k != "additionalProperties"}
+    assert not accepts(schema, {"id": "a", "extra": "c"})
+    assert not accepts({**NEWSLETTER, "maxProperties": 3}, {"id": "a", "extra": "c"})
+
+
+def test_one_of_open_branches_is_generated_closed():
+    def branch(name):
+        return {**NEWSLETTER, "properties": {name: {"type": "string"}}, "required": [name]}
+
+    schema = {"oneOf": [branch("a"), branch("b")]}
+    assert accepts(schema, {"a": "x"}) and accepts(schema, {"b": "y"})
+    assert not accepts(schema, {"a": "x", "b": "y"})  # matches both branches
+
+
+NAMES = ["id", "i", "send_id", "", 'q"uote']
+
+
+@given(st.text(alphabet='aidsen_q"\\\x01é', max_size=6))
+def test_other_key_is_any_raw_string_but_the_names(name):
+    text = json.dumps(name, ensure_ascii=False)
+    raw = not any(c in '"\\' or ord(c) < 0x20 for c in name)
+    assert (re.fullmatch(other_key_regex(NAMES), text) is not None) == (raw and name not in NAMES)
+
+
+def test_a_forbidden_declared_name_keeps_the_object_closed():
+    schema = {**NEWSLETTER, "properties": {**NEWSLETTER["properties"], "secret": False}}
+    assert accepts(schema, {"id": "a"})
+    assert not accepts(schema, {"id": "a", "secret": 1})
+    both = {"allOf": [NEWSLETTER, {**NEWSLETTER, "properties": {"id": {"type": "integer"}}}]}
+    assert not accepts(both, {"id": 1})  # no value fits "id" ...
+    assert not accepts(both, {"send_id": "b", "id": 1})  # ... so no extra key may be it
+
+
+def test_dependencies_keep_the_object_closed():
+    schema = {**NEWSLETTER, "dependentRequired": {"trigger": ["id"]}}
+    assert not accepts(schema, {"send_id": "b", "trigger": 1})
