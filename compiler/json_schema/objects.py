@@ -193,7 +193,8 @@ def without_optional(self: Subschemas, sub: Any, branch: Node, ptr: str) -> Node
     """
     if branch.get("type") != "object":
         return None
-    kept, dropped = [], []
+    kept: list[Node] = []
+    dropped: list[str] = []
     for name in branch["properties"]:
         if name in branch["required"] or len(kept) == MAX_NOT_DROPS:
             continue
