@@ -13,7 +13,8 @@ one run, and prints the ratios:
                   timed by --max-step-seconds), gclm untimed (chunks of the token budget,
                   --max-num-batched-tokens, alone), gclm unchunked (a budget past the
                   prompt), and vLLM-CPU. Targets: gap <= 1.0 s on 2 cores; chunked TTFT within
-                  1.3x of unchunked.
+                  1.3x of unchunked. Each server gets two long prompts: its first
+                  (gclm grows its KV buffers then, once) and another (`again`).
     (c) burst     `--burst` two-token requests at once on a server with its default slots:
                   how many got 200, how many 429 (and their Retry-After), and the KV
                   slots free by /metrics. Target: no 429 while slots are free.
@@ -76,36 +77,47 @@ async def stream_times(
 
 
 async def stall(url: str, model: str, prompt_tokens: int, streams: int) -> dict[str, Any]:
-    """Scenario (a) on one server: the long prompt is sent once every stream has streamed
-    three chunks; a gap counts when it overlaps the prefill (first token included)."""
+    """Scenario (a) on one server, twice: a fresh server's first long prompt (gclm's KV
+    buffers grow to hold it then: a one-time copy), then another of the same size once the
+    server has held one (`again`: a server's steady state)."""
     limits = httpx.Limits(max_connections=streams + 4)
     async with httpx.AsyncClient(base_url=url, timeout=900, limits=limits) as client:
         await stream_times(client, model, {"prompt": "Warm up.", "max_tokens": 2})
-        stamps: list[list[float]] = [[] for _ in range(streams)]
-        runners = [
-            asyncio.ensure_future(
-                stream_times(
-                    client,
-                    model,
-                    {"prompt": STORY, "max_tokens": 1500, "temperature": 1.0, "seed": i},
-                    stamps[i],
-                )
+        first = await _stall_once(client, model, prompt_tokens, streams, seed=prompt_tokens)
+        again = await _stall_once(client, model, prompt_tokens, streams, seed=prompt_tokens + 1)
+    return {**first, "again": again}
+
+
+async def _stall_once(
+    client: httpx.AsyncClient, model: str, prompt_tokens: int, streams: int, seed: int
+) -> dict[str, Any]:
+    """The long prompt is sent once every stream has streamed three chunks; a gap counts
+    when it overlaps the prefill (first token included)."""
+    stamps: list[list[float]] = [[] for _ in range(streams)]
+    runners = [
+        asyncio.ensure_future(
+            stream_times(
+                client,
+                model,
+                {"prompt": STORY, "max_tokens": 1500, "temperature": 1.0, "seed": i},
+                stamps[i],
             )
-            for i in range(streams)
-        ]
-        while min(map(len, stamps)) < 3:
-            if any(r.done() for r in runners):
-                raise RuntimeError("a stream ended before the long prompt was sent")
-            await asyncio.sleep(0.05)
-        sent = time.perf_counter()
-        long = long_prompt(prompt_tokens, seed=prompt_tokens)
-        times = await stream_times(client, model, {"prompt": long, "max_tokens": 1})
-        first = times[0] if times else time.perf_counter()
-        await asyncio.sleep(0.5)  # the running streams' next token after the prefill
-        alive = sum(not r.done() for r in runners)
-        for r in runners:
-            r.cancel()
-        await asyncio.gather(*runners, return_exceptions=True)
+        )
+        for i in range(streams)
+    ]
+    while min(map(len, stamps)) < 3:
+        if any(r.done() for r in runners):
+            raise RuntimeError("a stream ended before the long prompt was sent")
+        await asyncio.sleep(0.05)
+    sent = time.perf_counter()
+    long = long_prompt(prompt_tokens, seed=seed)
+    times = await stream_times(client, model, {"prompt": long, "max_tokens": 1})
+    first = times[0] if times else time.perf_counter()
+    await asyncio.sleep(0.5)  # the running streams' next token after the prefill
+    alive = sum(not r.done() for r in runners)
+    for r in runners:
+        r.cancel()
+    await asyncio.gather(*runners, return_exceptions=True)
     gaps = []
     for row in stamps:
         edges = [t for t in row if t < sent][-1:] + [t for t in row if t >= sent]
@@ -202,6 +214,9 @@ def main() -> int:
         a = results["a"]
         results["a"]["ttft_chunked_over_unchunked"] = round(
             a["gclm"]["ttft_s"] / a["gclm_unchunked"]["ttft_s"], 2
+        )
+        results["a"]["again_ttft_chunked_over_unchunked"] = round(
+            a["gclm"]["again"]["ttft_s"] / a["gclm_unchunked"]["again"]["ttft_s"], 2
         )
     if "prefill" in args.scenario:
         results["prefill"] = {}
