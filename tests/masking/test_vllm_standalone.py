@@ -19,7 +19,7 @@ from typing import Any
 import jsonschema
 import openai
 import pytest
-from vllm_server import MODEL, min_tokens_from_400, need_vllm_environment, xargs
+from vllm_server import MODEL, min_tokens_from_400, xargs
 
 from bench._vllm import VllmServer
 
@@ -109,25 +109,26 @@ def minimum(client: openai.OpenAI, constraint: dict[str, Any]) -> int:
     return 1
 
 
-def test_first_constrained_request_after_start_gets_its_answer() -> None:
+def test_first_constrained_request_after_start_gets_its_answer(vllm_server: VllmServer) -> None:
     """A fresh vLLM's first constrained request is answered (its table, or the budget's 400),
     not refused "compiler busy" while gclm's compile workers start (a fresh clone's
-    `make test` failed so three times in three)."""
-    need_vllm_environment()
-    with (
-        VllmServer(logits_processor=True, max_num_seqs=4) as server,
-        openai.OpenAI(
-            base_url=f"{server.url}/v1", api_key="x", timeout=600.0, max_retries=0
-        ) as client,
-    ):
+    `make test` failed so three times in three). The session's server, before any other
+    test's request (this test comes first): one vLLM start less."""
+    served = re.compile(r'"POST /v1/\S+ HTTP')  # vLLM's access log, one line a request
+    log = vllm_server.log_path
+    assert not served.search(log.read_text(errors="replace")), "not the server's first request"
+    with openai.OpenAI(
+        base_url=f"{vllm_server.url}/v1", api_key="x", timeout=600.0, max_retries=0
+    ) as client:
         try:
             reply = ask(client, {"json": PERSON}, 40, temperature=0)
         except openai.APIError as e:
-            raise AssertionError(f"{e}\nvLLM's log:\n{server.log_tail(80)}") from e
+            raise AssertionError(f"{e}\nvLLM's log:\n{vllm_server.log_tail(80)}") from e
         check({"json": PERSON}, reply.choices[0].message.content)
         with pytest.raises(openai.BadRequestError) as refused:
             ask(client, {"json": BOOK}, 1, temperature=0)
     assert "max_tokens=1 is too small for this constraint" in refused.value.message
+    assert len(served.findall(log.read_text(errors="replace"))) == 2
 
 
 def test_valid_within_budget_min_to_min_plus_5(client: openai.OpenAI) -> None:

@@ -34,6 +34,12 @@ def app(engine: FakeEngine, settings: ServerSettings) -> FastAPI:
 # the openai SDK on it.
 from e2e_server import client, gclm_server  # noqa: E402, F401
 
+# The embedded model made to think (e2e_thinking_server.py), shared by the reasoning modules.
+from e2e_thinking_server import thinking_server  # noqa: E402, F401
+
+# `gclm serve --engine vllm`, shared by vLLM's end-to-end modules (e2e_vllm_server.py).
+from e2e_vllm_server import vllm_gclm_servers  # noqa: E402, F401
+
 
 @pytest.fixture(scope="session")
 def float32_engine(embedded_vocab):

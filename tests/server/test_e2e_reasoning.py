@@ -35,16 +35,12 @@ MESSAGES = [{"role": "user", "content": "Invent a person. Think first, then answ
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[openai.OpenAI]:
-    args = ("--reasoning-parser", "deepseek_r1", "--chat-template", str(TEMPLATE))
-    args += ("--compile-timeout", "120")  # a loaded machine must not time the compile out
-    with GclmServer(max_batch=8, extra_args=args) as server:
-        with openai.OpenAI(
-            base_url=f"{server.url}/v1", api_key="x", timeout=300.0, max_retries=0
-        ) as sdk:
-            yield sdk
-        log = server.log_path.read_text(errors="replace")
-    assert "Traceback" not in log, f"the server logged an exception:\n{log[-4000:]}"
+def client(thinking_server: GclmServer) -> Iterator[openai.OpenAI]:
+    """The SDK on the session's thinking server (tests/server/e2e_thinking_server.py)."""
+    with openai.OpenAI(
+        base_url=f"{thinking_server.url}/v1", api_key="x", timeout=300.0, max_retries=0
+    ) as sdk:
+        yield sdk
 
 
 def refused_minimum(client: openai.OpenAI, **extra: Any) -> int:

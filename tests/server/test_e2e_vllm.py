@@ -8,9 +8,7 @@ budget, finish_reason "stop"), the 400 naming the minimum, streaming with usage,
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
 import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +16,7 @@ from typing import Any
 
 import openai
 import pytest
+from e2e_vllm_server import VllmGclmServers
 from test_e2e_sdk import *  # noqa: F403 - the whole suite, re-collected against this server
 from test_e2e_sdk import (
     MODEL,
@@ -34,32 +33,14 @@ from bench._server import GclmServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
-# A fresh eager start takes ~30-60 s on 2 cores; the model's weights are loaded once.
-STARTUP_TIMEOUT_S = 420.0
-
 
 @pytest.fixture(scope="module")
-def gclm_server() -> Iterator[GclmServer]:
-    """`gclm serve --engine vllm`, eager, max batch 8, vLLM's threads bound to one core."""
-    if importlib.util.find_spec("vllm") is None:
-        message = "vLLM is not installed in this environment; run `make test-vllm`"
-        if os.environ.get("GCLM_REQUIRE_VLLM") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VLLM_CPU_OMP_THREADS_BIND", os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "1"))
-        mp.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
-        server = GclmServer(
-            max_batch=8,
-            extra_args=("--engine", "vllm", "--enforce-eager", "on", "--max-model-len", "2048"),
-            startup_timeout=STARTUP_TIMEOUT_S,
-        )
-        server.start()
-    try:
-        yield server
-        log = server.log_path.read_text(errors="replace")
-    finally:
-        server.stop()
+def gclm_server(vllm_gclm_servers: VllmGclmServers) -> Iterator[GclmServer]:
+    """The shared `gclm serve --engine vllm` (tests/server/e2e_vllm_server.py), checked at
+    the module's end, before test_e2e_vllm_dies.py kills its engine core."""
+    server = vllm_gclm_servers.get()
+    yield server
+    log = server.log_path.read_text(errors="replace")
     assert "vLLM engine started" in log
     assert "Traceback" not in log, f"the server logged an exception:\n{log[-4000:]}"
 

@@ -1,18 +1,17 @@
 """A real vLLM engine core killed under `gclm serve --engine vllm`: /health turns 503 and
 requests get a 503 `engine_dead` saying so, so that a supervisor restarts the server.
-Runs in vLLM's environment (`make test-vllm`), with a server of its own."""
+Runs in vLLM's environment (`make test-vllm`), on the server test_e2e_vllm.py used (taken
+from tests/server/e2e_vllm_server.py, so that no later test is handed it dead)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import time
 
 import httpx
 import pytest
-
-from bench._server import GclmServer
+from e2e_vllm_server import VllmGclmServers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
@@ -25,19 +24,13 @@ def engine_cores(pid: int) -> list[int]:
     return [c.pid for c in children if "EngineCore" in " ".join([c.name(), *c.cmdline()])]
 
 
-def test_a_killed_engine_core_fails_health_and_requests_with_503() -> None:
-    if importlib.util.find_spec("vllm") is None:
-        message = "vLLM is not installed in this environment; run `make test-vllm`"
-        if os.environ.get("GCLM_REQUIRE_VLLM") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    server = GclmServer(
-        max_batch=2,
-        extra_args=("--engine", "vllm", "--enforce-eager", "on", "--max-model-len", "512"),
-        startup_timeout=420.0,
-        env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "1"},
-    )
-    with server, httpx.Client(base_url=server.url, timeout=60) as http:
+def test_a_killed_engine_core_fails_health_and_requests_with_503(
+    vllm_gclm_servers: VllmGclmServers,
+) -> None:
+    with (
+        vllm_gclm_servers.taken() as server,  # test_e2e_vllm.py's, when it ran before
+        httpx.Client(base_url=server.url, timeout=60) as http,
+    ):
         assert server.process is not None
         body = {"model": "SmolLM2-135M-Instruct", "prompt": "Hi", "max_tokens": 2}
         assert http.post("/v1/completions", json=body).status_code == 200
