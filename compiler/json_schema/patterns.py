@@ -110,7 +110,9 @@ FORMATS: dict[str, str] = {
     "ipv4": rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}",
     "ipv6": f"(?:{_IPV6})",
     "json-pointer": _JSON_POINTER,
-    "relative-json-pointer": rf"(?:0|[1-9][0-9]{{0,8}})(?:#|{_JSON_POINTER})",
+    # Its integer written without a 0 after its first digit: jsonschema 4.26's checker
+    # rejects "406/a" (it reads a 0 followed by a digit as a leading zero).
+    "relative-json-pointer": rf"(?:0|[1-9][1-9]{{0,8}})(?:#|{_JSON_POINTER})",
 }
 # Formats that format-checking validators (Draft 2019-09/2020-12's format vocabulary) check.
 # One of these that is not in FORMATS is refused, never ignored: ignoring it would let an
@@ -125,28 +127,26 @@ CHECKED_FORMATS = set(FORMATS) | {
 _MAX_CHAR = 0x10FFFF
 _NOTHING = r"[^\x00-\U0010FFFF]"
 # ECMA-262 classes (JSON Schema patterns are ECMA-262 regexes): ASCII \d and \w, and
-# \s with the Unicode spaces and line terminators.
-_CATEGORIES = {
-    sre.CATEGORY_DIGIT: [(0x30, 0x39)],
-    sre.CATEGORY_WORD: [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)],
-    sre.CATEGORY_SPACE: [
-        (0x09, 0x0D),
-        (0x20, 0x20),
-        (0xA0, 0xA0),
-        (0x1680, 0x1680),
-        (0x2000, 0x200A),
-        (0x2028, 0x2029),
-        (0x202F, 0x202F),
-        (0x205F, 0x205F),
-        (0x3000, 0x3000),
-        (0xFEFF, 0xFEFF),
-    ],
-}
-_NOT_CATEGORIES = {
-    sre.CATEGORY_NOT_DIGIT: sre.CATEGORY_DIGIT,
-    sre.CATEGORY_NOT_WORD: sre.CATEGORY_WORD,
-    sre.CATEGORY_NOT_SPACE: sre.CATEGORY_SPACE,
-}
+# \s with the Unicode spaces and line terminators. Validators differ on \s: Python's `re`
+# (the `jsonschema` package) leaves out U+FEFF and adds U+001C-U+001F and U+0085. So a
+# pattern's characters are those both readings accept: \s the spaces both call spaces, \S
+# (and a class negating \s) none that either calls one.
+_ECMA_SPACE = [
+    (0x09, 0x0D),
+    (0x20, 0x20),
+    (0xA0, 0xA0),
+    (0x1680, 0x1680),
+    (0x2000, 0x200A),
+    (0x2028, 0x2029),
+    (0x202F, 0x202F),
+    (0x205F, 0x205F),
+    (0x3000, 0x3000),
+    (0xFEFF, 0xFEFF),
+]
+_SPACE_IN_BOTH = [r for r in _ECMA_SPACE if r != (0xFEFF, 0xFEFF)]
+_SPACE_IN_EITHER = [*_ECMA_SPACE, (0x1C, 0x1F), (0x85, 0x85)]
+_DIGIT = [(0x30, 0x39)]
+_WORD = [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)]
 _LINE_TERMINATORS = [(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)]
 # Characters JSON must escape that a pattern may still produce, and how. Other control
 # characters are left out: their \\u00XX forms would bloat every class for no real use.
@@ -253,20 +253,36 @@ def _parse_pattern(pattern: str, pointer: str) -> sre_parse.SubPattern:
     return parsed
 
 
+def _category_sets() -> dict[Any, tuple[list[tuple[int, int]], list[tuple[int, int]]]]:
+    """Each class escape's (narrowest, widest) reading across ECMA-262 and Python's `re`."""
+    space = (_SPACE_IN_BOTH, _SPACE_IN_EITHER)
+    return {
+        sre.CATEGORY_DIGIT: (_DIGIT, _DIGIT),
+        sre.CATEGORY_WORD: (_WORD, _WORD),
+        sre.CATEGORY_SPACE: space,
+        sre.CATEGORY_NOT_DIGIT: (_complement(_DIGIT), _complement(_DIGIT)),
+        sre.CATEGORY_NOT_WORD: (_complement(_WORD), _complement(_WORD)),
+        sre.CATEGORY_NOT_SPACE: (_complement(space[1]), _complement(space[0])),
+    }
+
+
+_CATEGORY_SETS = _category_sets()
+
+
 def _in_ranges(items: list[tuple[Any, Any]]) -> list[tuple[int, int]]:
     ranges: list[tuple[int, int]] = []
-    negate = False
+    negate = bool(items) and items[0][0] is sre.NEGATE
     for op, av in items:
         if op is sre.NEGATE:
-            negate = True
+            continue
         elif op is sre.LITERAL:
             ranges.append((av, av))
         elif op is sre.RANGE:
             ranges.append(av)
-        elif op is sre.CATEGORY and av in _CATEGORIES:
-            ranges += _CATEGORIES[av]
-        elif op is sre.CATEGORY and av in _NOT_CATEGORIES:
-            ranges += _complement(_CATEGORIES[_NOT_CATEGORIES[av]])
+        elif op is sre.CATEGORY and av in _CATEGORY_SETS:
+            # In a negated class an item takes the widest reading, so what is left is
+            # outside it in both.
+            ranges += _CATEGORY_SETS[av][1 if negate else 0]
         else:
             raise ValueError(f"character class item {op} {av}")
     return _complement(ranges) if negate else _normalize(ranges)
