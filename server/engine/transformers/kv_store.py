@@ -402,9 +402,10 @@ class KVStore:
             offset += len(tokens)
         self.reserve(max(s.start + s.length for s in segments))
         ids = torch.tensor([t for tokens in inputs.values() for t in tokens])[None]
+        at = self._on(torch.tensor(positions))
         self.plan = _Plan(
             slots=self._on(torch.tensor(slots)),
-            positions=self._on(torch.tensor(positions)),
+            positions=at,
             rows=None,
             gather=None,
             high=self.high,
@@ -417,7 +418,7 @@ class KVStore:
         with packed_attention_on(self._text_config):
             out = self.model(
                 input_ids=self._on(ids),
-                position_ids=self._on(torch.tensor(positions))[None],
+                position_ids=at[None],
                 use_cache=True,
                 logits_to_keep=self._on(torch.tensor(keep)),
                 gclm_segments=tuple(segments),
