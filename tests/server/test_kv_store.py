@@ -151,6 +151,25 @@ def test_a_reserved_store_grows_once_for_a_prompt_fed_in_chunks(model):
     assert rows.store.growths == 2
 
 
+@torch.no_grad()
+def test_layers_grow_a_few_per_pass_unless_a_pass_writes_past_them(model, monkeypatch):
+    """A reservation far past what is written is grown over several passes, at most
+    GROWTH_SECONDS of copying each (here none: a layer grows only when a pass writes past
+    its buffers), and the logits stay those of a plain forward throughout."""
+    for budget, grown_at_once in ((0.0, False), (60.0, True)):
+        monkeypatch.setattr(kv_store, "GROWTH_SECONDS", budget)
+        rows = Rows(model, 2)
+        slot = rows.admit([1, 2, 3, 4, 5])
+        rows.store.reserve(40)  # a long request admitted: room for 40 positions
+        rows.check({slot: [6]})  # writes position 5: inside every layer's first buffers
+        layers = rows.store.cache.layers
+        sizes = {layer.keys.shape[2] for layer in layers}
+        assert sizes == ({40} if grown_at_once else {8})
+        for token in range(7, 20):  # past 8: each layer grows in the pass that needs it
+            rows.check({slot: [token]})
+        assert {layer.keys.shape[2] for layer in layers} == {40}
+
+
 @pytest.mark.parametrize("force_gqa", ["0", "1"])
 def test_masked_passes_match_a_plain_forward_with_shared_kv_heads(model, monkeypatch, force_gqa):
     """On the CPU the engine has SDPA share key/value heads in masked passes too

@@ -344,7 +344,8 @@ class BatchEngine(TokenizerEngine):
         first: the positions the running rows' feeds leave of `max_batched_tokens`, at
         most the chunk that keeps a step with running rows near `max_step_seconds`."""
         left = self.max_batched_tokens - sum(map(len, self._feed.values()))
-        left = min(left, self._pace.chunk(decoding=bool(self._running)))
+        remaining = sum(map(len, self._prefilling.values()))
+        left = min(left, self._pace.chunk(decoding=bool(self._running), remaining=remaining))
         chunks: dict[Sequence, int] = {}
         for seq, rest in self._prefilling.items():
             if left <= 0:

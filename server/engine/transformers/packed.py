@@ -32,12 +32,26 @@ ATTENTION = "gclm_packed"
 @dataclass(frozen=True)
 class Segment:
     """One sequence's new tokens in a packed row: `length` tokens from index `offset` of the
-    row, at positions `start..start+length-1` of KV slot `slot`."""
+    row, at positions `start..start+length-1` of KV slot `slot`; `mask` the additive mask
+    over its `start + length` keys where it needs one (several tokens after the first
+    chunk: each sees the keys up to its own), built once for every layer of the pass."""
 
     slot: int
     offset: int
     length: int
     start: int
+    mask: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, slot: int, offset: int, length: int, start: int, dtype: torch.dtype) -> Segment:
+        """The segment, with its mask when it needs one."""
+        mask = None
+        if length > 1 and start > 0:
+            width = start + length
+            visible = torch.arange(width)[None, :] <= start + torch.arange(length)[:, None]
+            mask = torch.zeros(visible.shape, dtype=dtype)
+            mask.masked_fill_(~visible, torch.finfo(dtype).min)
+        return cls(slot, offset, length, start, mask)
 
 
 def packed_attention(
@@ -62,14 +76,8 @@ def packed_attention(
         width = seg.start + seg.length
         k = key[seg.slot : seg.slot + 1, :, :width]
         v = value[seg.slot : seg.slot + 1, :, :width]
-        mask = None
+        mask = seg.mask
         causal = seg.length > 1 and seg.start == 0  # a prompt's first chunk: SDPA's own kernel
-        if seg.length > 1 and seg.start > 0:
-            visible = torch.arange(width, device=q.device)[None, :] <= (
-                seg.start + torch.arange(seg.length, device=q.device)[:, None]
-            )
-            mask = torch.zeros(visible.shape, dtype=q.dtype, device=q.device)
-            mask.masked_fill_(~visible, torch.finfo(q.dtype).min)
         extra = {}
         if groups > 1:
             if use_gqa_in_sdpa(mask, k, v):
