@@ -415,7 +415,11 @@ def test_anchors_inside_an_alternation_or_a_group():
         ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, "oneOf", "/"),
         ({"type": "integer", "multipleOf": 3}, "multipleOf", "/"),
         ({"type": "string", "pattern": "^(?=a)b$"}, "pattern", "/"),
-        ({"type": "string", "pattern": "^(ab|c)+$", "maxLength": 4}, "pattern", "/"),
+        (
+            {"type": "string", "pattern": "^(ab|c)+$", "minLength": 3, "maxLength": 3},
+            "pattern",
+            "/",
+        ),
         ({"type": "object", "propertyNames": {"maxLength": 3}}, "propertyNames", "/"),
         (
             {
