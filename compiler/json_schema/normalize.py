@@ -65,6 +65,11 @@ class SchemaLimits:
                 raise ValueError(f"SchemaLimits.{name} must be a non-negative integer.")
 
 
+# The values of a free-form object that is the whole output nest this deep (the object
+# and its values: 3 levels, as `response_format: json_object`); one copy, unlike a `{}`
+# repeated inside a schema, so its ~4x per level is paid once.
+ROOT_ANY_DEPTH = 2
+
 # A minLength or minItems past this is refused at once: each required character or item is
 # automaton states over the whole vocabulary (256 characters take ~1.7 s to index), so a
 # larger one only runs into the compile CPU limit, and `minLength: 1e9` would hold a worker
@@ -122,10 +127,21 @@ def normalize_schema(
         UnsupportedSchemaError: a keyword that cannot be honoured (keyword and pointer).
         ConstraintError: a malformed schema, or one that no value satisfies.
     """
-    normalizer = Normalizer(schema, limits or SchemaLimits())
+    limits = limits or SchemaLimits()
+    normalizer = Normalizer(schema, limits)
     node = normalizer.schema(schema, "")
     if node is None:
         raise ConstraintError("No JSON value satisfies this JSON Schema; check its constraints.")
+    if (
+        node.get("type") == "object"
+        and not node.get("declared", True)
+        and node["additionalProperties"] is any_node(limits.any_depth)
+        and limits.any_depth < ROOT_ANY_DEPTH
+    ):
+        # The whole output is a free-form object (`{"type": "object"}`): one copy of its
+        # values, so they may nest as deep as json_object's.
+        normalizer.note("", f"values of the free-form object nested at most {ROOT_ANY_DEPTH} deep")
+        node = {**node, "additionalProperties": any_node(ROOT_ANY_DEPTH)}
     return Finisher(normalizer.note).finish(node, ""), list(normalizer.rewrites)
 
 
