@@ -312,9 +312,13 @@ class Normalizer:
         max_items = count_of(s, "maxItems", ptr) if "maxItems" in s else None
         _feasible_minimum({"minItems": min_items}, "minItems", ptr)
         if s.get("uniqueItems") is True and (max_items is None or max_items > 1):
-            raise UnsupportedSchemaError(
-                "uniqueItems", ptr, "outlines-core cannot keep items distinct"
-            )
+            if min_items > 1:
+                raise UnsupportedSchemaError(
+                    "uniqueItems", ptr, "outlines-core cannot keep items distinct"
+                )
+            # No automaton keeps arbitrary items distinct; one item is always unique.
+            self.note(ptr, "uniqueItems: arrays generated with at most 1 item")
+            max_items = 1
         if "contains" in s:
             raise UnsupportedSchemaError("contains", ptr)
         items = s.get("items", True)

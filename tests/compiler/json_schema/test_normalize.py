@@ -402,7 +402,11 @@ def test_anchors_inside_an_alternation_or_a_group():
 @pytest.mark.parametrize(
     ("schema", "keyword", "pointer"),
     [
-        ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, "uniqueItems", "/"),
+        (
+            {"type": "array", "items": {"type": "string"}, "uniqueItems": True, "minItems": 2},
+            "uniqueItems",
+            "/",
+        ),
         (
             {
                 "type": "object",
