@@ -53,22 +53,22 @@ class SchemaLimits:
         itself allows 3 `$ref`s in a row in all). Regex size grows geometrically with it.
     length_cap: a `maxLength` above this is lowered to it. Each counted character is a few
         automaton states over the whole vocabulary: 256 takes ~1.7 s to index on its own.
+    free_object_depth: the values of a free-form object (`"type": "object"` with no declared
+        properties and no additionalProperties schema) nest at most this deep: documents put
+        arrays of objects there (`{"steps": [{"a": 1}]}`). See compiler/regex.py for the
+        fallback to any_depth when that makes the regex too long.
     """
 
     any_depth: int = 1
     max_recursion: int = 3
     length_cap: int = 256
+    free_object_depth: int = 2
 
     def __post_init__(self) -> None:
-        for name in ("any_depth", "max_recursion", "length_cap"):
+        for name in ("any_depth", "max_recursion", "length_cap", "free_object_depth"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 raise ValueError(f"SchemaLimits.{name} must be a non-negative integer.")
 
-
-# The values of a free-form object that is the whole output nest this deep (the object
-# and its values: 3 levels, as `response_format: json_object`); one copy, unlike a `{}`
-# repeated inside a schema, so its ~4x per level is paid once.
-ROOT_ANY_DEPTH = 2
 
 # A minLength or minItems past this is refused at once: each required character or item is
 # automaton states over the whole vocabulary (256 characters take ~1.7 s to index), so a
@@ -127,21 +127,10 @@ def normalize_schema(
         UnsupportedSchemaError: a keyword that cannot be honoured (keyword and pointer).
         ConstraintError: a malformed schema, or one that no value satisfies.
     """
-    limits = limits or SchemaLimits()
-    normalizer = Normalizer(schema, limits)
+    normalizer = Normalizer(schema, limits or SchemaLimits())
     node = normalizer.schema(schema, "")
     if node is None:
         raise ConstraintError("No JSON value satisfies this JSON Schema; check its constraints.")
-    if (
-        node.get("type") == "object"
-        and not node.get("declared", True)
-        and node["additionalProperties"] is any_node(limits.any_depth)
-        and limits.any_depth < ROOT_ANY_DEPTH
-    ):
-        # The whole output is a free-form object (`{"type": "object"}`): one copy of its
-        # values, so they may nest as deep as json_object's.
-        normalizer.note("", f"values of the free-form object nested at most {ROOT_ANY_DEPTH} deep")
-        node = {**node, "additionalProperties": any_node(ROOT_ANY_DEPTH)}
     return Finisher(normalizer.note).finish(node, ""), list(normalizer.rewrites)
 
 
@@ -152,6 +141,7 @@ class Normalizer:
         self.root = root
         self.limits = limits
         self.any_depth = limits.any_depth
+        self.free_object_depth = limits.free_object_depth
         self.max_recursion = limits.max_recursion
         self.rewrites: dict[str, None] = {}  # ordered set of lines
         self.stack: list[str] = []  # ref targets being expanded

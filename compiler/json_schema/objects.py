@@ -34,6 +34,7 @@ class Subschemas(Protocol):
     """What object_node needs from the normaliser (normalize.Normalizer implements it)."""
 
     any_depth: int
+    free_object_depth: int
     prover: Prover
 
     def schema(self, s: Any, ptr: str) -> Node | None:
@@ -92,11 +93,16 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
             "propertyNames", ptr, "keys of an object without declared properties are free"
         )
     # What an undeclared key may hold: additionalProperties and every pattern it might match.
+    # A free-form object's values nest deeper than a `{}` value (see SchemaLimits).
+    types = s.get("type")
+    free = not declared and (types == "object" or isinstance(types, list) and "object" in types)
     extra = (
-        any_node(self.any_depth)
+        any_node(self.free_object_depth if free else self.any_depth)
         if extra_s is True
         else self.schema(extra_s, f"{ptr}/additionalProperties")
     )
+    if free and extra_s is True and self.free_object_depth > self.any_depth:
+        self.note(ptr, f"free-form object: values nested at most {self.free_object_depth} deep")
     pattern_nodes = [
         self.schema(sub, f"{ptr}/patternProperties/{escape_pointer(p)}")
         for p, sub in patterns.items()
