@@ -82,6 +82,15 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
             if re.search(p, name)
         ]
 
+    # A required trigger's dependents are required too (to a fixpoint: they may be triggers),
+    # declared or not: an undeclared one is generated like any undeclared required name.
+    grown = True
+    while grown:
+        grown = False
+        for trigger, needs in dep_required.items():
+            if trigger in required and any(n not in required for n in needs):
+                required += [n for n in needs if n not in required]
+                grown = True
     declared = list(props_s) + [r for r in required if r not in props_s]
     if not declared and (dep_required or dep_schemas):
         key = "dependentRequired" if dep_required else "dependentSchemas"
