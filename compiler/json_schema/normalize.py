@@ -20,7 +20,7 @@ from typing import Any
 
 from gclm.compiler.json_schema.finish import Finisher
 from gclm.compiler.json_schema.numbers import number_regex
-from gclm.compiler.json_schema.objects import object_node, without_optional
+from gclm.compiler.json_schema.objects import discriminated, object_node, without_optional
 from gclm.compiler.json_schema.ops import (
     ASSERTIONS,
     Node,
@@ -169,7 +169,7 @@ class Normalizer:
             if key in s and s[key] is not True:
                 raise UnsupportedSchemaError(key, ptr)
         if "if" in s and ("then" in s or "else" in s):
-            raise UnsupportedSchemaError("if", ptr, "conditional subschemas (if/then/else)")
+            return self.conditional(s, ptr)
         parts: list[Node | None] = []
         if "$ref" in s:
             parts.append(self.ref(s["$ref"], ptr))
@@ -209,6 +209,36 @@ class Normalizer:
         for sub, where in nots:
             node = self.exclude(sub, node, where)
         return node
+
+    def conditional(self, s: dict[str, Any], ptr: str) -> Node | None:
+        """`if`/`then`/`else` as anyOf [allOf [rest, if, then], allOf [rest, else, not if]].
+
+        The `else` side keeps only values proven to fail `if` (as `not` does); where nothing
+        can be proven, that side is left out (reported), and if both sides are empty the
+        keyword is refused.
+        """
+        rest = {k: v for k, v in s.items() if k not in ("if", "then", "else")}
+        node = self.schema(rest, ptr)
+        cond = s["if"]
+        sides = []
+        for key, test in (("then", True), ("else", False)):
+            side = node
+            if key in s:
+                side = meet(side, self.schema(s[key], f"{ptr}/{key}"), ptr)
+            try:
+                if test:
+                    side = meet(side, self.schema(cond, f"{ptr}/if"), ptr)
+                else:
+                    side = self.exclude(cond, side, f"{ptr}/if")
+            except UnsupportedSchemaError:
+                self.note(f"{ptr}/{key}", f"values taking the '{key}' branch are not generated")
+                side = None
+            sides.append(side)
+        if all(side is None for side in sides) and node is not None:
+            raise UnsupportedSchemaError(
+                "if", ptr, "gclm cannot tell which values take which branch (if/then/else)"
+            )
+        return union(sides)
 
     def anything(self, ptr: str) -> Node:
         self.note(
@@ -389,6 +419,8 @@ class Normalizer:
             elif (proven := self.proven([sub], branch)) is not None:
                 kept.append(proven)
             elif (narrowed := without_optional(self, sub, branch, ptr)) is not None:
+                kept.append(narrowed)
+            elif (narrowed := discriminated(self, sub, branch)) is not None:
                 kept.append(narrowed)
             else:
                 lost |= not self.prover.accepts_all(sub, branch)

@@ -226,3 +226,24 @@ def without_optional(self: Subschemas, sub: Any, branch: Node, ptr: str) -> Node
             "they fail the 'not' subschema",
         )
     return union(kept)
+
+
+def discriminated(self: Subschemas, sub: Any, branch: Node) -> Node | None:
+    """`branch` with a required property's enum cut to the values `sub` rejects there, else None.
+
+    `not: {properties: {kind: {const: "a"}}}` (or an `if` on it, for the `else` side) with
+    `kind` required and one of `["a", "b"]`: the objects with `"kind": "b"` fail `sub`.
+    """
+    if branch.get("type") != "object" or not isinstance(sub, dict):
+        return None
+    checks = sub.get("properties")
+    if not isinstance(checks, dict):
+        return None
+    for name, check in checks.items():
+        prop = branch["properties"].get(name)
+        if name not in branch["required"] or not prop or set(prop) != {"enum"}:
+            continue
+        values = [v for v in prop["enum"] if self.prover.holds(check, v) is False]
+        if values:
+            return {**branch, "properties": {**branch["properties"], name: {"enum": values}}}
+    return None

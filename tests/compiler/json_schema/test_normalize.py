@@ -415,7 +415,7 @@ def test_anchors_inside_an_alternation_or_a_group():
             "contains",
             "/properties/t",
         ),
-        ({"if": {"type": "string"}, "then": {"maxLength": 2}}, "if", "/"),
+        ({"type": "string", "if": {"pattern": "^a"}, "then": False}, "if", "/"),
         ({"type": "string", "not": {"pattern": "a"}}, "not", "/"),
         ({"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}, "oneOf", "/"),
         ({"type": "integer", "multipleOf": 3}, "multipleOf", "/"),
