@@ -339,8 +339,15 @@ class Normalizer:
             # No automaton keeps arbitrary items distinct; one item is always unique.
             self.note(ptr, "uniqueItems: arrays generated with at most 1 item")
             max_items = 1
+        contains = None
         if "contains" in s:
-            raise UnsupportedSchemaError("contains", ptr)
+            tuple_form = "prefixItems" in s or isinstance(s.get("items"), list)
+            if "maxContains" in s or tuple_form:
+                raise UnsupportedSchemaError("contains", ptr, "with maxContains or tuple items")
+            # Every item matches `contains` (at least minContains of them, 1 by default).
+            contains = self.schema(s["contains"], f"{ptr}/contains")
+            min_items = max(min_items, count_of(s, "minContains", ptr) if "minContains" in s else 1)
+            self.note(ptr, "contains: every item generated matches it")
         items = s.get("items", True)
         prefix: list[Any] | None
         if isinstance(items, list):  # Draft 4-2019 tuple form
@@ -353,6 +360,8 @@ class Normalizer:
             item = (
                 self.schema(rest, f"{ptr}/{rest_key}") if "items" in s else any_node(self.any_depth)
             )
+            if "contains" in s:
+                item = meet(item, contains, ptr)
             return array_node(item, min_items, max_items)
         length = len(prefix) if max_items is None else min(len(prefix), max_items)
         nodes = []

@@ -410,7 +410,9 @@ def test_anchors_inside_an_alternation_or_a_group():
         (
             {
                 "type": "object",
-                "properties": {"t": {"type": "array", "contains": {"type": "integer"}}},
+                "properties": {
+                    "t": {"type": "array", "contains": {"type": "integer"}, "maxContains": 1}
+                },
             },
             "contains",
             "/properties/t",
