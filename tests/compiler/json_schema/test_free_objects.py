@@ -43,7 +43,7 @@ def test_an_unconstrained_value_stays_one_level_deep():
 
 
 def test_many_free_form_objects_fall_back_to_one_level_within_the_budget():
-    props = {f"p{i}": {"type": "object"} for i in range(30)}
+    props = {f"p{i}": {"type": "object"} for i in range(80)}
     schema = {"type": "object", "properties": props, "required": list(props)}
     result = to_regex(Constraint.json_schema(schema))
     assert len(result.regex) <= FREE_DEPTH_BUDGET + 10
