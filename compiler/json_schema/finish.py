@@ -10,9 +10,16 @@ generated but, for an open object, `extraKeys` after them) or free keys
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import combinations
+from math import comb
 
 from gclm.compiler.json_schema.ops import Node, escape_pointer
 from gclm.errors import UnsupportedSchemaError
+
+# minProperties/maxProperties over optional properties: each allowed choice of the optional
+# ones is written out (its values copied), up to this many choices; past it, the first
+# optional ones are made required or kept (a narrowing, reported).
+MAX_COUNTED_CHOICES = 8
 
 
 class Finisher:
@@ -59,6 +66,9 @@ class Finisher:
             )
             return out
         optional = [p for p in props if p not in required]
+        counted = self.counted(props, required, min_p, max_p, ptr)
+        if counted is not None:
+            return counted
         if len(required) < min_p:
             promoted = optional[: min_p - len(required)]
             if len(required) + len(promoted) < min_p:
@@ -88,3 +98,33 @@ class Finisher:
             # Undeclared keys after the declared ones (see `open_objects.py`).
             out["extraKeys"] = self.finish(extra, f"{ptr}/additionalProperties")
         return out
+
+    def counted(
+        self, props: dict[str, Node], required: list[str], min_p: int, max_p: int | None, ptr: str
+    ) -> Node | None:
+        """The object as every choice of optional properties its property count allows.
+
+        None when the count bounds leave the choice free (outlines-core writes that) or
+        there are more than MAX_COUNTED_CHOICES choices. The node carries `countedChoices`:
+        per choice, the names present, in declared order (see `open_objects.py`).
+        """
+        optional = [p for p in props if p not in required]
+        need = max(min_p - len(required), 0)
+        most = len(optional) if max_p is None else min(max_p - len(required), len(optional))
+        if (need == 0 and most == len(optional)) or most < need:
+            return None  # free choice; or impossible, refused by the caller's narrowing
+        if sum(comb(len(optional), k) for k in range(need, most + 1)) > MAX_COUNTED_CHOICES:
+            return None
+        choices = [
+            [p for p in props if p in required or p in chosen]
+            for k in range(need, most + 1)
+            for chosen in combinations(optional, k)
+        ]
+        return {
+            "type": "object",
+            "properties": {
+                k: self.finish(v, f"{ptr}/properties/{escape_pointer(k)}") for k, v in props.items()
+            },
+            "required": [r for r in props if r in required],
+            "countedChoices": choices,
+        }

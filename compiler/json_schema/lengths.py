@@ -18,6 +18,9 @@ from gclm.errors import UnsupportedSchemaError, quote
 
 Items = list[tuple[Any, Any]]
 MAX_SPLIT = 16  # alternatives distributed to fold length bounds into each
+# A repeat capped to fit a maxLength (see `_capped`) keeps at most this many: counted
+# repeats are automaton states, nested ones multiply.
+MAX_CAP = 16
 # What an unanchored side of a pattern may hold: any characters (JSON-encoded by _emit).
 ANY_CHARS: tuple[Any, Any] = (
     sre.MAX_REPEAT,
@@ -82,7 +85,57 @@ def fold_lengths(
     Raises:
         UnsupportedSchemaError: as `_fold`, when no alternative can be narrowed.
     """
-    return _fold_split(body, min_len, max_len, pattern, pointer, [MAX_SPLIT])
+    try:
+        return _fold_split(body, min_len, max_len, pattern, pointer, [MAX_SPLIT])
+    except UnsupportedSchemaError as e:
+        capped = _capped(body, max_len) if max_len is not None else None
+        if capped is None:
+            raise
+        try:  # every repeat is bounded now, so the counts can be narrowed for minLength too
+            return _fold(capped, min_len, max_len, pattern, pointer)
+        except UnsupportedSchemaError:
+            raise e from None
+
+
+def _capped(body: Items, max_len: int) -> Items | None:
+    """`body` with each repeat `{lo,hi}` cut to `{lo,min(hi, max(lo, k))}`, every match at most
+    `max_len` long, for the largest such k up to MAX_CAP; None if even k = 0 is too long.
+
+    A last resort for bodies `_fold` cannot narrow (an unbounded group of unbounded parts,
+    as in a format's `[a-z]+(?:\\.[a-z]+)*`): a subset of the pattern, of bounded length.
+    """
+    shortest = width(_cap(body, 0))[1]
+    if shortest is None or shortest > max_len:
+        return None
+    lo, hi = 0, MAX_CAP  # the largest k that fits lies in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if (width(_cap(body, mid))[1] or 0) <= max_len:
+            lo = mid
+        else:
+            hi = mid - 1
+    return _cap(body, lo)
+
+
+def _cap(items: Items, k: int) -> Items:
+    """`items` with every repeat's maximum cut to max(its minimum, k), at any depth."""
+
+    def sub(x: Any) -> Any:
+        return sre_parse.SubPattern(sre_parse.State(), _cap(list(x), k))
+
+    out: Items = []
+    for op, av in items:
+        if op in (sre.MAX_REPEAT, sre.MIN_REPEAT):
+            lo, hi, inner = av
+            hi = min(hi, max(lo, k))
+            out.append((op, (lo, hi, sub(inner))))
+        elif op is sre.SUBPATTERN:
+            out.append((op, (*av[:3], sub(av[3]))))
+        elif op is sre.BRANCH:
+            out.append((op, (av[0], [sub(b) for b in av[1]])))
+        else:
+            out.append((op, av))
+    return out
 
 
 def _fold_split(

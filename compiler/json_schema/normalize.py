@@ -20,7 +20,7 @@ from typing import Any
 
 from gclm.compiler.json_schema.finish import Finisher
 from gclm.compiler.json_schema.numbers import number_regex
-from gclm.compiler.json_schema.objects import object_node, without_optional
+from gclm.compiler.json_schema.objects import discriminated, object_node, without_optional
 from gclm.compiler.json_schema.ops import (
     ASSERTIONS,
     Node,
@@ -53,14 +53,19 @@ class SchemaLimits:
         itself allows 3 `$ref`s in a row in all). Regex size grows geometrically with it.
     length_cap: a `maxLength` above this is lowered to it. Each counted character is a few
         automaton states over the whole vocabulary: 256 takes ~1.7 s to index on its own.
+    free_object_depth: the values of a free-form object (`"type": "object"` with no declared
+        properties and no additionalProperties schema) nest at most this deep: documents put
+        arrays of objects there (`{"steps": [{"a": 1}]}`). See compiler/regex.py for the
+        fallback to any_depth when that makes the regex too long.
     """
 
     any_depth: int = 1
     max_recursion: int = 3
     length_cap: int = 256
+    free_object_depth: int = 2
 
     def __post_init__(self) -> None:
-        for name in ("any_depth", "max_recursion", "length_cap"):
+        for name in ("any_depth", "max_recursion", "length_cap", "free_object_depth"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 raise ValueError(f"SchemaLimits.{name} must be a non-negative integer.")
 
@@ -136,6 +141,7 @@ class Normalizer:
         self.root = root
         self.limits = limits
         self.any_depth = limits.any_depth
+        self.free_object_depth = limits.free_object_depth
         self.max_recursion = limits.max_recursion
         self.rewrites: dict[str, None] = {}  # ordered set of lines
         self.stack: list[str] = []  # ref targets being expanded
@@ -163,7 +169,7 @@ class Normalizer:
             if key in s and s[key] is not True:
                 raise UnsupportedSchemaError(key, ptr)
         if "if" in s and ("then" in s or "else" in s):
-            raise UnsupportedSchemaError("if", ptr, "conditional subschemas (if/then/else)")
+            return self.conditional(s, ptr)
         parts: list[Node | None] = []
         if "$ref" in s:
             parts.append(self.ref(s["$ref"], ptr))
@@ -203,6 +209,36 @@ class Normalizer:
         for sub, where in nots:
             node = self.exclude(sub, node, where)
         return node
+
+    def conditional(self, s: dict[str, Any], ptr: str) -> Node | None:
+        """`if`/`then`/`else` as anyOf [allOf [rest, if, then], allOf [rest, else, not if]].
+
+        The `else` side keeps only values proven to fail `if` (as `not` does); where nothing
+        can be proven, that side is left out (reported), and if both sides are empty the
+        keyword is refused.
+        """
+        rest = {k: v for k, v in s.items() if k not in ("if", "then", "else")}
+        node = self.schema(rest, ptr)
+        cond = s["if"]
+        sides = []
+        for key, test in (("then", True), ("else", False)):
+            side = node
+            if key in s:
+                side = meet(side, self.schema(s[key], f"{ptr}/{key}"), ptr)
+            try:
+                if test:
+                    side = meet(side, self.schema(cond, f"{ptr}/if"), ptr)
+                else:
+                    side = self.exclude(cond, side, f"{ptr}/if")
+            except UnsupportedSchemaError:
+                self.note(f"{ptr}/{key}", f"values taking the '{key}' branch are not generated")
+                side = None
+            sides.append(side)
+        if all(side is None for side in sides) and node is not None:
+            raise UnsupportedSchemaError(
+                "if", ptr, "gclm cannot tell which values take which branch (if/then/else)"
+            )
+        return union(sides)
 
     def anything(self, ptr: str) -> Node:
         self.note(
@@ -296,11 +332,22 @@ class Normalizer:
         max_items = count_of(s, "maxItems", ptr) if "maxItems" in s else None
         _feasible_minimum({"minItems": min_items}, "minItems", ptr)
         if s.get("uniqueItems") is True and (max_items is None or max_items > 1):
-            raise UnsupportedSchemaError(
-                "uniqueItems", ptr, "outlines-core cannot keep items distinct"
-            )
+            if min_items > 1:
+                raise UnsupportedSchemaError(
+                    "uniqueItems", ptr, "outlines-core cannot keep items distinct"
+                )
+            # No automaton keeps arbitrary items distinct; one item is always unique.
+            self.note(ptr, "uniqueItems: arrays generated with at most 1 item")
+            max_items = 1
+        contains = None
         if "contains" in s:
-            raise UnsupportedSchemaError("contains", ptr)
+            tuple_form = "prefixItems" in s or isinstance(s.get("items"), list)
+            if "maxContains" in s or tuple_form:
+                raise UnsupportedSchemaError("contains", ptr, "with maxContains or tuple items")
+            # Every item matches `contains` (at least minContains of them, 1 by default).
+            contains = self.schema(s["contains"], f"{ptr}/contains")
+            min_items = max(min_items, count_of(s, "minContains", ptr) if "minContains" in s else 1)
+            self.note(ptr, "contains: every item generated matches it")
         items = s.get("items", True)
         prefix: list[Any] | None
         if isinstance(items, list):  # Draft 4-2019 tuple form
@@ -313,6 +360,8 @@ class Normalizer:
             item = (
                 self.schema(rest, f"{ptr}/{rest_key}") if "items" in s else any_node(self.any_depth)
             )
+            if "contains" in s:
+                item = meet(item, contains, ptr)
             return array_node(item, min_items, max_items)
         length = len(prefix) if max_items is None else min(len(prefix), max_items)
         nodes = []
@@ -379,6 +428,8 @@ class Normalizer:
             elif (proven := self.proven([sub], branch)) is not None:
                 kept.append(proven)
             elif (narrowed := without_optional(self, sub, branch, ptr)) is not None:
+                kept.append(narrowed)
+            elif (narrowed := discriminated(self, sub, branch)) is not None:
                 kept.append(narrowed)
             else:
                 lost |= not self.prover.accepts_all(sub, branch)

@@ -34,6 +34,7 @@ class Subschemas(Protocol):
     """What object_node needs from the normaliser (normalize.Normalizer implements it)."""
 
     any_depth: int
+    free_object_depth: int
     prover: Prover
 
     def schema(self, s: Any, ptr: str) -> Node | None:
@@ -81,6 +82,15 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
             if re.search(p, name)
         ]
 
+    # A required trigger's dependents are required too (to a fixpoint: they may be triggers),
+    # declared or not: an undeclared one is generated like any undeclared required name.
+    grown = True
+    while grown:
+        grown = False
+        for trigger, needs in dep_required.items():
+            if trigger in required and any(n not in required for n in needs):
+                required += [n for n in needs if n not in required]
+                grown = True
     declared = list(props_s) + [r for r in required if r not in props_s]
     if not declared and (dep_required or dep_schemas):
         key = "dependentRequired" if dep_required else "dependentSchemas"
@@ -92,11 +102,16 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
             "propertyNames", ptr, "keys of an object without declared properties are free"
         )
     # What an undeclared key may hold: additionalProperties and every pattern it might match.
+    # A free-form object's values nest deeper than a `{}` value (see SchemaLimits).
+    types = s.get("type")
+    free = not declared and (types == "object" or isinstance(types, list) and "object" in types)
     extra = (
-        any_node(self.any_depth)
+        any_node(self.free_object_depth if free else self.any_depth)
         if extra_s is True
         else self.schema(extra_s, f"{ptr}/additionalProperties")
     )
+    if free and extra_s is True and self.free_object_depth > self.any_depth:
+        self.note(ptr, f"free-form object: values nested at most {self.free_object_depth} deep")
     pattern_nodes = [
         self.schema(sub, f"{ptr}/patternProperties/{escape_pointer(p)}")
         for p, sub in patterns.items()
@@ -211,3 +226,24 @@ def without_optional(self: Subschemas, sub: Any, branch: Node, ptr: str) -> Node
             "they fail the 'not' subschema",
         )
     return union(kept)
+
+
+def discriminated(self: Subschemas, sub: Any, branch: Node) -> Node | None:
+    """`branch` with a required property's enum cut to the values `sub` rejects there, else None.
+
+    `not: {properties: {kind: {const: "a"}}}` (or an `if` on it, for the `else` side) with
+    `kind` required and one of `["a", "b"]`: the objects with `"kind": "b"` fail `sub`.
+    """
+    if branch.get("type") != "object" or not isinstance(sub, dict):
+        return None
+    checks = sub.get("properties")
+    if not isinstance(checks, dict):
+        return None
+    for name, check in checks.items():
+        prop = branch["properties"].get(name)
+        if name not in branch["required"] or not prop or set(prop) != {"enum"}:
+            continue
+        values = [v for v in prop["enum"] if self.prover.holds(check, v) is False]
+        if values:
+            return {**branch, "properties": {**branch["properties"], name: {"enum": values}}}
+    return None

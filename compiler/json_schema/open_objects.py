@@ -8,7 +8,10 @@
   name) and a trie of the declared names is left out of it, so no key can repeat a declared
   one (a validator reads the last of two equal keys; the declared schema would not hold).
 
-Both follow outlines-core's layout: `{`, entries joined by `,`, `}`, the same whitespace
+- counted: declared properties under minProperties/maxProperties, as every allowed choice
+  of the optional ones (each choice's entries in declared order).
+
+All follow outlines-core's layout: `{`, entries joined by `,`, `}`, the same whitespace
 between tokens. Value regexes are built by the caller (`regex.py`).
 """
 
@@ -58,6 +61,17 @@ def open_object_regex(entries: list[tuple[str, str, bool]], extra: str, ws: str)
         starts.append(other + others)
     body = "(?:" + "|".join(starts) + ")" + ("?" if first_required is None else "")
     return rf"\{{{ws}{body}{ws}\}}"
+
+
+def counted_object_regex(entries: dict[str, str], choices: list[list[str]], ws: str) -> str:
+    """Objects holding exactly one of `choices` (lists of names) of the (name: value) entries."""
+    written = {
+        n: f'"{escape_literal(json.dumps(n, ensure_ascii=False)[1:-1])}"{ws}:{ws}(?:{v})'
+        for n, v in entries.items()
+    }
+    bodies = [f"{ws},{ws}".join(written[n] for n in choice) for choice in choices]
+    alternatives = [rf"\{{{ws}{b}{ws}\}}" if b else rf"\{{{ws}\}}" for b in bodies]
+    return "(?:" + "|".join(alternatives) + ")"
 
 
 def other_key_regex(names: list[str]) -> str:

@@ -14,7 +14,11 @@ from outlines_core.json_schema import build_regex_from_schema
 
 from gclm.compiler.constraint import DEFAULT_WHITESPACE
 from gclm.compiler.json_schema.numbers import number_regex
-from gclm.compiler.json_schema.open_objects import keyed_object_regex, open_object_regex
+from gclm.compiler.json_schema.open_objects import (
+    counted_object_regex,
+    keyed_object_regex,
+    open_object_regex,
+)
 from gclm.compiler.json_schema.ops import any_node, escape_pointer
 from gclm.compiler.json_schema.patterns import (
     JSON_CHAR,
@@ -174,7 +178,11 @@ def _prepare(
         leaf = number_regex(node, ptr)
     elif node.get("type") == "string":
         leaf = string_regex(node, ptr, top_level=id(node) in top)
-    elif node.get("type") == "object" and ("keyPatterns" in node or "extraKeys" in node):
+    elif node.get("type") == "object" and node.keys() & {
+        "keyPatterns",
+        "extraKeys",
+        "countedChoices",
+    }:
         leaf = _object_regex(node, ptr, whitespace)
     if leaf is not None:
         placeholder = f"{prefix}{len(leaves)}"
@@ -199,6 +207,11 @@ def _prepare(
 
 def _object_regex(node: dict[str, Any], ptr: str, ws: str) -> str:
     """An object outlines-core cannot write (see `open_objects.py`); values built here."""
+    if "countedChoices" in node:
+        values = {
+            n: schema_regex(sub, ws, top_level=False) for n, sub in node["properties"].items()
+        }
+        return counted_object_regex(values, node["countedChoices"], ws)
     if "extraKeys" in node:
         entries = [
             (name, schema_regex(sub, ws, top_level=False), name in node["required"])

@@ -39,7 +39,7 @@ def test_compiles_in_a_worker(pool, embedded_vocab):
 
 def test_constraint_errors_come_back_with_their_message(pool):
     with pytest.raises(ConstraintError, match="uniqueItems"):
-        pool.compile(Constraint.json_schema({"type": "array", "uniqueItems": True}))
+        pool.compile(Constraint.json_schema({"type": "array", "uniqueItems": True, "minItems": 2}))
     assert issubclass(UnsupportedSchemaError, ConstraintError)
 
 

@@ -213,7 +213,7 @@ def test_budget_too_small_names_minimum(client: openai.OpenAI) -> None:
 @pytest.mark.parametrize(
     ("schema", "named"),
     [
-        ({"type": "array", "uniqueItems": True}, "uniqueItems"),
+        ({"type": "array", "uniqueItems": True, "minItems": 2}, "uniqueItems"),
         ({"type": "strnig"}, "strnig"),
     ],
     ids=["unsupported-keyword", "unknown-type"],

@@ -1,0 +1,45 @@
+"""dependentRequired / dependencies of a required property that name undeclared properties."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.regex import to_regex
+
+# MaskBench Glaiveai2K---calculate_area_7eea9e32: `shape` is required and its dependents
+# are not declared; refused before ("needs undeclared properties").
+AREA = {
+    "type": "object",
+    "dependencies": {"shape": ["rectangle", "circle"]},
+    "properties": {
+        "dimensions": {"type": "object", "properties": {"width": {"type": "number"}}},
+        "shape": {"type": "string", "enum": ["rectangle", "circle"]},
+    },
+    "required": ["shape", "dimensions"],
+}
+
+
+def accepts(schema, value) -> bool:
+    regex = to_regex(Constraint.json_schema(schema)).regex
+    return re.fullmatch(regex, json.dumps(value, separators=(",", ":"))) is not None
+
+
+def test_dependents_of_a_required_trigger_are_generated():
+    value = {"dimensions": {"width": 2}, "shape": "circle", "rectangle": 1, "circle": [True]}
+    assert accepts(AREA, value)
+    assert not accepts(AREA, {"dimensions": {}, "shape": "circle"})  # dependents missing
+
+
+def test_dependents_chain_to_a_fixpoint_and_take_additional_properties():
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "required": ["a"],
+        "dependentRequired": {"a": ["b"], "b": ["c"]},
+        "additionalProperties": {"type": "string"},
+    }
+    assert accepts(schema, {"a": 1, "b": "x", "c": "y"})
+    assert not accepts(schema, {"a": 1, "b": "x"})
+    assert not accepts(schema, {"a": 1, "b": 2, "c": "y"})
