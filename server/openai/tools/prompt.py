@@ -46,7 +46,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from gclm.compiler.json_schema.normalize import normalize_schema
+from gclm.compiler.json_schema.normalize import SchemaLimits, normalize_schema
 from gclm.compiler.json_schema.patterns import escape_literal
 from gclm.compiler.json_schema.regex import schema_regex
 from gclm.errors import ConstraintError, InvalidRequestError
@@ -54,6 +54,9 @@ from gclm.errors import ConstraintError, InvalidRequestError
 OPENER = "<tool_call>"
 # What OpenAI accepts as a function name; it also keeps names literal in the regex.
 NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+# Every tool's parameters share one automaton, without json_regex's fallback to shallower
+# free-form objects when they make the regex too long: keep them one level deep here.
+TOOL_LIMITS = SchemaLimits(free_object_depth=SchemaLimits().any_depth)
 # A function without `parameters` takes none (OpenAI's reading).
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
@@ -186,7 +189,7 @@ def calls_regex(
     for i, f in enumerate(functions):
         params = f.parameters if f.parameters is not None else NO_PARAMETERS
         try:
-            schema, _ = normalize_schema(params)
+            schema, _ = normalize_schema(params, TOOL_LIMITS)
             args = schema_regex(schema, r"[ ]?")
         except ConstraintError as e:
             raise ConstraintError(
