@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import re
-
 import pytest
+from json_accepts import accepts
 
-from gclm.compiler.constraint import Constraint
 from gclm.compiler.json_schema.normalize import normalize_schema
-from gclm.compiler.regex import to_regex
 from gclm.errors import UnsupportedSchemaError
 
 # The shape of MaskBench JsonSchemaStore---codeship-steps (refused before): a `type`
@@ -27,11 +23,6 @@ STEP = {
     "then": {"required": ["command"]},
     "else": {"required": ["image"]},
 }
-
-
-def accepts(schema, value) -> bool:
-    regex = to_regex(Constraint.json_schema(schema)).regex
-    return re.fullmatch(regex, json.dumps(value, separators=(",", ":"))) is not None
 
 
 def test_each_branch_is_generated_with_its_own_requirements():

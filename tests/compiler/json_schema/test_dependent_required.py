@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import re
-
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.regex import to_regex
+from json_accepts import accepts
 
 # MaskBench Glaiveai2K---calculate_area_7eea9e32: `shape` is required and its dependents
 # are not declared; refused before ("needs undeclared properties").
@@ -19,11 +15,6 @@ AREA = {
     },
     "required": ["shape", "dimensions"],
 }
-
-
-def accepts(schema, value) -> bool:
-    regex = to_regex(Constraint.json_schema(schema)).regex
-    return re.fullmatch(regex, json.dumps(value, separators=(",", ":"))) is not None
 
 
 def test_dependents_of_a_required_trigger_are_generated():

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import re
-
 import pytest
-
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.regex import to_regex
+from json_accepts import accepts
 
 # MaskBench Github_easy---o84043: a hash of script names to shell commands.
 SCRIPTS = {
@@ -16,11 +11,6 @@ SCRIPTS = {
     "additionalProperties": False,
     "patternProperties": {"^([a-z0-9-])+$": {"type": "string"}},
 }
-
-
-def accepts(schema, value) -> bool:
-    regex = to_regex(Constraint.json_schema(schema)).regex
-    return re.fullmatch(regex, json.dumps(value, separators=(",", ":"))) is not None
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,9 @@ import re
 
 from hypothesis import given
 from hypothesis import strategies as st
+from json_accepts import accepts, accepts_text
 
-from gclm.compiler.constraint import Constraint
 from gclm.compiler.json_schema.open_objects import other_key_regex
-from gclm.compiler.regex import to_regex
 
 # MaskBench Snowplow---sp_180: a newsletter object that allows other keys.
 NEWSLETTER = {
@@ -20,26 +19,19 @@ NEWSLETTER = {
 }
 
 
-def accepts(schema, text) -> bool:
-    regex = to_regex(Constraint.json_schema(schema)).regex
-    if not isinstance(text, str):
-        text = json.dumps(text, separators=(",", ":"))
-    return re.fullmatch(regex, text) is not None
-
-
 def test_extra_keys_follow_the_declared_ones():
     assert accepts(NEWSLETTER, {"id": "a", "send_id": "b", "extra": "c", "more": [1, None]})
     assert accepts(NEWSLETTER, {"extra": 1})
     assert accepts(NEWSLETTER, {"send_id": "b", "x": {"y": 2}})
     assert accepts(NEWSLETTER, {})
-    assert not accepts(NEWSLETTER, '{,"x":1}')
+    assert not accepts_text(NEWSLETTER, '{,"x":1}')
 
 
 def test_an_extra_key_never_repeats_a_declared_one():
-    assert not accepts(NEWSLETTER, '{"id":"a","id":1}')
-    assert not accepts(NEWSLETTER, '{"id":"a","send_id":"b","send_id":2}')
-    assert not accepts(NEWSLETTER, '{"id":"a","\\u0069d":1}')  # escapes: not in extra keys
-    assert accepts(NEWSLETTER, '{"id":"a","i":1,"ids":2,"send":3}')
+    assert not accepts_text(NEWSLETTER, '{"id":"a","id":1}')
+    assert not accepts_text(NEWSLETTER, '{"id":"a","send_id":"b","send_id":2}')
+    assert not accepts_text(NEWSLETTER, '{"id":"a","\\u0069d":1}')  # escapes: not in extra keys
+    assert accepts_text(NEWSLETTER, '{"id":"a","i":1,"ids":2,"send":3}')
 
 
 def test_required_and_schema_valued_extras():
