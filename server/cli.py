@@ -66,6 +66,12 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         help="while streams decode, prefill chunks that keep a step near this (1.0; 0: off)",
     )
+    serve.add_argument(
+        "--prefill-thread",
+        choices=("auto", "on", "off"),
+        help="prefill long prompts on a thread of their own beside the decoding streams "
+        "(auto: on a CPU with a core to spare)",
+    )
     serve.add_argument("--cache-dir", type=Path, help="model and compiled-table cache")
     serve.add_argument(
         "--compile-timeout", type=float, help="seconds a compile may take, queue included (10)"

@@ -83,6 +83,7 @@ def build_engine(settings: ServerSettings) -> BuiltEngine:
         draft_tokens=DRAFT_TOKENS if settings.fast_forward == "on" else 0,
         max_batched_tokens=settings.max_num_batched_tokens or None,
         max_step_seconds=settings.max_step_seconds or None,
+        prefill_thread={"auto": None, "on": True, "off": False}[settings.prefill_thread],
     )
     return BuiltEngine(engine, pool)
 

@@ -79,6 +79,9 @@ class ServerSettings:
     # While streams decode, prompt chunks small enough that a step takes about this many
     # seconds (the engine times its steps; server/engine/transformers/pace.py); 0: off.
     max_step_seconds: float = 1.0
+    # Long prompts prefilled on a thread of their own beside the steps (auto: on a CPU with a
+    # core to spare for it; server/engine/transformers/side_prefill.py): on | off | auto.
+    prefill_thread: str = "auto"
     cache_dir: Path = field(default_factory=default_cache_dir)  # compiled-table disk cache
     compile_timeout: float = 10.0  # seconds a request may wait for its compile, queue included
     compile_workers: int = 0  # compile processes at normal priority; 0: one per CPU core, 2-8
@@ -150,6 +153,10 @@ class ServerSettings:
         if not self.max_step_seconds >= 0:  # NaN too
             raise ValueError(
                 f"max_step_seconds must be 0 (off) or more, got {self.max_step_seconds}."
+            )
+        if self.prefill_thread not in ("auto", "on", "off"):
+            raise ValueError(
+                f"prefill_thread must be auto, on or off, got {self.prefill_thread!r}."
             )
         if self.fast_forward not in ("on", "off"):
             raise ValueError(f"fast_forward must be on or off, got {self.fast_forward!r}.")

@@ -52,9 +52,32 @@ _KNOWN_STATS = {
         "Choices refused because the queue past the free KV slots was full.",
         True,
     ),
-    "prefilling": ("gclm_prefilling", "Prompts being prefilled, a chunk per step.", False),
-    "prefill_tokens": ("gclm_prefill_tokens", "Prompt tokens prefilled (all chunks).", True),
-    "prefill_chunks": ("gclm_prefill_chunks", "Prompt chunks prefilled.", True),
+    "prefilling": (
+        "gclm_prefilling",
+        "Prompts being prefilled (a chunk per step, or on the prefill thread).",
+        False,
+    ),
+    "prefill_tokens": (
+        "gclm_prefill_tokens",
+        "Prompt tokens prefilled (all chunks, the prefill thread's too).",
+        True,
+    ),
+    "prefill_chunks": ("gclm_prefill_chunks", "Prompt chunks prefilled by engine steps.", True),
+    "side_prefills": (
+        "gclm_side_prefills",
+        "Prompts prefilled on the prefill thread beside the steps (--prefill-thread).",
+        True,
+    ),
+    "side_prefill_tokens": (
+        "gclm_side_prefill_tokens",
+        "Prompt tokens prefilled on the prefill thread.",
+        True,
+    ),
+    "side_prefill_seconds": (
+        "gclm_side_prefill_seconds",
+        "Seconds from a prompt's start on the prefill thread to its first token's step.",
+        True,
+    ),
     "packed_passes": (
         "gclm_engine_packed_passes",
         "Forward passes that packed decoding rows and prompt chunks into one row.",

@@ -43,10 +43,11 @@ from e2e_vllm_server import vllm_gclm_servers  # noqa: E402, F401
 
 @pytest.fixture(scope="session")
 def float32_engine(embedded_vocab):
-    """`float32_engine(draft_tokens, max_batched_tokens=None)`: a BatchEngine on the embedded
-    model in float32 (a row's logits do not depend on the pass it ran in, so outputs compare
-    to the bit), 4 slots; one per set of arguments, sharing the model and a table cache,
-    shut down at the end."""
+    """`float32_engine(draft_tokens, max_batched_tokens=None, prefill_thread=False)`: a
+    BatchEngine on the embedded model in float32 (a row's logits do not depend on the pass it
+    ran in, so outputs compare to the bit), 4 slots, every prompt prefilled on the engine
+    thread unless `prefill_thread`; one per set of arguments, sharing the model and a table
+    cache, shut down at the end."""
     from gclm.compiler.cache import TableCache
     from gclm.compiler.compile import compile_constraint
     from gclm.server.engine.model_loader import load_model
@@ -54,10 +55,12 @@ def float32_engine(embedded_vocab):
 
     loaded = load_model(None, device="cpu", dtype="float32")
     cache = TableCache(lambda c: compile_constraint(c, embedded_vocab), embedded_vocab.fingerprint)
-    built: dict[tuple[int, int | None], BatchEngine] = {}
+    built: dict[tuple[int, int | None, bool], BatchEngine] = {}
 
-    def get(draft_tokens: int, max_batched_tokens: int | None = None) -> BatchEngine:
-        key = (draft_tokens, max_batched_tokens)
+    def get(
+        draft_tokens: int, max_batched_tokens: int | None = None, prefill_thread: bool = False
+    ) -> BatchEngine:
+        key = (draft_tokens, max_batched_tokens, prefill_thread)
         if key not in built:
             built[key] = BatchEngine(
                 loaded.model,
@@ -69,6 +72,7 @@ def float32_engine(embedded_vocab):
                 kv_memory=256 << 20,
                 draft_tokens=draft_tokens,
                 max_batched_tokens=max_batched_tokens,
+                prefill_thread=prefill_thread,
             )
         return built[key]
 

@@ -46,6 +46,7 @@ def tiny_engines(embedded_tokenizer, embedded_vocab, tiny_llama):
             kv_memory=16 << 20,
             draft_tokens=0,
             max_batched_tokens=budget,
+            prefill_thread=False,  # chunks on the engine thread (side: test_engine_side_prefill)
         )
 
     engines = build(CHUNK), build(4096)
@@ -175,6 +176,7 @@ def test_a_step_target_shrinks_the_chunks_only_while_streams_decode(
         draft_tokens=0,
         max_batched_tokens=4096,
         max_step_seconds=1e-6,
+        prefill_thread=False,
     )
     (long,) = prompts(1, 120, seed=5)
     runner = greedy(prompts(1, 4, seed=6)[0], 60)

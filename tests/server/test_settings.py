@@ -50,6 +50,7 @@ def test_overrides_win_and_none_falls_through() -> None:
         ({"kv_memory": -5}, "kv_memory must be 0"),
         ({"max_num_batched_tokens": -1}, "max_num_batched_tokens must be 0"),
         ({"fast_forward": "maybe"}, "fast_forward must be on or off"),
+        ({"prefill_thread": "sometimes"}, "prefill_thread must be auto, on or off"),
         ({"queue_size": 0}, "queue_size must be at least 1"),
         ({"compile_timeout": 0}, "compile_timeout must be a positive"),
         ({"compile_cpu_limit": 0}, "compile_cpu_limit must be a positive"),

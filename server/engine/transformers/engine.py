@@ -15,6 +15,11 @@ constraint forces the text ahead also feeds the drafted tokens of it (masking/dr
 and keeps each one it samples itself from the logits before it: a forced key costs one
 forward pass, not one per token, and the output is the one stepping one token at a time
 gives. On the CPU, bfloat16 weights are prepacked for oneDNN once (cpu_linear.py).
+
+A prompt with many tokens left to prefill goes, when it is free, to a thread of its own
+(side_prefill.py) that prefills it into a KV store of its own while the steps go on
+decoding the running rows; the step after it is done copies it into the prompt's slot and
+samples its first token. Other prompts are prefilled a chunk per step, as above.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from gclm.server.engine.transformers.pace import StepPace
 from gclm.server.engine.transformers.penalties import apply_penalties
 from gclm.server.engine.transformers.sampling import sample
 from gclm.server.engine.transformers.sequence import Sequence
+from gclm.server.engine.transformers.side_prefill import SIDE_MIN_TOKENS, SidePrefill
 
 log = logging.getLogger("gclm.engine")
 
@@ -92,13 +98,16 @@ class BatchEngine(TokenizerEngine):
         draft_tokens: int = DRAFT_TOKENS,
         max_batched_tokens: int | None = None,
         max_step_seconds: float | None = None,
+        prefill_thread: bool | None = None,
     ):
         """`max_batch` None: as many slots as `kv_memory` bytes (None: a share of the free
         memory) hold at a typical length; `queue_size`: sequences that may wait beyond the
         free slots; `draft_tokens` 0: no drafts of forced text; `max_batched_tokens`: the
         positions a step computes (None: BATCHED_TOKENS for the device);
         `max_step_seconds`: while streams decode, prompt chunks small enough that a step
-        takes about this long (None: chunks of `max_batched_tokens`; pace.py)."""
+        takes about this long (None: chunks of `max_batched_tokens`; pace.py);
+        `prefill_thread`: prefill long prompts on a thread of their own, beside the steps
+        (side_prefill.py; None: on a CPU with a core to spare for it)."""
         self.model = model
         self.tokenizer = tokenizer
         self.model_id = model_id
@@ -140,6 +149,11 @@ class BatchEngine(TokenizerEngine):
         self._prefilling: dict[Sequence, list[int]] = {}
         self._followers: dict[Sequence, Sequence] = {}
         self._kv = KVStore(model, self.max_batch)
+        if prefill_thread is None:
+            prefill_thread = self.device.type == "cpu" and _spare_core()
+        self._side = (
+            SidePrefill(model, self.max_batched_tokens, self._notify) if prefill_thread else None
+        )
         self._slot: dict[Sequence, int] = {}  # the KV slot each sequence owns
         self._feed: dict[Sequence, list[int]] = {}  # tokens the model has not seen: last, drafts
         self._counts: dict[str, float] = {
@@ -149,6 +163,9 @@ class BatchEngine(TokenizerEngine):
             "draft_tokens_kept": 0,
             "prefill_tokens": 0,
             "prefill_chunks": 0,
+            "side_prefills": 0,
+            "side_prefill_tokens": 0,
+            "side_prefill_seconds": 0.0,
             "steps": 0,
             "step_seconds": 0.0,
         }
@@ -216,7 +233,7 @@ class BatchEngine(TokenizerEngine):
             counters={
                 "queue_oldest_wait_seconds": self._queue.oldest_wait(),
                 "kv_slots_free": self._queue.free,
-                "prefilling": len(self._prefilling),
+                "prefilling": len(self._prefilling) + (self._side_seq is not None),
                 "max_batched_tokens": self.max_batched_tokens,
                 "prefill_chunk_limit": self._pace.chunk(decoding=bool(self._running)),
                 "kv_capacity_growths": self._kv.growths,
@@ -232,6 +249,8 @@ class BatchEngine(TokenizerEngine):
             self._wake.notify()
         self._thread.join(timeout=10)
         self._lookups.shutdown(wait=False, cancel_futures=True)
+        if self._side is not None:
+            self._side.shutdown()
 
     # --- the engine thread ---
 
@@ -251,6 +270,7 @@ class BatchEngine(TokenizerEngine):
                     *self._running,
                     *self._prefilling,
                     *self._followers,
+                    *self._abandon_side(),
                 ]
                 self._running = []
                 self._prefilling.clear()
@@ -273,7 +293,12 @@ class BatchEngine(TokenizerEngine):
                 error = (
                     e if isinstance(e, GclmError) else InternalError(f"Generation failed: {e!r}")
                 )
-                for seq in (*self._running, *self._prefilling, *self._followers):
+                for seq in (
+                    *self._running,
+                    *self._prefilling,
+                    *self._followers,
+                    *self._abandon_side(),
+                ):
                     seq.fail(error)
                 self._running = []
                 self._prefilling.clear()
@@ -285,7 +310,19 @@ class BatchEngine(TokenizerEngine):
 
     @property
     def _busy(self) -> bool:
-        return bool(self._running or self._prefilling)
+        """Whether a step has work: rows, prompts, or a prompt the side thread finished (one
+        it is still prefilling wakes the thread when it is done: `_notify`)."""
+        side_done = self._side is not None and self._side.finished
+        return bool(self._running or self._prefilling or side_done)
+
+    @property
+    def _side_seq(self) -> Sequence | None:
+        """The prompt the side thread holds (prefilling, or done and not yet collected)."""
+        return None if self._side is None else self._side.seq
+
+    def _notify(self) -> None:
+        with self._wake:
+            self._wake.notify()
 
     @torch.inference_mode()
     def _step(self) -> None:
@@ -293,6 +330,7 @@ class BatchEngine(TokenizerEngine):
         self._evict([s for s in self._running if s.cancelled])
         self._drop_cancelled()
         self._admit()
+        self._start_side()
         chunks = self._schedule()
         fed, logits, ready = self._forward(chunks)  # [B, q, V] for running + ready rows
         self._running = running = self._running + ready
@@ -329,7 +367,9 @@ class BatchEngine(TokenizerEngine):
         a prompt being prefilled the promise of a copy of that slot once it is."""
         for seq in self._queue.take(self._kv.free - len(self._followers)):
             prompt = seq.request.prompt_ids
-            leader = next((p for p in self._prefilling if p.request.prompt_ids == prompt), None)
+            side = self._side_seq
+            leaders = [*self._prefilling, *([side] if side is not None else [])]
+            leader = next((p for p in leaders if p.request.prompt_ids == prompt), None)
             if leader is not None:
                 self._followers[seq] = leader
                 continue
@@ -375,7 +415,7 @@ class BatchEngine(TokenizerEngine):
             last = torch.tensor([len(rest) - 1 for rest in rests.values()], device=logits.device)
             prefilled = logits[len(runs) :][torch.arange(len(rests), device=logits.device), last]
             self._counts["forward_passes"] += 1
-        elif runs and rests and self._kv.packs:
+        elif runs and rests and self._kv.packs and not (self._side and self._side.running):
             decoded, prefilled = self._kv.extend_packed(runs, rests)
             self._counts["forward_passes"] += 1
             self._counts["packed_passes"] += 1
@@ -387,9 +427,16 @@ class BatchEngine(TokenizerEngine):
             self._counts["forward_passes"] += bool(runs) + bool(rests)
         parts = [] if decoded is None else [decoded]
         ready, rows = self._prefilled(chunks)
+        news = []
         if ready:
             assert prefilled is not None
-            new = prefilled[rows][:, None]  # [A, 1, V]
+            news.append(prefilled[rows])  # [A, V]
+        side = self._collect_side()
+        if side:
+            ready += [seq for seq, _ in side]
+            news.append(torch.stack([row for _, row in side]))
+        if news:
+            new = torch.cat(news)[:, None]  # [A, 1, V]
             if parts and parts[0].shape[1] > 1:
                 new = new.expand(-1, parts[0].shape[1], -1)  # only position 0 is read
             parts.append(new)
@@ -406,14 +453,62 @@ class BatchEngine(TokenizerEngine):
             if self._prefilling[leader]:
                 continue
             del self._prefilling[leader]
-            ready.append(leader)
-            rows.append(i)
-            for seq in [f for f, of in self._followers.items() if of is leader]:
-                del self._followers[seq]
-                self._slot[seq] = self._kv.claim_copy(self._slot[leader])
-                ready.append(seq)
-                rows.append(i)
+            seqs = self._with_followers(leader)
+            ready += seqs
+            rows += [i] * len(seqs)
         return ready, rows
+
+    def _with_followers(self, leader: Sequence) -> list[Sequence]:
+        """`leader`, whose prompt its slot now holds, and the choices that waited on it, each
+        now holding a copy of that slot."""
+        seqs = [leader]
+        for seq in [f for f, of in self._followers.items() if of is leader]:
+            del self._followers[seq]
+            self._slot[seq] = self._kv.claim_copy(self._slot[leader])
+            seqs.append(seq)
+        return seqs
+
+    def _start_side(self) -> None:
+        """Hand the oldest prompt with SIDE_MIN_TOKENS or more left to prefill to the side
+        thread, when it is free (side_prefill.py)."""
+        if self._side is None or not self._side.free:
+            return
+        long = [s for s, rest in self._prefilling.items() if len(rest) >= SIDE_MIN_TOKENS]
+        if not long:
+            return
+        seq = long[0]
+        rest = self._prefilling.pop(seq)
+        self._side.start(seq, self._kv, self._slot[seq], rest)
+        self._counts["side_prefills"] += 1
+        self._counts["side_prefill_tokens"] += len(rest)
+        self._counts["prefill_tokens"] += len(rest)
+
+    def _collect_side(self) -> list[tuple[Sequence, torch.Tensor]]:
+        """The prompt the side thread finished, in its slot now, with the choices that waited
+        on it, each with the logits after the prompt [V]; none while it runs. A prompt whose
+        prefill failed fails, with its choices; the engine goes on."""
+        leader = self._side_seq
+        if self._side is None or leader is None or not self._side.finished:
+            return []
+        started = self._side.started
+        try:
+            logits = self._side.collect(self._kv, self._slot[leader])
+        except Exception as e:  # a bug or an out-of-memory: this prompt only
+            log.exception("prefill on the side thread failed")
+            error = InternalError(f"Prefill failed: {e!r}")
+            followers = [f for f, of in self._followers.items() if of is leader]
+            for seq in (leader, *followers):
+                self._followers.pop(seq, None)
+                seq.fail(error)
+            self._evict([leader])
+            return []
+        self._counts["side_prefill_seconds"] += time.perf_counter() - started
+        return [(seq, logits) for seq in self._with_followers(leader)]
+
+    def _abandon_side(self) -> list[Sequence]:
+        """Stop the side thread's prompt (a failed step, a dead engine): [it], or []."""
+        seq = None if self._side is None else self._side.abandon()
+        return [] if seq is None else [seq]
 
     def _drop_cancelled(self) -> None:
         """Forget cancelled choices waiting on a prompt, and cancelled prompts no live
@@ -425,6 +520,9 @@ class BatchEngine(TokenizerEngine):
         gone = [s for s in self._prefilling if s.cancelled and s not in waited]
         for seq in gone:
             del self._prefilling[seq]
+        side = self._side_seq
+        if side is not None and side.cancelled and side not in waited:
+            gone += self._abandon_side()
         self._evict(gone)
 
     def _record(self, chunks: dict[Sequence, int], decoding: bool, seconds: float) -> None:
@@ -524,6 +622,14 @@ def _gqa_in_masked_sdpa() -> None:
     streams' largest gap 3.5 -> 2.1 s (bench/load.py, scenario a).
     """
     os.environ.setdefault("TRANSFORMERS_SDPA_FORCE_GQA", "1")
+
+
+def _spare_core() -> bool:
+    """Whether the cores this process may use hold a second set of the model's intra-op
+    threads (a prompt prefilled beside the steps: side_prefill.py)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    cores = len(affinity(0)) if affinity else (os.cpu_count() or 1)
+    return 2 * torch.get_num_threads() <= cores
 
 
 def _one_pass_pays(runs: dict[int, list[int]], rests: dict[int, list[int]]) -> bool:

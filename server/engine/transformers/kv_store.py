@@ -7,11 +7,12 @@ one sampled token, or a run of tokens the constraint forced) and attends over th
 `width` positions through a 4D mask built here. Admitting or evicting a sequence touches no
 other slot, and a step copies no cache.
 
-A step that extends every slot in use by one token runs over slots `[0, high)`, `high` one
-past the highest slot in use, reading the buffers as views: a free slot below it (a hole) is
-computed and ignored. A step over some slots only (prefills), or over several tokens with
-holes, gathers its slots' positions. `compact()` moves the top row
-into a hole when no sequence waits to fill it, so an emptying batch shrinks.
+A step that extends slots by one token each runs over slots `[0, high)`, `high` one past
+the highest slot in use, reading the buffers as views: a slot below it that the step does not
+extend (a hole, or a prompt prefilled on another thread) is computed and ignored. A step of
+several tokens over some slots only (prefills, drafts with holes) gathers its slots'
+positions. `compact()` moves the top row into a hole when no sequence waits to fill it, so an
+emptying batch shrinks.
 
 A released slot keeps its positions and the tokens they hold: `claim(prompt)` takes the free
 slot whose tokens share the longest prefix with the prompt, or copies that prefix from a slot
@@ -344,6 +345,21 @@ class KVStore:
                 layer.values[dst, :, :n] = layer.values[src, :, :n]
         self.tokens[dst] = self.tokens[src][:n]
 
+    def take(self, other: KVStore, src: int, dst: int, length: int) -> None:
+        """Give slot `dst` the first `length` positions of slot `src` of `other`, a store of
+        the same model (a prompt prefilled on a thread of its own: side_prefill.py). A layer
+        too short to hold them grows now."""
+        self.reserve(length)
+        for mine, theirs in zip(self.cache.layers, other.cache.layers, strict=True):
+            if theirs.keys is None or theirs.values is None or length == 0:
+                continue
+            if mine.keys is None or mine.keys.shape[2] < length:
+                mine.lazy_initialization(theirs.keys, theirs.values)
+            assert mine.keys is not None and mine.values is not None
+            mine.keys[dst, :, :length] = theirs.keys[src, :, :length]
+            mine.values[dst, :, :length] = theirs.values[src, :, :length]
+        self.tokens[dst] = other.tokens[src][:length]
+
     def compact(self) -> tuple[int, int] | None:
         """Move the top row into the lowest free slot below it; returns (from, to), or None
         when there is no hole. Copies that one row's positions in every layer."""
@@ -366,9 +382,10 @@ class KVStore:
         given = list(inputs)
         high = self.high
         q = max(len(r) for r in inputs.values())
-        # Every slot in use, and holes only where they cost one position each: read views.
-        whole = all(s in inputs for s in range(high) if self.in_use[s]) and max(given) < high
-        whole = whole and (q == 1 or len(given) == high)
+        # Views of slots [0, high) when every other slot costs one position (a hole, or a
+        # slot in use that this pass does not extend: a prompt being prefilled elsewhere),
+        # computed and not written.
+        whole = max(given) < high and (q == 1 or len(given) == high)
         slots = list(range(high)) if whole else sorted(given)
         runs = [inputs.get(s, [0]) for s in slots]
         starts = torch.tensor([len(self.tokens[s]) if s in inputs else 0 for s in slots])
