@@ -23,6 +23,7 @@ from gclm.server.engine.transformers.engine import BatchEngine
 from gclm.server.engine.transformers.side_prefill import SIDE_MIN_TOKENS
 
 CHUNK = 16
+LONG = SIDE_MIN_TOKENS + 30  # a prompt that goes to the side thread
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +114,7 @@ class Gate:
 @torch.no_grad()
 def test_outputs_equal_a_prompt_prefilled_on_the_engine_thread(engines):
     side, plain = engines
-    long_a, long_b, short = prompts(3, 90, seed=1)
+    long_a, long_b, short = prompts(3, LONG, seed=1)
     requests = [greedy(short[:5], 40), greedy(long_a), greedy(long_b)]
     expected = [asyncio.run(ids_of(plain, r)) for r in requests]
     before = counts(side)
@@ -142,7 +143,7 @@ def test_outputs_equal_a_prompt_prefilled_on_the_engine_thread(engines):
 @torch.no_grad()
 def test_the_rows_decode_while_a_long_prompt_is_prefilled_beside(engines, monkeypatch):
     side, plain = engines
-    (long,) = prompts(1, 120, seed=3)
+    (long,) = prompts(1, LONG, seed=3)
     runner = greedy(prompts(1, 4, seed=4)[0], 200)
     expected = asyncio.run(ids_of(plain, greedy(long, 4)))
     gate = Gate(side, monkeypatch)
@@ -172,7 +173,7 @@ def test_the_rows_decode_while_a_long_prompt_is_prefilled_beside(engines, monkey
 @torch.no_grad()
 def test_the_choices_of_a_long_prompt_share_its_prefill_beside(engines):
     side, plain = engines
-    (fresh,) = prompts(1, 90, seed=5)
+    (fresh,) = prompts(1, LONG, seed=5)
     choice = greedy(fresh, 8)
     before = counts(side)
 
@@ -186,7 +187,7 @@ def test_the_choices_of_a_long_prompt_share_its_prefill_beside(engines):
 @torch.no_grad()
 def test_a_prompt_cancelled_beside_frees_its_slot(engines, monkeypatch):
     side, plain = engines
-    (long,) = prompts(1, 100, seed=6)
+    (long,) = prompts(1, LONG, seed=6)
     gate = Gate(side, monkeypatch)
     free = counts(side)["kv_slots_free"]
 
@@ -202,9 +203,9 @@ def test_a_prompt_cancelled_beside_frees_its_slot(engines, monkeypatch):
 
     asyncio.run(run())
     gate.open()
-    (short,) = prompts(1, 80, seed=7)
-    assert asyncio.run(ids_of(side, greedy(short, 4))) == asyncio.run(
-        ids_of(plain, greedy(short, 4))
+    (other,) = prompts(1, LONG, seed=7)
+    assert asyncio.run(ids_of(side, greedy(other, 4))) == asyncio.run(
+        ids_of(plain, greedy(other, 4))
     )
 
 
@@ -217,7 +218,7 @@ def test_a_failed_prefill_beside_fails_its_request_only(engines, monkeypatch):
         raise RuntimeError("out of memory, say")
 
     monkeypatch.setattr(side._side.store, "extend", broken)
-    (long,) = prompts(1, 100, seed=8)
+    (long,) = prompts(1, LONG, seed=8)
     runner = greedy(prompts(1, 4, seed=9)[0], 30)
 
     async def run() -> list[int]:
