@@ -95,8 +95,8 @@ class Gate:
     once it waits."""
 
     def __init__(self, engine: BatchEngine, monkeypatch) -> None:
-        assert engine._side is not None
-        store = engine._side.store
+        assert engine._prefills.side is not None
+        store = engine._prefills.side.store
         extend = store.extend
         self.entered, self.opened = threading.Event(), threading.Event()
 
@@ -212,12 +212,12 @@ def test_a_prompt_cancelled_beside_frees_its_slot(engines, monkeypatch):
 @torch.no_grad()
 def test_a_failed_prefill_beside_fails_its_request_only(engines, monkeypatch):
     side, plain = engines
-    assert side._side is not None
+    assert side._prefills.side is not None
 
     def broken(*args, **kwargs):
         raise RuntimeError("out of memory, say")
 
-    monkeypatch.setattr(side._side.store, "extend", broken)
+    monkeypatch.setattr(side._prefills.side.store, "extend", broken)
     (long,) = prompts(1, LONG, seed=8)
     runner = greedy(prompts(1, 4, seed=9)[0], 30)
 

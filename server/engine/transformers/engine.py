@@ -19,7 +19,8 @@ gives. On the CPU, bfloat16 weights are prepacked for oneDNN once (cpu_linear.py
 A prompt with many tokens left to prefill goes, when it is free, to a thread of its own
 (side_prefill.py) that prefills it into a KV store of its own while the steps go on
 decoding the running rows; the step after it is done copies it into the prompt's slot and
-samples its first token. Other prompts are prefilled a chunk per step, as above.
+samples its first token. Other prompts are prefilled a chunk per step, as above
+(prefills.py keeps the prompts waiting for their first token).
 """
 
 from __future__ import annotations
@@ -53,9 +54,10 @@ from gclm.server.engine.transformers.cpu_linear import pack_linears
 from gclm.server.engine.transformers.kv_store import KVStore, plan_slots
 from gclm.server.engine.transformers.pace import StepPace
 from gclm.server.engine.transformers.penalties import apply_penalties
+from gclm.server.engine.transformers.prefills import Prefills
 from gclm.server.engine.transformers.sampling import sample
 from gclm.server.engine.transformers.sequence import Sequence
-from gclm.server.engine.transformers.side_prefill import SIDE_MIN_TOKENS, SidePrefill
+from gclm.server.engine.transformers.side_prefill import SidePrefill
 
 log = logging.getLogger("gclm.engine")
 
@@ -143,18 +145,12 @@ class BatchEngine(TokenizerEngine):
         self._lookups = ThreadPoolExecutor(lookup_threads, thread_name_prefix="gclm-lookup")
         self._queue = AdmissionQueue(self.max_batch, queue_size)
         self._running: list[Sequence] = []
-        # Admitted prompts not yet prefilled, a chunk per step: each distinct prompt's
-        # tokens left to feed, and the other choices of the same prompt (n > 1), each
-        # promised a slot that copies the prompt's once it is prefilled.
-        self._prefilling: dict[Sequence, list[int]] = {}
-        self._followers: dict[Sequence, Sequence] = {}
         self._kv = KVStore(model, self.max_batch)
+        self._slot: dict[Sequence, int] = {}  # the KV slot each sequence owns
         if prefill_thread is None:
             prefill_thread = self.device.type == "cpu" and _spare_core()
-        self._side = (
-            SidePrefill(model, self.max_batched_tokens, self._notify) if prefill_thread else None
-        )
-        self._slot: dict[Sequence, int] = {}  # the KV slot each sequence owns
+        side = SidePrefill(model, self.max_batched_tokens, self._notify) if prefill_thread else None
+        self._prefills = Prefills(self._kv, self._slot, side)  # admitted, not yet prefilled
         self._feed: dict[Sequence, list[int]] = {}  # tokens the model has not seen: last, drafts
         self._counts: dict[str, float] = {
             "forward_passes": 0,
@@ -163,9 +159,6 @@ class BatchEngine(TokenizerEngine):
             "draft_tokens_kept": 0,
             "prefill_tokens": 0,
             "prefill_chunks": 0,
-            "side_prefills": 0,
-            "side_prefill_tokens": 0,
-            "side_prefill_seconds": 0.0,
             "steps": 0,
             "step_seconds": 0.0,
         }
@@ -233,11 +226,12 @@ class BatchEngine(TokenizerEngine):
             counters={
                 "queue_oldest_wait_seconds": self._queue.oldest_wait(),
                 "kv_slots_free": self._queue.free,
-                "prefilling": len(self._prefilling) + (self._side_seq is not None),
+                "prefilling": len(self._prefills),
                 "max_batched_tokens": self.max_batched_tokens,
                 "prefill_chunk_limit": self._pace.chunk(decoding=bool(self._running)),
                 "kv_capacity_growths": self._kv.growths,
                 **self._counts,
+                **self._prefills.counts,
                 **self._queue.counts,
                 **self._last_step,
             },
@@ -249,8 +243,7 @@ class BatchEngine(TokenizerEngine):
             self._wake.notify()
         self._thread.join(timeout=10)
         self._lookups.shutdown(wait=False, cancel_futures=True)
-        if self._side is not None:
-            self._side.shutdown()
+        self._prefills.shutdown()
 
     # --- the engine thread ---
 
@@ -265,16 +258,8 @@ class BatchEngine(TokenizerEngine):
             log.exception("the engine thread died")
             with self._wake:
                 self._dead = f"engine thread failed: {e!r}"
-                orphans = [
-                    *self._queue.drain(),
-                    *self._running,
-                    *self._prefilling,
-                    *self._followers,
-                    *self._abandon_side(),
-                ]
+                orphans = [*self._queue.drain(), *self._running, *self._prefills.abandon()]
                 self._running = []
-                self._prefilling.clear()
-                self._followers.clear()
             for seq in orphans:
                 seq.fail(EngineDeadError(self._dead))
 
@@ -293,16 +278,9 @@ class BatchEngine(TokenizerEngine):
                 error = (
                     e if isinstance(e, GclmError) else InternalError(f"Generation failed: {e!r}")
                 )
-                for seq in (
-                    *self._running,
-                    *self._prefilling,
-                    *self._followers,
-                    *self._abandon_side(),
-                ):
+                for seq in (*self._running, *self._prefills.abandon()):
                     seq.fail(error)
                 self._running = []
-                self._prefilling.clear()
-                self._followers.clear()
                 self._slot.clear()
                 self._feed.clear()
                 self._kv.reset()
@@ -310,15 +288,9 @@ class BatchEngine(TokenizerEngine):
 
     @property
     def _busy(self) -> bool:
-        """Whether a step has work: rows, prompts, or a prompt the side thread finished (one
-        it is still prefilling wakes the thread when it is done: `_notify`)."""
-        side_done = self._side is not None and self._side.finished
-        return bool(self._running or self._prefilling or side_done)
-
-    @property
-    def _side_seq(self) -> Sequence | None:
-        """The prompt the side thread holds (prefilling, or done and not yet collected)."""
-        return None if self._side is None else self._side.seq
+        """Whether a step has work: rows, or prompts (a prompt on the side thread wakes the
+        engine thread when it is done: `_notify`)."""
+        return bool(self._running) or self._prefills.busy
 
     def _notify(self) -> None:
         with self._wake:
@@ -330,7 +302,7 @@ class BatchEngine(TokenizerEngine):
         self._evict([s for s in self._running if s.cancelled])
         self._drop_cancelled()
         self._admit()
-        self._start_side()
+        self._counts["prefill_tokens"] += self._prefills.start_side()
         chunks = self._schedule()
         fed, logits, ready = self._forward(chunks)  # [B, q, V] for running + ready rows
         self._running = running = self._running + ready
@@ -365,18 +337,8 @@ class BatchEngine(TokenizerEngine):
         """Give waiting sequences the free slots: a distinct prompt a slot holding as much
         of it as the store has (the rest is prefilled a chunk per step), another choice of
         a prompt being prefilled the promise of a copy of that slot once it is."""
-        for seq in self._queue.take(self._kv.free - len(self._followers)):
-            prompt = seq.request.prompt_ids
-            side = self._side_seq
-            leaders = [*self._prefilling, *([side] if side is not None else [])]
-            leader = next((p for p in leaders if p.request.prompt_ids == prompt), None)
-            if leader is not None:
-                self._followers[seq] = leader
-                continue
-            slot = self._slot[seq] = self._kv.claim(prompt)
-            self._kv.reserve(len(prompt) + seq.request.params.max_tokens)
-            seq.cached_tokens = len(self._kv.tokens[slot])
-            self._prefilling[seq] = prompt[seq.cached_tokens :]
+        for seq in self._queue.take(self._kv.free - len(self._prefills.followers)):
+            self._prefills.admit(seq)
         self._publish_free()
 
     def _schedule(self) -> dict[Sequence, int]:
@@ -384,15 +346,9 @@ class BatchEngine(TokenizerEngine):
         first: the positions the running rows' feeds leave of `max_batched_tokens`, at
         most the chunk that keeps a step with running rows near `max_step_seconds`."""
         left = self.max_batched_tokens - sum(map(len, self._feed.values()))
-        remaining = sum(map(len, self._prefilling.values()))
+        remaining = self._prefills.remaining
         left = min(left, self._pace.chunk(decoding=bool(self._running), remaining=remaining))
-        chunks: dict[Sequence, int] = {}
-        for seq, rest in self._prefilling.items():
-            if left <= 0:
-                break
-            chunks[seq] = min(len(rest), left)
-            left -= chunks[seq]
-        return chunks
+        return self._prefills.schedule(left)
 
     def _forward(
         self, chunks: dict[Sequence, int]
@@ -400,14 +356,12 @@ class BatchEngine(TokenizerEngine):
         """Feed every running row its unseen tokens and each prefilling prompt its chunk,
         in one pass when that pays (`_one_pass_pays`), else a decode pass and a prefill
         pass. Returns what each running row was fed, logits [B, q, V] (row i's logits after
-        each of its tokens; a prompt prefilled in full, and each choice copying its slot:
-        after the prompt, at position 0), and the sequences whose prompt is now in full."""
+        each of its tokens; a prompt prefilled in full, by this pass or by the side thread,
+        and each choice copying its slot: after the prompt, at position 0), and the
+        sequences whose prompt is now in full."""
         fed = {seq: self._feed.pop(seq) for seq in self._running}
         runs = {self._slot[seq]: tokens for seq, tokens in fed.items()}
-        rests: dict[int, list[int]] = {}
-        for seq, n in chunks.items():
-            rests[self._slot[seq]] = self._prefilling[seq][:n]
-            del self._prefilling[seq][:n]
+        rests = self._prefills.take(chunks)
         decoded = prefilled = None
         if runs and rests and _one_pass_pays(runs, rests):
             logits = self._kv.extend({**runs, **rests}, every_position=True)
@@ -415,7 +369,7 @@ class BatchEngine(TokenizerEngine):
             last = torch.tensor([len(rest) - 1 for rest in rests.values()], device=logits.device)
             prefilled = logits[len(runs) :][torch.arange(len(rests), device=logits.device), last]
             self._counts["forward_passes"] += 1
-        elif runs and rests and self._kv.packs and not (self._side and self._side.running):
+        elif runs and rests and self._kv.packs and self._prefills.packs:
             decoded, prefilled = self._kv.extend_packed(runs, rests)
             self._counts["forward_passes"] += 1
             self._counts["packed_passes"] += 1
@@ -426,12 +380,13 @@ class BatchEngine(TokenizerEngine):
                 prefilled = self._kv.extend(rests)  # [P, V]
             self._counts["forward_passes"] += bool(runs) + bool(rests)
         parts = [] if decoded is None else [decoded]
-        ready, rows = self._prefilled(chunks)
+        ready, rows = self._prefills.finished(chunks)
         news = []
         if ready:
             assert prefilled is not None
             news.append(prefilled[rows])  # [A, V]
-        side = self._collect_side()
+        side, failed = self._prefills.collect_side()
+        self._evict(failed)
         if side:
             ready += [seq for seq, _ in side]
             news.append(torch.stack([row for _, row in side]))
@@ -444,86 +399,10 @@ class BatchEngine(TokenizerEngine):
             return fed, torch.empty(0, 1, 0), []
         return fed, torch.cat(parts), ready
 
-    def _prefilled(self, chunks: dict[Sequence, int]) -> tuple[list[Sequence], list[int]]:
-        """The sequences whose prompt this step finished, with the choices that copy their
-        slot now, and for each the index of its prompt's chunk in `chunks`."""
-        ready: list[Sequence] = []
-        rows: list[int] = []
-        for i, leader in enumerate(chunks):
-            if self._prefilling[leader]:
-                continue
-            del self._prefilling[leader]
-            seqs = self._with_followers(leader)
-            ready += seqs
-            rows += [i] * len(seqs)
-        return ready, rows
-
-    def _with_followers(self, leader: Sequence) -> list[Sequence]:
-        """`leader`, whose prompt its slot now holds, and the choices that waited on it, each
-        now holding a copy of that slot."""
-        seqs = [leader]
-        for seq in [f for f, of in self._followers.items() if of is leader]:
-            del self._followers[seq]
-            self._slot[seq] = self._kv.claim_copy(self._slot[leader])
-            seqs.append(seq)
-        return seqs
-
-    def _start_side(self) -> None:
-        """Hand the oldest prompt with SIDE_MIN_TOKENS or more left to prefill to the side
-        thread, when it is free (side_prefill.py)."""
-        if self._side is None or not self._side.free:
-            return
-        long = [s for s, rest in self._prefilling.items() if len(rest) >= SIDE_MIN_TOKENS]
-        if not long:
-            return
-        seq = long[0]
-        rest = self._prefilling.pop(seq)
-        self._side.start(seq, self._kv, self._slot[seq], rest)
-        self._counts["side_prefills"] += 1
-        self._counts["side_prefill_tokens"] += len(rest)
-        self._counts["prefill_tokens"] += len(rest)
-
-    def _collect_side(self) -> list[tuple[Sequence, torch.Tensor]]:
-        """The prompt the side thread finished, in its slot now, with the choices that waited
-        on it, each with the logits after the prompt [V]; none while it runs. A prompt whose
-        prefill failed fails, with its choices; the engine goes on."""
-        leader = self._side_seq
-        if self._side is None or leader is None or not self._side.finished:
-            return []
-        started = self._side.started
-        try:
-            logits = self._side.collect(self._kv, self._slot[leader])
-        except Exception as e:  # a bug or an out-of-memory: this prompt only
-            log.exception("prefill on the side thread failed")
-            error = InternalError(f"Prefill failed: {e!r}")
-            followers = [f for f, of in self._followers.items() if of is leader]
-            for seq in (leader, *followers):
-                self._followers.pop(seq, None)
-                seq.fail(error)
-            self._evict([leader])
-            return []
-        self._counts["side_prefill_seconds"] += time.perf_counter() - started
-        return [(seq, logits) for seq in self._with_followers(leader)]
-
-    def _abandon_side(self) -> list[Sequence]:
-        """Stop the side thread's prompt (a failed step, a dead engine): [it], or []."""
-        seq = None if self._side is None else self._side.abandon()
-        return [] if seq is None else [seq]
-
     def _drop_cancelled(self) -> None:
         """Forget cancelled choices waiting on a prompt, and cancelled prompts no live
         choice waits on."""
-        for seq in [f for f in self._followers if f.cancelled]:
-            del self._followers[seq]
-            seq.finish("cancelled")
-        waited = set(self._followers.values())
-        gone = [s for s in self._prefilling if s.cancelled and s not in waited]
-        for seq in gone:
-            del self._prefilling[seq]
-        side = self._side_seq
-        if side is not None and side.cancelled and side not in waited:
-            gone += self._abandon_side()
-        self._evict(gone)
+        self._evict(self._prefills.drop_cancelled())
 
     def _record(self, chunks: dict[Sequence, int], decoding: bool, seconds: float) -> None:
         tokens = sum(chunks.values())
@@ -537,7 +416,7 @@ class BatchEngine(TokenizerEngine):
     def _publish_free(self) -> None:
         """Tell the queue how many slots no sequence holds or was promised."""
         with self._wake:
-            self._queue.free = self._kv.free - len(self._followers)
+            self._queue.free = self._kv.free - len(self._prefills.followers)
 
     def _next_feed(self, seq: Sequence, token: int, unseen: int) -> None:
         """What `seq` feeds next: `token`, then the drafts of what its constraint forces.
