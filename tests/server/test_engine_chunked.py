@@ -9,15 +9,9 @@ import asyncio
 
 import pytest
 import torch
+from engine_runs import greedy, ids_of, prompts, tiny_builder
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.compile import compile_constraint
-from gclm.server.engine.protocol import (
-    FinishEvent,
-    GenerationRequest,
-    SamplingParams,
-    TokenEvent,
-)
+from gclm.server.engine.protocol import GenerationRequest
 from gclm.server.engine.transformers import pace
 from gclm.server.engine.transformers.engine import BatchEngine
 from gclm.server.engine.transformers.pace import MIN_CHUNK
@@ -27,51 +21,13 @@ CHUNK = 16
 
 @pytest.fixture(scope="module")
 def tiny_engines(embedded_tokenizer, embedded_vocab, tiny_llama):
-    """(chunked, unchunked) engines on one tiny random Llama in float32."""
-    model = tiny_llama(
-        vocab_size=embedded_vocab.size,
-        max_position_embeddings=512,
-        eos_token_id=embedded_tokenizer.eos_token_id,
-    )
-    cache = TableCache(lambda c: compile_constraint(c, embedded_vocab), embedded_vocab.fingerprint)
-
-    def build(budget: int) -> BatchEngine:
-        return BatchEngine(
-            model,
-            embedded_tokenizer,
-            model_id="tiny",
-            vocab=embedded_vocab,
-            cache=cache,
-            max_batch=4,
-            kv_memory=16 << 20,
-            draft_tokens=0,
-            max_batched_tokens=budget,
-            prefill_thread=False,  # chunks on the engine thread (side: test_engine_side_prefill)
-        )
-
-    engines = build(CHUNK), build(4096)
+    """(chunked, unchunked) engines on one tiny random Llama in float32, every prompt on the
+    engine thread (the side thread's: test_engine_side_prefill.py)."""
+    build = tiny_builder(embedded_tokenizer, embedded_vocab, tiny_llama)
+    engines = build(CHUNK, False), build(4096, False)
     yield engines
     for engine in engines:
         engine.shutdown()
-
-
-def greedy(prompt: list[int], max_tokens: int = 12) -> GenerationRequest:
-    return GenerationRequest(
-        prompt_ids=prompt, params=SamplingParams(max_tokens=max_tokens, temperature=0.0)
-    )
-
-
-async def ids_of(engine: BatchEngine, request: GenerationRequest) -> list[int]:
-    handle = engine.submit(request)
-    ids: list[int] = []
-    async for event in engine.stream(handle):
-        if isinstance(event, TokenEvent):
-            ids.extend(event.token_ids)
-        elif isinstance(event, FinishEvent):
-            return ids
-        else:
-            raise event.error
-    raise AssertionError("no finish event")
 
 
 async def together(engine: BatchEngine, requests: list[GenerationRequest]) -> list[list[int]]:
@@ -84,11 +40,6 @@ async def together(engine: BatchEngine, requests: list[GenerationRequest]) -> li
         while engine.stats().as_dict()["tokens_sampled"] == sampled and not tasks[-1].done():
             await asyncio.sleep(0.002)
     return list(await asyncio.gather(*tasks))
-
-
-def prompts(count: int, length: int, seed: int) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(10, 40000, (length,), generator=g).tolist() for _ in range(count)]
 
 
 @torch.no_grad()

@@ -1,6 +1,6 @@
 """A long prompt prefilled on a thread of its own (side_prefill.py): the running rows decode
-while it is, every output (greedy, float32) is the one an engine prefilling on its own
-thread gives, and a cancelled or failed prompt leaves the engine serving."""
+while it is, every output (greedy, float32) is the one an engine prefilling every prompt on
+its engine thread gives, and a cancelled or failed prompt leaves the engine serving."""
 
 from __future__ import annotations
 
@@ -9,16 +9,8 @@ import threading
 
 import pytest
 import torch
+from engine_runs import collect, greedy, ids_of, prompts, tiny_builder
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.compile import compile_constraint
-from gclm.server.engine.protocol import (
-    ErrorEvent,
-    FinishEvent,
-    GenerationRequest,
-    SamplingParams,
-    TokenEvent,
-)
 from gclm.server.engine.transformers.engine import BatchEngine
 from gclm.server.engine.transformers.side_prefill import SIDE_MIN_TOKENS
 
@@ -31,59 +23,11 @@ def engines(embedded_tokenizer, embedded_vocab, tiny_llama):
     """(side, plain): engines on one tiny random Llama in float32, the first prefilling long
     prompts on its side thread in chunks of CHUNK tokens, the second every prompt in one
     pass on its engine thread."""
-    model = tiny_llama(
-        vocab_size=embedded_vocab.size,
-        max_position_embeddings=512,
-        eos_token_id=embedded_tokenizer.eos_token_id,
-    )
-    cache = TableCache(lambda c: compile_constraint(c, embedded_vocab), embedded_vocab.fingerprint)
-
-    def build(budget: int, side: bool) -> BatchEngine:
-        return BatchEngine(
-            model,
-            embedded_tokenizer,
-            model_id="tiny",
-            vocab=embedded_vocab,
-            cache=cache,
-            max_batch=4,
-            kv_memory=16 << 20,
-            draft_tokens=0,
-            max_batched_tokens=budget,
-            prefill_thread=side,
-        )
-
+    build = tiny_builder(embedded_tokenizer, embedded_vocab, tiny_llama)
     built = build(CHUNK, True), build(4096, False)
     yield built
     for engine in built:
         engine.shutdown()
-
-
-def greedy(prompt: list[int], max_tokens: int = 12) -> GenerationRequest:
-    return GenerationRequest(
-        prompt_ids=prompt, params=SamplingParams(max_tokens=max_tokens, temperature=0.0)
-    )
-
-
-def prompts(count: int, length: int, seed: int) -> list[list[int]]:
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randint(10, 40000, (length,), generator=g).tolist() for _ in range(count)]
-
-
-async def ids_of(engine: BatchEngine, request: GenerationRequest) -> list[int]:
-    return await collect(engine, engine.submit(request))
-
-
-async def collect(engine: BatchEngine, handle, ids: list[int] | None = None) -> list[int]:
-    ids = [] if ids is None else ids
-    async for event in engine.stream(handle):
-        if isinstance(event, TokenEvent):
-            ids.extend(event.token_ids)
-        elif isinstance(event, FinishEvent):
-            return ids
-        else:
-            assert isinstance(event, ErrorEvent)
-            raise event.error
-    raise AssertionError("no finish event")
 
 
 def counts(engine: BatchEngine) -> dict:
