@@ -54,7 +54,6 @@ class SidePrefill:
         self.store = KVStore(model, 1)  # a new one per prompt: an idle thread holds no keys
         self.chunk = chunk
         self.seq: Sequence | None = None  # the prompt being prefilled, until collected
-        self.tokens = 0  # the prompt tokens the thread feeds for `seq`
         self.started = 0.0
         self._on_done = on_done
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="gclm-prefill")
@@ -81,11 +80,10 @@ class SidePrefill:
         (copied over first: the thread never reads `kv`)."""
         assert self.free
         kept = len(kv.tokens[slot])
-        self.store.reset()
         self.store.in_use[0] = True
         self.store.reserve(kept + len(rest))
         self.store.take(kv, slot, 0, kept)
-        self.seq, self.tokens, self.started = seq, len(rest), time.perf_counter()
+        self.seq, self.started = seq, time.perf_counter()
         self._stop.clear()
         self._future = self._pool.submit(self._prefill, self.store, list(rest))
         self._future.add_done_callback(lambda _: self._on_done())
