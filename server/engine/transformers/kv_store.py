@@ -338,17 +338,12 @@ class KVStore:
 
     def copy(self, src: int, dst: int, length: int | None = None) -> None:
         """Give slot `dst` the first `length` positions (all, by default) of slot `src`."""
-        n = len(self.tokens[src]) if length is None else length
-        for layer in self.cache.layers:
-            if layer.keys is not None and layer.values is not None:
-                layer.keys[dst, :, :n] = layer.keys[src, :, :n]
-                layer.values[dst, :, :n] = layer.values[src, :, :n]
-        self.tokens[dst] = self.tokens[src][:n]
+        self.take(self, src, dst, len(self.tokens[src]) if length is None else length)
 
     def take(self, other: KVStore, src: int, dst: int, length: int) -> None:
-        """Give slot `dst` the first `length` positions of slot `src` of `other`, a store of
-        the same model (a prompt prefilled on a thread of its own: side_prefill.py). A layer
-        too short to hold them grows now."""
+        """Give slot `dst` the first `length` positions of slot `src` of `other`, this store
+        or another of the same model (a prompt prefilled on a thread of its own:
+        side_prefill.py). A layer too short to hold them grows now."""
         self.reserve(length)
         for mine, theirs in zip(self.cache.layers, other.cache.layers, strict=True):
             if theirs.keys is None or theirs.values is None or length == 0:

@@ -9,9 +9,9 @@ gaps stay above 1 s whatever the pace (pace.py). `SidePrefill` runs one prompt's
 a second thread instead, into a KV store of its own (one slot, made anew for each prompt:
 the keys of the prompt it holds are memory past --kv-memory), while the engine thread
 goes on stepping the running rows: torch releases the GIL inside its ops, so the two
-threads run on two cores. Measured on 2 cores, float32, the embedded model: a 2,000-token
-prompt prefilled in 13.3 s alone and in 13.5 s beside decode steps of six rows, whose
-median stayed at 0.26 s (0.29 s with the prompt absent: noise).
+threads run on two cores. Measured on 2 cores, float32, the embedded model (bench/load.py,
+scenario a): six streams' largest gap while a 4,000-token prompt is prefilled 0.38-0.41 s,
+against 1.69-1.83 s for chunks on the engine thread.
 
 The engine thread starts a prompt (`start`: its slot's cached prefix is copied over first)
 and, once the thread is done, adopts it (`collect`: the prompt's positions are copied into
