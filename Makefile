@@ -88,7 +88,7 @@ test: $(DEV_STAMP)
 check: $(DEV_STAMP)
 	$(BIN)/ruff check gclm server compiler masking tests bench
 	$(MAKE) typecheck
-	$(BIN)/python -m pytest -q -m "not slow and not vllm" --durations=10
+	$(BIN)/python -m pytest -q -m "not slow" --durations=10
 
 # The documentation site (mkdocs.yml, strict: a broken link or a page left out of nav fails).
 docs: $(DEV_STAMP)
