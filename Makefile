@@ -96,7 +96,7 @@ docs: $(DEV_STAMP)
 
 # The vLLM tests (marker `vllm`) run in vLLM's environment, bound to one core.
 test-vllm: $(VLLM_STAMP)
-	GCLM_REQUIRE_VLLM=1 $(VLLM_BIN)/python -m pytest -q -m vllm -p no:cacheprovider
+	GCLM_REQUIRE_VLLM=1 $(VLLM_BIN)/python -m pytest -q -m vllm -p no:cacheprovider --durations=10
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check gclm server compiler masking tests bench
