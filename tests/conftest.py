@@ -42,6 +42,15 @@ SLOW_TESTS = (
 )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    stale = [name for name in SLOW_TESTS if not (config.rootpath / name.split("::")[0]).is_file()]
+    if stale:
+        raise pytest.UsageError(
+            f"tests/conftest.py's SLOW_TESTS names files that do not exist: {stale}; "
+            "rename or remove them there"
+        )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks `server` and `slow` by the rule in this module's docstring."""
     for item in items:
