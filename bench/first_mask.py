@@ -1,7 +1,8 @@
 """Cold compile to the first usable mask: gclm, llguidance and XGrammar side by side, in-process.
 
     python -m bench.first_mask [--schemas DIR] [--limit N | --all] [--vocab 49k 200k]
-                               [--engines gclm llguidance xgrammar] [--steps N] [--json PATH]
+                               [--engines gclm gclm-lazy llguidance xgrammar] [--steps N]
+                               [--json PATH]
 
 For each schema of the MaskBench corpus (../shared/jsonschemabench, sorted by name: the first
 60 are small BFCL function-call schemas) and each tokenizer (the embedded SmolLM2's 49,152
@@ -18,10 +19,13 @@ it to a [1, V] float32 CPU logits row, V the tokenizer's size (each engine's own
 apply calls). Medians of the per-step times are reported side by side.
 
 Engines run the same way as in bench/maskbench.py: gclm's compile_constraint with the
-server's state limit (in this process, no worker), llguidance 1.9 LLMatcher (spec defaults),
-XGrammar with `any_whitespace=True, strict_mode=False`, one thread, its cache off. Each engine's
-tokenizer data (gclm's token trie, llguidance's and XGrammar's tokenizer objects) is built
-once before the timings, as a warm server has it. llguidance and xgrammar are benchmark-only.
+server's state limit (in this process, no worker: the whole table, then its MaskTable),
+gclm-lazy (compiler/lazy_table.py: the byte DFA and the start state's walk only; later
+states are walked as the step walk reaches them, inside its fill times), llguidance 1.9
+LLMatcher (spec defaults), XGrammar with `any_whitespace=True, strict_mode=False`, one
+thread, its cache off. Each engine's tokenizer data (gclm's token trie, llguidance's and
+XGrammar's tokenizer objects) is built once before the timings, as a warm server has it.
+llguidance and xgrammar are benchmark-only.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import torch
 
 from bench.jsonschemabench import DEFAULT_DIR
 
-ENGINES = ("gclm", "llguidance", "xgrammar")
+ENGINES = ("gclm", "gclm-lazy", "llguidance", "xgrammar")
 VOCABS = ("49k", "200k")
 FIRST_BUDGET = 4096  # max_tokens of the request the first mask is for
 
@@ -67,7 +71,7 @@ class Engine:
     def __init__(self, name: str, tokenizer: Any):
         self.name = name
         self.size = len(tokenizer)
-        if name == "gclm":
+        if name in ("gclm", "gclm-lazy"):
             from gclm.compiler.token_walk import token_trie
             from gclm.compiler.vocabulary import TokenVocabulary
             from gclm.masking import allocate_bitmask
@@ -108,6 +112,19 @@ class Engine:
             state = ConstraintState(table)
             fill_bitmask(self.bitmask, 0, state, FIRST_BUDGET)
             return state
+        if self.name == "gclm-lazy":
+            from gclm.compiler.constraint import Constraint
+            from gclm.compiler.lazy_table import LazyTable
+            from gclm.compiler.regex import to_regex
+            from gclm.compiler.token_walk import byte_dfa
+            from gclm.masking import ConstraintState, fill_bitmask
+            from gclm.masking.state import check_budget
+
+            lazy = LazyTable(byte_dfa(to_regex(Constraint.json_schema(schema)).regex), self.vocab)
+            check_budget(lazy, FIRST_BUDGET)
+            state = ConstraintState(lazy)
+            fill_bitmask(self.bitmask, 0, state, FIRST_BUDGET)
+            return state
         if self.name == "llguidance":
             import llguidance
             import llguidance.torch
@@ -130,7 +147,10 @@ class Engine:
         return matcher
 
     def table_bytes(self, matcher: Any) -> int | None:
-        """gclm: bytes the compiled table and its mask table hold (the cache's charge)."""
+        """gclm: bytes the compiled table and its mask table hold (the cache's charge);
+        gclm-lazy: what its LazyTable holds so far."""
+        if self.name == "gclm-lazy":
+            return int(matcher.table.nbytes)
         if self.name != "gclm":
             return None
         from gclm.masking.masks import table_memory
@@ -151,10 +171,10 @@ class Engine:
             applies.append(t2 - t1)
             self._advance(matcher, token, left)
             left -= 1
-        return {"fill": fills, "apply": applies}
+        return {"fill": fills, "apply": applies, "bytes": self.table_bytes(matcher)}
 
     def _fill(self, matcher: Any, left: int) -> None:
-        if self.name == "gclm":
+        if self.name in ("gclm", "gclm-lazy"):
             from gclm.masking import fill_bitmask
 
             fill_bitmask(self.bitmask, 0, matcher, left)
@@ -166,7 +186,7 @@ class Engine:
             matcher.fill_next_token_bitmask(self.bitmask, 0)
 
     def _apply(self, logits: torch.Tensor) -> None:
-        if self.name == "gclm":
+        if self.name in ("gclm", "gclm-lazy"):
             from gclm.masking import apply_bitmask
 
             apply_bitmask(logits, self.bitmask)
@@ -180,7 +200,7 @@ class Engine:
             xgr.apply_token_bitmask_inplace(logits, self.bitmask)
 
     def _advance(self, matcher: Any, token: int, left: int) -> None:
-        if self.name == "gclm":
+        if self.name in ("gclm", "gclm-lazy"):
             matcher.advance(token, left)
         elif self.name == "llguidance":
             if not matcher.consume_token(token):
@@ -254,7 +274,9 @@ def step_costs(engines: dict[str, Engine], paths: list[Path], tokenizer: Any, co
     first valid instance of the first `count` schemas that every engine compiles."""
     # [1, V]: the tokenizer's own width, so that every engine masks the same columns.
     logits = torch.randn(1, max(e.size for e in engines.values()))
-    per: dict[str, dict[str, list[float]]] = {n: {"fill": [], "apply": []} for n in engines}
+    per: dict[str, dict[str, list[float]]] = {
+        n: {"fill": [], "apply": [], "bytes": []} for n in engines
+    }
     used = 0
     for path in paths:
         if used == count:
@@ -275,6 +297,8 @@ def step_costs(engines: dict[str, Engine], paths: list[Path], tokenizer: Any, co
         for name, costs in results.items():
             per[name]["fill"] += costs["fill"]
             per[name]["apply"] += costs["apply"]
+            if costs["bytes"] is not None:
+                per[name]["bytes"].append(costs["bytes"])
     return {
         "schemas": used,
         "steps": len(per[next(iter(per))]["fill"]),
@@ -282,6 +306,8 @@ def step_costs(engines: dict[str, Engine], paths: list[Path], tokenizer: Any, co
             name: {
                 "fill_us": statistics.median(c["fill"]) * 1e6 if c["fill"] else None,
                 "apply_us": statistics.median(c["apply"]) * 1e6 if c["apply"] else None,
+                "fill_us_p99": percentile([f * 1e6 for f in c["fill"]], 99),
+                "bytes_after_walk": c["bytes"],
             }
             for name, c in per.items()
         },

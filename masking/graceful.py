@@ -257,6 +257,11 @@ class GracefulPolicy:
         if state.thinking:  # free text before the constraint: nothing to pace yet
             return
         table = state.table
+        if not isinstance(table, CompiledTable):
+            raise TypeError(
+                "Graceful closure plans over a whole compiled table; this sequence masks with "
+                "a LazyTable. Compile the constraint with compile_constraint for this policy."
+            )
         sets, pens, blanks, empty = self.penalties(table, state.state, tokens_left, budget)
         if not sets and not blanks and not empty:
             return
