@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -169,3 +171,45 @@ def test_random_schemas_and_budgets(schema, extra, seed, embedded_vocab):
         check_budget(lazy_table(constraint, embedded_vocab), exact.min_tokens - 1)
     assert caught.value.min_tokens == exact.min_tokens
     walk_both(exact, lazy, budget, np.random.default_rng(seed))
+
+
+def test_the_200k_vocabulary_round_trips_and_spells_every_byte(o200k_tokenizer, o200k_vocab):
+    from bench.o200k import ROUND_TRIP
+
+    for text in ROUND_TRIP:
+        ids = o200k_tokenizer.encode(text, add_special_tokens=False)
+        assert o200k_tokenizer.decode(ids, clean_up_tokenization_spaces=False) == text
+        assert o200k_vocab.decode(ids) == text
+    assert o200k_vocab.size >= 199_998 and o200k_vocab.scheme == "byte_level"
+    assert single_byte_tokens(o200k_vocab).all()
+
+
+def test_lazy_masks_equal_the_whole_tables_at_200k(o200k_vocab):
+    constraint = CONSTRAINTS["object"]
+    exact = compile_constraint(constraint, o200k_vocab)
+    rng = np.random.default_rng(2)
+    for extra in (0, 3, 4000):
+        lazy = lazy_table(constraint, o200k_vocab)
+        check_budget(lazy, exact.min_tokens + extra)
+        walk_both(exact, lazy, exact.min_tokens + extra, rng)
+    assert lazy.num_walked < exact.num_states
+
+
+def test_threads_share_one_lazy_table(embedded_vocab):
+    constraint = CONSTRAINTS["object"]
+    exact = compile_constraint(constraint, embedded_vocab)
+    lazy = lazy_table(constraint, embedded_vocab)
+    outputs: list[list[int]] = []
+
+    def run(seed: int) -> None:
+        for extra in (0, 2, 50):
+            outputs.append(
+                walk_both(exact, lazy, exact.min_tokens + extra, np.random.default_rng(seed))
+            )
+
+    threads = [threading.Thread(target=run, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(outputs) == 12  # a thread that failed an assertion appended fewer
