@@ -126,6 +126,7 @@ class Walked:
     forward: np.ndarray  # int32 [W]: the union of the rows, plus EOS if the state accepts
     max_upper: int  # the largest upper bound among `nexts` (-1 if none): at or past it,
     # the forward row is budget exact
+    next_list: list[int]  # `nexts` as Python ints, for the search
 
 
 class LazyTable:
@@ -223,7 +224,7 @@ class LazyTable:
             )
         forward.flags.writeable = False
         max_upper = int(self.upper[nexts].max(initial=-1))
-        return Walked(nexts=nexts, rows=rows, forward=forward, max_upper=max_upper)
+        return Walked(nexts, rows, forward, max_upper, nexts.tolist())
 
     def forward_row(self, state: int) -> np.ndarray:
         """int32 [W]: every token leading to a live state, EOS if `state` accepts."""
@@ -238,7 +239,7 @@ class LazyTable:
         walked = self.walked(state)
         if k >= walked.max_upper:
             return walked.forward
-        nexts = walked.nexts.tolist()
+        nexts = walked.next_list
         fit = [g for g, n in enumerate(nexts) if self.fits(n, k)]
         if len(fit) == len(nexts):
             return walked.forward
@@ -317,7 +318,7 @@ class LazyTable:
                 break
             following: list[int] = []
             for s in frontier:
-                for n in self.walked(s).nexts.tolist():
+                for n in self.walked(s).next_list:
                     if n in seen:
                         continue
                     seen.add(n)
