@@ -213,3 +213,39 @@ def test_threads_share_one_lazy_table(embedded_vocab):
     for t in threads:
         t.join()
     assert len(outputs) == 12  # a thread that failed an assertion appended fewer
+
+
+def test_graceful_closure_is_silent_on_a_generous_lazy_request_as_on_the_whole_table(
+    embedded_vocab,
+):
+    import torch
+
+    from gclm.masking import allocate_bitmask, apply_bitmask, fill_bitmask
+    from gclm.masking.graceful import GracefulPolicy
+
+    constraint = CONSTRAINTS["object"]
+    exact = compile_constraint(constraint, embedded_vocab)
+    policy = GracefulPolicy.for_vocab(embedded_vocab.token_bytes)
+    generous = exact.min_tokens + int(policy.generous)
+    outputs = []
+    for table in (exact, lazy_table(constraint, embedded_vocab)):
+        state = ConstraintState(table)
+        bitmask = allocate_bitmask(1, embedded_vocab.size)
+        fill_bitmask(bitmask, 0, state, generous)
+        logits = torch.randn(1, embedded_vocab.size, generator=torch.Generator().manual_seed(0))
+        apply_bitmask(logits, bitmask)
+        before = logits.clone()
+        policy.adjust(logits[0], state, generous, generous)
+        assert torch.equal(logits, before)
+        outputs.append(logits)
+    assert torch.equal(outputs[0], outputs[1])
+    # A tight request needs the whole table's plan: refused, not silently left unpaced.
+    tight = exact.min_tokens + 3
+    lazy_state = ConstraintState(lazy_table(constraint, embedded_vocab))
+    with pytest.raises(TypeError, match="whole compiled table"):
+        policy.adjust(torch.zeros(embedded_vocab.size), lazy_state, tight, tight)
+    exact_logits = torch.zeros(embedded_vocab.size)
+    fill = allocate_bitmask(1, embedded_vocab.size)
+    fill_bitmask(fill, 0, ConstraintState(exact), tight)
+    apply_bitmask(exact_logits[None], fill)
+    policy.adjust(exact_logits, ConstraintState(exact), tight, tight)  # the whole table paces
