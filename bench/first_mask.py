@@ -224,9 +224,12 @@ def warm_up(engines: dict[str, Engine]) -> None:
         engine.first_mask(schema)
 
 
-def time_first_masks(engines: dict[str, Engine], paths: list[Path]) -> list[dict[str, Any]]:
-    """Per schema, each engine's seconds to its first mask (None: refused, with the error)."""
-    rows = []
+def time_first_masks(
+    engines: dict[str, Engine], paths: list[Path], partial: Path | None = None
+) -> list[dict[str, Any]]:
+    """Per schema, each engine's seconds to its first mask (None: refused, with the error).
+    Every 20 schemas the rows so far are written to `partial` (when given)."""
+    rows: list[dict[str, Any]] = []
     for i, path in enumerate(paths):
         schema = json.loads(path.read_text())["schema"]
         row: dict[str, Any] = {"schema": path.name}
@@ -246,6 +249,8 @@ def time_first_masks(engines: dict[str, Engine], paths: list[Path]) -> list[dict
         rows.append(row)
         if (i + 1) % 20 == 0:
             print(f"  {i + 1}/{len(paths)} schemas", flush=True)
+            if partial is not None:
+                partial.write_text(json.dumps(rows, indent=1))
     return rows
 
 
@@ -339,7 +344,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         engines = {name: Engine(name, tokenizer) for name in args.engines}
         warm_up(engines)
         print(f"{vocab} ({len(tokenizer)} tokens): {len(paths)} schemas", flush=True)
-        rows = time_first_masks(engines, paths)
+        partial = args.json.with_suffix(f".{vocab}.partial.json") if args.json else None
+        rows = time_first_masks(engines, paths, partial)
         summary = summarize(rows, args.engines)
         entry: dict[str, Any] = {"size": len(tokenizer), "summary": summary, "rows": rows}
         if vocab == "200k" and args.steps:

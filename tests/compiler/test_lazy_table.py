@@ -9,9 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gclm.compiler.byte_bounds import single_byte_tokens
 from gclm.compiler.compile import compile_constraint
 from gclm.compiler.constraint import Constraint
-from gclm.compiler.lazy_table import LazyTable, single_byte_tokens
+from gclm.compiler.lazy_table import LazyTable
 from gclm.compiler.regex import to_regex
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.token_sets import unpack_row
