@@ -1,4 +1,5 @@
-"""The OpenAI wire format of requests to the /v1 endpoints (response bodies: responses.py).
+"""The OpenAI request fields every generating endpoint shares (the APIs' own requests:
+chat/protocol.py, completions/protocol.py, responses/protocol.py).
 
 Requests are parsed with `ChatCompletionRequest.parse(body)` / `CompletionRequest.parse(body)`,
 which also refuse what gclm cannot honour. The rule: a parameter that does not change the
@@ -8,7 +9,8 @@ we do not know) is a 400 that names it. It is never dropped silently.
 
 `SamplingFields` holds what every generating endpoint shares (temperature, top_p, seed,
 penalties, logit_bias) and turns it into the engine's `SamplingParams`; the Responses API
-(`server/openai/responses/protocol.py`) reuses it.
+(`server/openai/responses/protocol.py`) reuses it. `OpenAIRequest` adds what chat and text
+completions share.
 
 The constraint fields (`response_format`, `structured_outputs`, `guided_*`) are only parsed
 here; `server/openai/constraint_spec.py` decides which constraint they ask for.
@@ -17,7 +19,6 @@ here; `server/openai/constraint_spec.py` decides which constraint they ask for.
 from __future__ import annotations
 
 import math
-from functools import cached_property
 from typing import Annotated, Any, ClassVar, Literal, Protocol
 
 from pydantic import (
@@ -26,10 +27,8 @@ from pydantic import (
     Field,
     GetJsonSchemaHandler,
     StrictBool,
-    ValidationError,
     WithJsonSchema,
     field_validator,
-    model_validator,
 )
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
@@ -37,24 +36,9 @@ from typing_extensions import Self
 
 from gclm.errors import InvalidRequestError, quote
 from gclm.server.engine.protocol import SamplingParams
-from gclm.server.openai.json_values import JsonInt, OptionalJsonInt, integral
-from gclm.server.openai.neutral import FALSY, Neutral
-from gclm.server.openai.reasoning import ReasoningFields
-from gclm.server.openai.request_rules import (
-    FORMAT_NEEDS_SCHEMA,
-    TOOL_CHOICE_NEEDS_TOOLS,
-    TOP_LOGPROBS_NEEDS_LOGPROBS,
-    one_constraint,
-    set_,
-)
-from gclm.server.openai.tools.prompt import (
-    NamedToolChoice,
-    ToolCallIn,
-    ToolChoice,
-    ToolDef,
-    ToolPlan,
-    tool_plan,
-)
+from gclm.server.openai.json_values import JsonInt, OptionalJsonInt
+from gclm.server.openai.neutral import Neutral
+from gclm.server.openai.request_rules import FORMAT_NEEDS_SCHEMA, set_
 
 JsonSchema = dict[str, Any] | StrictBool  # strict: 0 and "true" are not schemas
 
@@ -62,21 +46,7 @@ SEED_MIN, SEED_MAX = -(1 << 63), (1 << 63) - 1
 
 # What the "before" validators below accept, for the OpenAPI document (server/http/openapi.py).
 _TEXT = {"type": "string", "minLength": 1}
-_TOKENS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
 _STOP_SCHEMA = {"anyOf": [_TEXT, {"type": "array", "items": _TEXT}, {"type": "null"}]}
-_CONTENT_SCHEMA = {
-    "anyOf": [
-        {"type": "string"},
-        {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
-                "required": ["type", "text"],
-            },
-        },
-    ]
-}
 _LOGIT_BIAS_SCHEMA = {
     "anyOf": [
         {
@@ -86,15 +56,6 @@ _LOGIT_BIAS_SCHEMA = {
             "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100},
         },
         {"type": "null"},
-    ]
-}
-_NULLABLE_CONTENT_SCHEMA = {"anyOf": [*_CONTENT_SCHEMA["anyOf"], {"type": "null"}]}
-_PROMPT_SCHEMA = {
-    "anyOf": [
-        {"type": "string", "minLength": 1},
-        {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
-        _TOKENS,
-        {"type": "array", "items": _TOKENS, "minItems": 1},
     ]
 }
 
@@ -393,215 +354,3 @@ class OpenAIRequest(SamplingFields):
         if mt is None and mct is not None:
             return mct, "max_completion_tokens"
         return mt, "max_tokens"
-
-
-class ChatMessage(_Strict):
-    # What _content_or_calls enforces, for the OpenAPI document: content, or an assistant
-    # turn's tool_calls.
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "anyOf": [
-                {"required": ["content"], "properties": {"content": {"not": {"type": "null"}}}},
-                {
-                    "required": ["role", "tool_calls"],
-                    "properties": {
-                        "role": {"const": "assistant"},
-                        "tool_calls": {"type": "array", "minItems": 1},
-                    },
-                },
-            ],
-            # ... and tool_calls on assistant turns only.
-            "if": {
-                "required": ["tool_calls"],
-                "properties": {"tool_calls": {"type": "array", "minItems": 1}},
-            },
-            "then": {"properties": {"role": {"const": "assistant"}}},
-        },
-    )
-
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    # None only on an assistant message with tool_calls
-    content: Annotated[str | None, WithJsonSchema(_NULLABLE_CONTENT_SCHEMA)] = None
-    name: str | None = None
-    refusal: str | None = None  # an earlier assistant refusal; ignored
-    tool_calls: list[ToolCallIn] | None = None  # an earlier assistant turn's calls
-    tool_call_id: str | None = None  # on a tool message: the call it answers
-
-    @field_validator("content", mode="before")
-    @classmethod
-    def _text_parts(cls, v: Any) -> Any:
-        """Flatten a list of text parts; other parts (images, audio, files) are refused."""
-        if not isinstance(v, list):
-            return v
-        texts = []
-        for part in v:
-            kind = part.get("type") if isinstance(part, dict) else None
-            if kind != "text" or not isinstance(part.get("text"), str):
-                raise ValueError(
-                    f"content part of type {quote(kind)} is not supported; gclm accepts text "
-                    "and {'type': 'text', 'text': ...} parts only"
-                )
-            texts.append(part["text"])
-        return "\n".join(texts)
-
-    @model_validator(mode="after")
-    def _content_or_calls(self) -> Self:
-        if self.content is None and not (self.role == "assistant" and self.tool_calls):
-            raise ValueError(f"a {self.role} message needs content")
-        if self.tool_calls and self.role != "assistant":
-            raise ValueError("only assistant messages carry tool_calls")
-        return self
-
-    def for_template(self) -> dict[str, Any]:
-        """The message as the chat template sees it (tools.prompt_messages writes the
-        calls and tool results into it)."""
-        # Chat templates predate the "developer" role, which OpenAI defines as the new
-        # name of "system".
-        role = "system" if self.role == "developer" else self.role
-        out: dict[str, Any] = {"role": role, "content": self.content}
-        if self.name is not None:
-            out["name"] = self.name
-        if self.tool_calls:
-            out["tool_calls"] = [c.model_dump() for c in self.tool_calls]
-        if self.tool_call_id is not None:
-            out["tool_call_id"] = self.tool_call_id
-        return out
-
-
-class ChatCompletionRequest(OpenAIRequest, ReasoningFields):
-    """POST /v1/chat/completions (reasoning controls: server/openai/reasoning.py)."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "allOf": [
-                TOOL_CHOICE_NEEDS_TOOLS,
-                TOP_LOGPROBS_NEEDS_LOGPROBS,
-                one_constraint(tools=True),
-            ]
-        }
-    )
-
-    messages: list[ChatMessage] = Field(min_length=1)
-    logprobs: StrictBool = Field(default=False, json_schema_extra=_nullable)
-    top_logprobs: OptionalJsonInt = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
-    tools: list[ToolDef] | None = None
-    tool_choice: ToolChoice | None = None
-    parallel_tool_calls: StrictBool | None = None  # None: true, as at OpenAI
-    functions: Any = None
-    function_call: Any = None
-    modalities: Any = None
-    audio: Any = None
-    verbosity: Any = None
-    web_search_options: Any = None
-    moderation: Any = None
-    prediction: Any = None  # only speeds up generation at OpenAI; the output is unchanged
-
-    _SUPPORTED_ONLY: ClassVar[dict[str, Neutral]] = {
-        **OpenAIRequest._SUPPORTED_ONLY,
-        "functions": Neutral("use tools instead (functions is deprecated)", FALSY),
-        "function_call": Neutral("use tool_choice instead", ("none", "auto")),
-        "modalities": Neutral('remove it or set it to ["text"]', (["text"],)),
-        "audio": Neutral("remove it; gclm generates text only"),
-        "verbosity": Neutral("remove it"),
-        "web_search_options": Neutral("remove it; gclm does not search the web"),
-        "moderation": Neutral("remove it"),
-    }
-
-    @field_validator("logprobs", mode="before")
-    @classmethod
-    def _null_is_false(cls, v: Any) -> Any:
-        return False if v is None else v
-
-    @field_validator("tool_choice", mode="before")
-    @classmethod
-    def _tool_choice(cls, v: Any) -> Any:
-        # One clear message instead of pydantic's per-union-member errors.
-        if v is None or v in ("none", "auto", "required"):
-            return v
-        if isinstance(v, dict):
-            try:
-                return NamedToolChoice.model_validate(v)
-            except ValidationError:
-                pass
-        raise ValueError(
-            'use "none", "auto", "required" or {"type": "function", "function": {"name": ...}}'
-        )
-
-    def check_supported(self) -> None:
-        super().check_supported()
-        self.tool_plan  # noqa: B018 (raises InvalidRequestError for a tool_choice it cannot honour)
-        if self.top_logprobs is not None and not self.logprobs:
-            raise InvalidRequestError(
-                "top_logprobs needs logprobs: set logprobs to true, or remove top_logprobs.",
-                param="top_logprobs",
-                code="invalid_value",
-            )
-
-    @property
-    def logprobs_count(self) -> int | None:
-        return (self.top_logprobs or 0) if self.logprobs else None
-
-    @cached_property
-    def tool_plan(self) -> ToolPlan | None:
-        """What the tools ask of the output (None: no tools); see server/openai/tools/prompt.py."""
-        return tool_plan(self.tools, self.tool_choice, self.parallel_tool_calls)
-
-    def constraint_sources(self) -> dict[str, Any]:
-        plan = self.tool_plan
-        return {
-            **super().constraint_sources(),
-            "tools": plan if plan and plan.calls_allowed else None,
-        }
-
-
-class CompletionRequest(OpenAIRequest):
-    """POST /v1/completions. `prompt` becomes a list of texts or a list of token-id lists."""
-
-    model_config = ConfigDict(json_schema_extra=one_constraint(tools=False))
-
-    prompt: Annotated[list[str] | list[list[int]], WithJsonSchema(_PROMPT_SCHEMA)]
-    # The sampled token's logprob and this many top ones per token (None: no logprobs).
-    logprobs: OptionalJsonInt = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
-    echo: Any = None
-    best_of: Any = None
-    suffix: Any = None
-
-    _SUPPORTED_ONLY: ClassVar[dict[str, Neutral]] = {
-        **OpenAIRequest._SUPPORTED_ONLY,
-        "echo": Neutral("remove it or set it to false", (False,)),
-        "best_of": Neutral("remove it or set it to 1; use n for several samples", (1,)),
-        "suffix": Neutral("remove it; gclm does not insert text", FALSY),
-    }
-
-    @property
-    def logprobs_count(self) -> int | None:
-        return self.logprobs
-
-    @field_validator("prompt", mode="before")
-    @classmethod
-    def _prompt_list(cls, v: Any) -> Any:
-        if v == "" or (isinstance(v, list) and "" in v):
-            raise ValueError("prompt must not be an empty string")
-        if isinstance(v, str):
-            return [v]
-        if isinstance(v, list) and v:
-            v = [[integral(t) for t in p] if isinstance(p, list) else integral(p) for p in v]
-            if all(isinstance(p, str) for p in v):
-                return v
-            if all(_is_token_ids(p) for p in v):
-                return v
-            if _is_token_ids(v):
-                return [v]
-        raise ValueError(
-            "prompt must be a string, a list of strings, a list of token ids, or a list of "
-            "token-id lists (non-empty, ids >= 0)"
-        )
-
-
-def _is_token_ids(v: Any) -> bool:
-    return (
-        isinstance(v, list)
-        and bool(v)
-        and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in v)
-    )

@@ -1,13 +1,9 @@
-"""Response bodies in the shapes the official openai SDK parses.
+"""What every endpoint's bodies share: usage, a choice's collected output, token logprobs, the
+model list, and the `Renderer` interface (chat/render.py, completions/render.py,
+responses/render.py implement it).
 
-A `Renderer` knows one endpoint's shapes: chat ("chat.completion", "chatcmpl-" ids, role
-and content deltas) or text completions ("text_completion", "cmpl-" ids, text deltas); the
-Responses API's renderer lives in responses_api.py. The HTTP layer feeds it engine events
-and sends what it returns, framed by the renderer (`frame`, `failure`, `done`).
-
-Logprobs, when asked for, are in OpenAI's shapes: chat's `{"content": [{token, logprob,
-bytes, top_logprobs}]}` and the legacy completions' `{tokens, token_logprobs, top_logprobs,
-text_offset}`.
+A `Renderer` knows one endpoint's shapes. The serving pipeline (serving.py) feeds it engine
+events and sends what it returns, framed by the renderer (`frame`, `failure`, `done`).
 """
 
 from __future__ import annotations
@@ -16,9 +12,9 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, SerializeAsAny
+from pydantic import BaseModel
 
 from gclm.server.engine.protocol import FinishEvent, TokenLogprob
 from gclm.server.http.streaming import DONE, sse, sse_error
@@ -68,112 +64,11 @@ class TopLogprob(BaseModel):
 
     @classmethod
     def of(cls, lp: TokenLogprob) -> TopLogprob:
-        return cls(token=lp.token, logprob=lp.logprob, bytes=_bytes(lp))
+        return cls(token=lp.token, logprob=lp.logprob, bytes=token_bytes(lp))
 
 
-class ChatTokenLogprob(TopLogprob):
-    top_logprobs: list[TopLogprob]
-
-    @classmethod
-    def of(cls, lp: TokenLogprob) -> ChatTokenLogprob:
-        top = [TopLogprob.of(t) for t in lp.top]
-        return cls(token=lp.token, logprob=lp.logprob, bytes=_bytes(lp), top_logprobs=top)
-
-
-def _bytes(lp: TokenLogprob) -> list[int] | None:
+def token_bytes(lp: TokenLogprob) -> list[int] | None:
     return None if lp.bytes is None else list(lp.bytes)
-
-
-class ChatLogprobs(BaseModel):
-    content: list[ChatTokenLogprob] | None
-    refusal: None = None
-
-    @classmethod
-    def of(cls, logprobs: Sequence[TokenLogprob] | None) -> ChatLogprobs | None:
-        if logprobs is None:
-            return None
-        return cls(content=[ChatTokenLogprob.of(lp) for lp in logprobs])
-
-
-class CompletionLogprobs(BaseModel):
-    """The legacy completions' logprobs: parallel lists, one entry per token."""
-
-    tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]]
-    text_offset: list[int]
-
-    @classmethod
-    def of(cls, logprobs: Sequence[TokenLogprob], start: int = 0) -> CompletionLogprobs:
-        """`start`: the offset in the choice's text of the first token."""
-        # Offsets in characters; a token that splits a character starts where it starts.
-        offsets, data = [], b""
-        for lp in logprobs:
-            offsets.append(start + len(data.decode("utf-8", "ignore")))
-            data += lp.bytes or b""
-        return cls(
-            tokens=[lp.token for lp in logprobs],
-            token_logprobs=[lp.logprob for lp in logprobs],
-            top_logprobs=[{t.token: t.logprob for t in lp.top} for lp in logprobs],
-            text_offset=offsets,
-        )
-
-
-class AssistantMessage(BaseModel):
-    role: Literal["assistant"] = "assistant"
-    content: str
-    refusal: None = None  # gclm never refuses; the SDK's parse() reads this field
-
-
-class ChatChoice(BaseModel):
-    index: int
-    message: SerializeAsAny[AssistantMessage]  # tool_calls.ToolCallMessage adds tool_calls
-    logprobs: ChatLogprobs | None = None
-    finish_reason: str
-
-
-class ChatCompletion(BaseModel):
-    id: str
-    object: Literal["chat.completion"] = "chat.completion"
-    created: int
-    model: str
-    choices: list[ChatChoice]
-    usage: Usage
-
-
-class ChatChunkChoice(BaseModel):
-    index: int
-    # {"role": "assistant"} first, then {"content": ...} (or {"tool_calls": [...]}), then {}
-    delta: dict[str, Any]
-    logprobs: ChatLogprobs | None = None
-    finish_reason: str | None = None
-
-
-class ChatCompletionChunk(BaseModel):
-    id: str
-    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
-    choices: list[ChatChunkChoice]
-    usage: Usage | None = None
-
-
-class CompletionChoice(BaseModel):
-    index: int
-    text: str
-    logprobs: CompletionLogprobs | None = None
-    finish_reason: str | None = None
-
-
-class Completion(BaseModel):
-    """A text completion; streamed chunks have the same shape and object name."""
-
-    id: str
-    object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
-    choices: list[CompletionChoice]
-    usage: Usage | None = None
 
 
 class ModelCard(BaseModel):
@@ -253,83 +148,3 @@ class Renderer:
     def final(self, outputs: list[ChoiceOutput], usage: Usage) -> BaseModel:
         """The non-streaming response."""
         raise NotImplementedError
-
-
-class ChatRenderer(Renderer):
-    id_prefix = "chatcmpl-"
-
-    def _chunk(self, choices: list[ChatChunkChoice], usage: Usage | None = None) -> BaseModel:
-        return ChatCompletionChunk(
-            id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
-        )
-
-    def opening(self, n: int) -> list[BaseModel]:
-        return [
-            self._chunk([ChatChunkChoice(index=i, delta={"role": "assistant", "content": ""})])
-            for i in range(n)
-        ]
-
-    def delta(
-        self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None
-    ) -> BaseModel | None:
-        choice = ChatChunkChoice(
-            index=index, delta={"content": text}, logprobs=ChatLogprobs.of(logprobs)
-        )
-        return self._chunk([choice])
-
-    def finish(self, index: int, finish_reason: str) -> list[BaseModel]:
-        return [self._chunk([ChatChunkChoice(index=index, delta={}, finish_reason=finish_reason)])]
-
-    def usage(self, usage: Usage) -> BaseModel:
-        return self._chunk([], usage)
-
-    def final(self, outputs: list[ChoiceOutput], usage: Usage) -> BaseModel:
-        choices = [
-            ChatChoice(
-                index=i,
-                message=AssistantMessage(content=out.text),
-                logprobs=ChatLogprobs.of(out.logprobs),
-                finish_reason=out.finish_reason,
-            )
-            for i, out in enumerate(outputs)
-        ]
-        return ChatCompletion(
-            id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
-        )
-
-
-class CompletionRenderer(Renderer):
-    id_prefix = "cmpl-"
-
-    def __init__(self, model: str) -> None:
-        super().__init__(model)
-        self._sent: dict[int, int] = {}  # choice -> characters streamed (for text_offset)
-
-    def _body(self, choices: list[CompletionChoice], usage: Usage | None = None) -> BaseModel:
-        return Completion(
-            id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
-        )
-
-    def delta(self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None) -> BaseModel:
-        start = self._sent.get(index, 0)
-        self._sent[index] = start + len(text)
-        lp = None if logprobs is None else CompletionLogprobs.of(logprobs, start)
-        return self._body([CompletionChoice(index=index, text=text, logprobs=lp)])
-
-    def finish(self, index: int, finish_reason: str) -> list[BaseModel]:
-        return [self._body([CompletionChoice(index=index, text="", finish_reason=finish_reason)])]
-
-    def usage(self, usage: Usage) -> BaseModel:
-        return self._body([], usage)
-
-    def final(self, outputs: list[ChoiceOutput], usage: Usage) -> BaseModel:
-        choices = [
-            CompletionChoice(
-                index=i,
-                text=out.text,
-                logprobs=None if out.logprobs is None else CompletionLogprobs.of(out.logprobs),
-                finish_reason=out.finish_reason,
-            )
-            for i, out in enumerate(outputs)
-        ]
-        return self._body(choices, usage)

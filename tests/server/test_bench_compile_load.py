@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bench.compile_load import bombs, markdown, schema_body, small
-from gclm.server.openai.protocol import ChatCompletionRequest
+from gclm.server.openai.chat.protocol import ChatCompletionRequest
 
 
 def test_every_body_is_a_valid_chat_request_and_the_small_schemas_are_distinct() -> None:

@@ -10,7 +10,7 @@ import torch
 
 from gclm.server.engine.logprobs import TokenNames, from_vllm, token_logprobs, token_text
 from gclm.server.engine.protocol import GenerationRequest, SamplingParams, TokenLogprob
-from gclm.server.openai.render import CompletionLogprobs
+from gclm.server.openai.completions.render import CompletionLogprobs
 
 INF = float("inf")
 NAMES = TokenNames([b"a", b"b", "é".encode()[:1], None, "é".encode()], lambda i: f"<special{i}>")

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, settings
 from schemathesis import checks
 
 from gclm.server.app import create_app
-from gclm.server.openai.protocol import ChatCompletionRequest, CompletionRequest
+from gclm.server.openai.chat.protocol import ChatCompletionRequest
+from gclm.server.openai.completions.protocol import CompletionRequest
 from gclm.server.openai.responses.protocol import ResponsesRequest
 from gclm.server.settings import ServerSettings
 
