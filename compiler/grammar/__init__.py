@@ -7,12 +7,12 @@ from gclm.compiler.grammar.lark_regex import (
     check_grammar,
     grammar_regex,
 )
-from gclm.compiler.grammar.syntax import GrammarSyntaxError, parse_grammar
+from gclm.compiler.grammar.syntax import grammar_error, parse_grammar
 
 __all__ = [
     "GrammarLimits",
     "GrammarRegex",
-    "GrammarSyntaxError",
+    "grammar_error",
     "check_grammar",
     "grammar_regex",
     "parse_grammar",

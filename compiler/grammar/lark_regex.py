@@ -31,13 +31,13 @@ from gclm.compiler.grammar.syntax import (
     CharRange,
     Definition,
     Grammar,
-    GrammarSyntaxError,
     Literal,
     Node,
     Pattern,
     Ref,
     Repeat,
     Seq,
+    grammar_error,
     is_terminal_name,
     parse_grammar,
 )
@@ -162,7 +162,7 @@ class _Scope:
         if ref.name in self.grammar.imports:
             original, line = self.grammar.imports[ref.name]
             if original not in self.common.definitions:
-                raise GrammarSyntaxError(
+                raise grammar_error(
                     line,
                     f"common has no terminal {quote(original)}",
                     "Lark's common module defines "
@@ -170,7 +170,7 @@ class _Scope:
                 )
             return ("common", original), self.common.definitions[original]
         kind = "terminal" if is_terminal_name(ref.name) else "rule"
-        raise GrammarSyntaxError(
+        raise grammar_error(
             ref.line,
             f"the {kind} {quote(ref.name)} is not defined",
             f"Define it (`{ref.name}: ...`)"
@@ -182,7 +182,7 @@ class _Scope:
         Lark's (lowercase rules, uppercase terminals), and `start` is there."""
         for local, (_, line) in self.grammar.imports.items():
             if local in self.grammar.definitions:
-                raise GrammarSyntaxError(
+                raise grammar_error(
                     line, f"{quote(local)} is both imported and defined", "Keep one of the two"
                 )
             self.resolve(Ref(local, line), "")
@@ -192,7 +192,7 @@ class _Scope:
                 _check_name(ref.name, ref.line)
                 self.resolve(ref, "")
                 if d.is_terminal and not is_terminal_name(ref.name):
-                    raise GrammarSyntaxError(
+                    raise grammar_error(
                         ref.line,
                         f"the terminal {quote(d.name)} uses the rule {quote(ref.name)}",
                         "Terminals may use only strings, regexes and other terminals; make "
@@ -201,7 +201,7 @@ class _Scope:
         for node in self.grammar.ignore:
             for ref in _refs(node):
                 if not is_terminal_name(ref.name):
-                    raise GrammarSyntaxError(
+                    raise grammar_error(
                         ref.line,
                         f"%ignore names the rule {quote(ref.name)}",
                         "%ignore takes terminals, strings or regexes (e.g. `%ignore WS`)",
@@ -239,7 +239,7 @@ class _Scope:
 def _check_name(name: str, line: int) -> None:
     letters = name.lstrip("_")
     if letters != letters.lower() and letters != letters.upper():
-        raise GrammarSyntaxError(
+        raise grammar_error(
             line,
             f"the name {quote(name)} mixes cases",
             "Name rules in lowercase and terminals in uppercase, as Lark requires",
@@ -361,7 +361,7 @@ class _Expander:
         rx = self.in_terminal(node, module)
         if rx is not None and rx.nullable:
             what = f"the terminal {quote(node.name)}" if isinstance(node, Ref) else "a token"
-            raise GrammarSyntaxError(
+            raise grammar_error(
                 line,
                 f"{what} can match the empty string, which Lark does not allow in a terminal",
                 "Make it match at least one character and mark its use optional with `?`",
@@ -384,7 +384,7 @@ class _Expander:
             try:
                 text, nullable = translate(node.source, node.flags)
             except RegexProblem as e:
-                raise GrammarSyntaxError(
+                raise grammar_error(
                     node.line,
                     f"the regex /{node.source}/{node.flags} cannot be compiled: {e}",
                     "Rewrite it with characters, classes, groups, alternation and repeats",
@@ -399,7 +399,7 @@ class _Expander:
         if key in self.terminals:
             return self.terminals[key]
         if key in self.terminal_stack:
-            raise GrammarSyntaxError(
+            raise grammar_error(
                 d.line,
                 f"the terminal {quote(d.name)} is recursive",
                 "A terminal must be regular: make it a rule (a lowercase name)",

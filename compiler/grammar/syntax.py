@@ -105,14 +105,11 @@ def is_terminal_name(name: str) -> bool:
     return name.lstrip("_")[:1].isupper()
 
 
-class GrammarSyntaxError(ConstraintError):
-    """A grammar that cannot be read or compiled: the message names the line."""
-
-    def __init__(self, line: int, problem: str, fix: str):
-        super().__init__(
-            f"Lark grammar, line {line}: {problem}. {fix.rstrip('.')}.", code="invalid_grammar"
-        )
-        self.line = line
+def grammar_error(line: int, problem: str, fix: str) -> ConstraintError:
+    """The error for a grammar that cannot be read or compiled: it names the line."""
+    return ConstraintError(
+        f"Lark grammar, line {line}: {problem}. {fix.rstrip('.')}.", code="invalid_grammar"
+    )
 
 
 # ---------------------------------------------------------------------------- tokens
@@ -150,7 +147,7 @@ def tokenize(text: str) -> list[Token]:
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if m is None:
-            raise GrammarSyntaxError(
+            raise grammar_error(
                 line,
                 f"unexpected character {quote(text[pos])}",
                 "Write rules as `name: ...`, terminals as `NAME: ...`, strings in double quotes "
@@ -181,7 +178,7 @@ def parse_grammar(text: str) -> Grammar:
     """Read a Lark grammar.
 
     Raises:
-        GrammarSyntaxError: what cannot be read, with its line and how to fix it.
+        ConstraintError: what cannot be read, with its line and how to fix it.
     """
     return _Parser(tokenize(text)).grammar()
 
@@ -208,9 +205,7 @@ class _Parser:
 
     def expect(self, kind: str, text: str | None, what: str, fix: str) -> Token:
         if not self.at(kind, text):
-            raise GrammarSyntaxError(
-                self.peek().line, f"expected {what}, found {self._seen()}", fix
-            )
+            raise grammar_error(self.peek().line, f"expected {what}, found {self._seen()}", fix)
         return self.take()
 
     def _seen(self) -> str:
@@ -241,7 +236,7 @@ class _Parser:
             "Start each definition with its name, e.g. `start: item+` or `NUMBER: /[0-9]+/`",
         )
         if self.at("op", "{"):
-            raise GrammarSyntaxError(
+            raise grammar_error(
                 name.line,
                 f"{quote(name.text)} is a template (`name{{params}}: ...`), which gclm does not "
                 "support",
@@ -260,7 +255,7 @@ class _Parser:
         self.end_of_statement()
         if name.text in self.result.definitions:
             first = self.result.definitions[name.text].line
-            raise GrammarSyntaxError(
+            raise grammar_error(
                 name.line,
                 f"{quote(name.text)} is defined twice (first on line {first})",
                 "Merge the definitions into one with '|'",
@@ -284,13 +279,13 @@ class _Parser:
         elif token.text == "%import":
             self.import_()
         elif token.text in ("%declare", "%override", "%extend"):
-            raise GrammarSyntaxError(
+            raise grammar_error(
                 token.line,
                 f"{token.text} is not supported",
                 "Define every rule and terminal in full with `name: ...`",
             )
         else:
-            raise GrammarSyntaxError(
+            raise grammar_error(
                 token.line,
                 f"unknown directive {quote(token.text)}",
                 "The directives gclm reads are %ignore and %import common.NAME",
@@ -318,7 +313,7 @@ class _Parser:
                 alias = self.expect("name", None, "a name after '->'", _IMPORT_FIX).text
                 pairs = [(alias, path[-1])]
         if module != ["common"]:
-            raise GrammarSyntaxError(
+            raise grammar_error(
                 line,
                 f"%import of {quote('.'.join(path))}: only Lark's `common` module can be imported",
                 "Import from common (e.g. `%import common.NUMBER`) or define the rule in the "
@@ -369,7 +364,7 @@ class _Parser:
                 self.take()
                 high = self.count(line)
             if high < low:
-                raise GrammarSyntaxError(
+                raise grammar_error(
                     line,
                     f"the repetition `~ {low}..{high}` has its bounds reversed",
                     f"Write `~ {high}..{low}`",
@@ -383,7 +378,7 @@ class _Parser:
         )
         value = int(token.text)
         if value < 0:
-            raise GrammarSyntaxError(line, "a repetition count is negative", "Use counts >= 0")
+            raise grammar_error(line, "a repetition count is negative", "Use counts >= 0")
         if value > MAX_COUNT:
             raise CompileLimitError(
                 f"Lark grammar, line {line}: `~ {value}` repeats a part {value:,} times, over "
@@ -412,11 +407,11 @@ class _Parser:
             end = self.expect("string", None, "a string after '..'", _RANGE_FIX)
             high = self.literal(end)
             if len(low.text) != 1 or len(high.text) != 1 or low.ignore_case or high.ignore_case:
-                raise GrammarSyntaxError(
+                raise grammar_error(
                     token.line, "a range needs one character on each side", _RANGE_FIX
                 )
             if low.text > high.text:
-                raise GrammarSyntaxError(token.line, "the range's bounds are reversed", _RANGE_FIX)
+                raise grammar_error(token.line, "the range's bounds are reversed", _RANGE_FIX)
             return CharRange(low.text, high.text, token.line)
         if token.kind == "regexp":
             self.take()
@@ -424,13 +419,13 @@ class _Parser:
         if token.kind == "name":
             self.take()
             if self.at("op", "{"):
-                raise GrammarSyntaxError(
+                raise grammar_error(
                     token.line,
                     f"{quote(token.text)}{{...}} uses a template, which gclm does not support",
                     "Write out the rule the template would make",
                 )
             return Ref(token.text, token.line)
-        raise GrammarSyntaxError(
+        raise grammar_error(
             token.line,
             f"expected a string, a regex, a name or a group, found {self._seen()}",
             "Check the operators around it: `|` separates alternatives, `?`, `*`, `+` and "
@@ -442,7 +437,7 @@ class _Parser:
         body = token.text[1 : -2 if ignore_case else -1]
         text = unescape(body, token.line).replace("\\\\", "\\")
         if not text:
-            raise GrammarSyntaxError(
+            raise grammar_error(
                 token.line,
                 'an empty string "" (Lark does not allow empty terminals)',
                 "Make the part optional with `?` or `[...]` instead",
@@ -470,7 +465,7 @@ def unescape(text: str, line: int) -> str:
         if c == "\\":
             nxt = next(chars, None)
             if nxt is None:
-                raise GrammarSyntaxError(
+                raise grammar_error(
                     line, "a string ends with a lone backslash", "Write a backslash as \\\\"
                 )
             if nxt == "\\":
@@ -482,11 +477,11 @@ def unescape(text: str, line: int) -> str:
     try:
         value = ast.literal_eval(f"u'''{joined}'''")
     except (SyntaxError, ValueError) as e:
-        raise GrammarSyntaxError(
+        raise grammar_error(
             line,
             f"a bad escape in a string or regex ({e})",
             "Use \\n, \\t, \\xNN, \\uNNNN or a backslash before a quote",
         ) from None
     if not isinstance(value, str):  # pragma: no cover - literal_eval of a str literal
-        raise GrammarSyntaxError(line, "a bad string", "Check its escapes")
+        raise grammar_error(line, "a bad string", "Check its escapes")
     return value
