@@ -176,7 +176,7 @@ class NamedToolChoice(_Strict):
 
     @property
     def name(self) -> str:
-        return getattr(self, self.type).name  # type: ignore[no-any-return]
+        return str(getattr(self, self.type).name)
 
 
 ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
