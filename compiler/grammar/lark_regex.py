@@ -102,14 +102,12 @@ def grammar_regex(text: str, limits: GrammarLimits | None = None) -> GrammarRege
             "The Lark grammar's start rule generates no string: every alternative calls a "
             "rule that never ends (a recursion with no alternative that stops it). Give each "
             "recursive rule an alternative without itself.",
-            code="invalid_grammar",
         )
     if result.nullable:
         raise ConstraintError(
             "The Lark grammar matches the empty string, which gclm cannot compile faithfully "
             "(outlines-core 0.2.14 would drop longer outputs). Make `start` need at least one "
             "token, e.g. `item+` instead of `item*`.",
-            code="invalid_grammar",
         )
     notes = tuple(
         f"line {scope.definition(name).line}: rule {quote(name)} is recursive; it is nested "
@@ -212,7 +210,6 @@ class _Scope:
             raise ConstraintError(
                 "The Lark grammar has no rule named 'start'; generation begins there. Add "
                 "`start: ...`.",
-                code="invalid_grammar",
             )
 
     def reach(self, name: str) -> frozenset[str]:

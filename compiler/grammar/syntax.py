@@ -107,9 +107,7 @@ def is_terminal_name(name: str) -> bool:
 
 def grammar_error(line: int, problem: str, fix: str) -> ConstraintError:
     """The error for a grammar that cannot be read or compiled: it names the line."""
-    return ConstraintError(
-        f"Lark grammar, line {line}: {problem}. {fix.rstrip('.')}.", code="invalid_grammar"
-    )
+    return ConstraintError(f"Lark grammar, line {line}: {problem}. {fix.rstrip('.')}.")
 
 
 # ---------------------------------------------------------------------------- tokens

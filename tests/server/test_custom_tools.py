@@ -182,3 +182,84 @@ async def test_a_bad_grammar_is_a_400_naming_the_tool(tmp_path) -> None:
             )
     assert caught.value.param == "tools[1].custom.format.grammar"
     assert "line 1: the rule 'x' is not defined" in caught.value.message
+
+
+RESPONSES_TOOLS = [
+    {"type": "function", "name": "now", "parameters": None},
+    {
+        "type": "custom",
+        "name": "math",
+        "description": "adds",
+        "format": {"type": "grammar", "syntax": "lark", "definition": MATH},
+    },
+]
+
+
+async def test_responses_custom_tool_over_the_fake_engine(tmp_path) -> None:
+    engine = FakeEngine(lambda request: SCRIPT)
+    app = create_app(engine, ServerSettings(cache_dir=tmp_path))
+    async with openai_client(app) as client:
+        done = await client.responses.create(
+            model="gclm-fake",
+            input="Add 2 and 3",
+            tools=RESPONSES_TOOLS,
+            tool_choice={"type": "custom", "name": "math"},
+        )
+        (item,) = done.output
+        assert item.type == "custom_tool_call" and item.status == "completed"
+        assert (item.name, item.input) == ("math", "2 + 3")
+        assert item.call_id.startswith("call_") and item.id.startswith("ctc_")
+
+        events = [
+            e
+            async for e in await client.responses.create(
+                model="gclm-fake",
+                input="Add",
+                tools=RESPONSES_TOOLS,
+                tool_choice="required",
+                stream=True,
+            )
+        ]
+        kinds = [e.type for e in events]
+        deltas = [e.delta for e in events if e.type == "response.custom_tool_call_input.delta"]
+        assert "".join(deltas) == "2 + 3"
+        (finished,) = [e for e in events if e.type == "response.custom_tool_call_input.done"]
+        assert finished.input == "2 + 3"
+        assert kinds.index("response.output_item.added") < kinds.index(
+            "response.custom_tool_call_input.delta"
+        )
+        assert kinds[-1] == "response.completed"
+
+        # The next turn sends the call and its output back as input items.
+        await client.responses.create(
+            model="gclm-fake",
+            input=[
+                {"role": "user", "content": "Add 2 and 3"},
+                {
+                    "type": "custom_tool_call",
+                    "call_id": item.call_id,
+                    "name": "math",
+                    "input": item.input,
+                },
+                {"type": "custom_tool_call_output", "call_id": item.call_id, "output": "5"},
+            ],
+            tools=RESPONSES_TOOLS,
+            tool_choice="none",
+        )
+    prompt = engine.chats[-1]
+    assert f"{OPENER}math\n2 + 3" in prompt[-2]["content"]
+    assert "<tool_response>\n5\n</tool_response>" in prompt[-1]["content"]
+
+
+async def test_responses_bad_grammar_names_the_tool_format(tmp_path) -> None:
+    app = create_app(FakeEngine(), ServerSettings(cache_dir=tmp_path))
+    bad = {
+        "type": "custom",
+        "name": "bad",
+        "format": {"type": "grammar", "syntax": "lark", "definition": "start: x"},
+    }
+    async with openai_client(app) as client:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.responses.create(model="gclm-fake", input="x", tools=[bad])
+    assert caught.value.param == "tools[0].format"
+    assert "line 1: the rule 'x' is not defined" in caught.value.message

@@ -78,6 +78,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _field_of_type(kinds: tuple[str, ...], exclusive: bool) -> dict[str, Any]:
+    """For the OpenAPI document: the object's `type` names the field it must carry (and,
+    `exclusive`, the other kinds' fields are left out), as the validators check."""
+    branches = []
+    for k in kinds:
+        props: dict[str, Any] = {"type": {"const": k}, k: {"type": "object"}}
+        if exclusive:
+            props |= {other: {"type": "null"} for other in kinds if other != k}
+        branches.append({"properties": props, "required": ["type", k]})
+    return {"anyOf": branches}
+
+
+_FUNCTION_OR_CUSTOM = ("function", "custom")
+
+
 class FunctionDef(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
@@ -92,6 +107,18 @@ class Grammar(_Strict):
 
 class CustomFormat(_Strict):
     """A custom tool's input: free text, or text in a grammar."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {
+                    "properties": {"type": {"const": "grammar"}, "grammar": {"type": "object"}},
+                    "required": ["grammar"],
+                },
+                {"properties": {"type": {"const": "text"}, "grammar": {"type": "null"}}},
+            ]
+        }
+    )
 
     type: Literal["text", "grammar"]
     grammar: Grammar | None = None
@@ -137,6 +164,8 @@ class CustomDef(_Strict):
 class ToolDef(_Strict):
     """A function tool (`function`) or a custom tool (`custom`)."""
 
+    model_config = ConfigDict(json_schema_extra=_field_of_type(_FUNCTION_OR_CUSTOM, True))
+
     type: Literal["function", "custom"]
     function: FunctionDef | None = None
     custom: CustomDef | None = None
@@ -163,6 +192,8 @@ class FunctionName(_Strict):
 class NamedToolChoice(_Strict):
     """tool_choice naming one tool: {"type": "function", "function": {"name"}} or
     {"type": "custom", "custom": {"name"}}."""
+
+    model_config = ConfigDict(json_schema_extra=_field_of_type(_FUNCTION_OR_CUSTOM, False))
 
     type: Literal["function", "custom"]
     function: FunctionName | None = None
@@ -197,7 +228,9 @@ class CalledCustom(BaseModel):
 class ToolCallIn(BaseModel):
     """An earlier assistant message's tool call, in the conversation history."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(
+        extra="ignore", json_schema_extra=_field_of_type(_FUNCTION_OR_CUSTOM, False)
+    )
     id: str | None = None
     type: Literal["function", "custom"] = "function"
     function: CalledFunction | None = None
