@@ -87,8 +87,31 @@ def test_custom_tool_calls_parse_streamed_and_not(client: openai.OpenAI) -> None
     assert deltas[-1].finish_reason == "tool_calls"
 
 
+def test_responses_custom_tool_parses_streamed_and_not(client: openai.OpenAI) -> None:
+    parser = checker(LIST)
+    tool = {
+        "type": "custom",
+        "name": "items",
+        "format": {"type": "grammar", "syntax": "lark", "definition": LIST},
+    }
+    request = {
+        "model": MODEL,
+        "input": "List three numbers.",
+        "tools": [tool],
+        "tool_choice": {"type": "custom", "name": "items"},
+    }
+    done = client.responses.create(max_output_tokens=40, **request)
+    (item,) = done.output
+    assert item.type == "custom_tool_call" and item.status == "completed"
+    parser.parse(item.input)
+    events = list(client.responses.create(max_output_tokens=40, stream=True, **request))
+    fragments = [e.delta for e in events if e.type == "response.custom_tool_call_input.delta"]
+    parser.parse("".join(fragments))
+    assert events[-1].type == "response.completed"
+
+
 def test_doc_has_python_blocks() -> None:
-    assert len(BLOCKS) >= 2
+    assert len(BLOCKS) >= 3
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
@@ -100,10 +123,13 @@ def test_doc_block_runs(index: int, gclm_server: Any) -> None:
         exec(compile(code, f"docs/grammars.md python block {index + 1}", "exec"), scope)  # noqa: S102
     lines = printed.getvalue().splitlines()
     assert lines, "each block shows its result with print()"
-    grammar = scope.get("MATH") or scope["GRAMMAR"]
     if "MATH" in scope:
         assert lines[0] == "tool_calls custom calculator", lines
-        checker(grammar).parse(scope["call"].custom.input)
+        checker(scope["MATH"]).parse(scope["call"].custom.input)
+        assert lines[-1] == "True"
+    elif "DATE" in scope:
+        assert lines[0] == "custom_tool_call set_date", lines
+        checker(scope["DATE"]).parse(scope["call"].input)
         assert lines[-1] == "True"
     else:
-        checker(grammar).parse(scope["answer"].choices[0].text)
+        checker(scope["GRAMMAR"]).parse(scope["answer"].choices[0].text)
