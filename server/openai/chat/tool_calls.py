@@ -34,9 +34,20 @@ class ToolCall(BaseModel):
     function: Function
 
 
+class Custom(BaseModel):
+    name: str
+    input: str
+
+
+class CustomToolCall(BaseModel):
+    id: str
+    type: Literal["custom"] = "custom"
+    custom: Custom
+
+
 class ToolCallMessage(AssistantMessage):
     content: str | None = None  # type: ignore[assignment]
-    tool_calls: list[ToolCall]
+    tool_calls: list[ToolCall | CustomToolCall]
 
 
 class ToolChatRenderer(ChatRenderer):
@@ -118,16 +129,28 @@ class ToolChatRenderer(ChatRenderer):
         """One choice's message: its calls (content null), or its text when it made none."""
         if not calls:
             return AssistantMessage(content=out.text)
-        tool_calls = [
-            ToolCall(id=c.id, function=Function(name=c.name, arguments=c.arguments)) for c in calls
+        tool_calls: list[ToolCall | CustomToolCall] = [
+            CustomToolCall(id=c.id, custom=Custom(name=c.name, input=c.arguments))
+            if c.custom
+            else ToolCall(id=c.id, function=Function(name=c.name, arguments=c.arguments))
+            for c in calls
         ]
         return ToolCallMessage(content=None, tool_calls=tool_calls)
 
 
 def _call_delta(calls: list[Call], event: tuple[Any, ...]) -> dict[str, Any]:
     """One entry of a streamed `delta.tool_calls`: the id and name first, then arguments."""
+    call = calls[event[1]]
+    if call.custom:
+        if event[0] == "call":
+            return {
+                "index": event[1],
+                "id": call.id,
+                "type": "custom",
+                "custom": {"name": call.name, "input": ""},
+            }
+        return {"index": event[1], "custom": {"input": event[2]}}
     if event[0] == "call":
-        call = calls[event[1]]
         return {
             "index": event[1],
             "id": call.id,

@@ -1,4 +1,5 @@
-"""The Responses API's output when tools allow calls: `function_call` items or a message.
+"""The Responses API's output when tools allow calls: `function_call` (or
+`custom_tool_call`) items or a message.
 
 The output is read by chat's `CallReader` (server/openai/tools/calls.py): under tool_choice
 "auto" it is either text (one assistant message) or calls (one `function_call` item each,
@@ -10,6 +11,8 @@ item only once the reader knows which it is, so a call never follows an empty me
     response.function_call_arguments.delta (per fragment), and at the end
     response.function_call_arguments.done, response.output_item.done, response.completed
 
+(a custom call: the item is `custom_tool_call` with input "", its input streams as
+response.custom_tool_call_input.delta and ends with response.custom_tool_call_input.done),
 or, for text, the message events of ResponsesRenderer from output_item.added on. Text cut by
 the budget under "auto" is free text: status "incomplete", as without tools. A thinking
 request's reasoning item comes first (ResponsesRenderer), the calls or message after it.
@@ -27,6 +30,7 @@ from gclm.server.openai.reasoning import ReasoningParser
 from gclm.server.openai.render import ChoiceOutput, Usage
 from gclm.server.openai.responses.protocol import ResponsesRequest
 from gclm.server.openai.responses.render import (
+    CustomToolCallItem,
     FunctionCallItem,
     ResponseBody,
     ResponseEvent,
@@ -35,8 +39,18 @@ from gclm.server.openai.responses.render import (
 from gclm.server.openai.tools.calls import Call, CallReader
 
 
-def call_item(call: Call, status: Literal["in_progress", "completed"]) -> FunctionCallItem:
+def call_item(
+    call: Call, status: Literal["in_progress", "completed"]
+) -> FunctionCallItem | CustomToolCallItem:
     """The output item of a call; its id is derived from the call id (one per call)."""
+    if call.custom:
+        return CustomToolCallItem(
+            id="ctc_" + call.id.removeprefix("call_"),
+            call_id=call.id,
+            name=call.name,
+            input=call.arguments if status == "completed" else "",
+            status=status,
+        )
     return FunctionCallItem(
         id="fc_" + call.id.removeprefix("call_"),
         call_id=call.id,
@@ -84,9 +98,10 @@ class ResponsesToolRenderer(ResponsesRenderer):
                     )
                 )
             else:
+                kind = "custom_tool_call_input" if call.custom else "function_call_arguments"
                 out.append(
                     ResponseEvent(
-                        type="response.function_call_arguments.delta",
+                        type=f"response.{kind}.delta",
                         item_id=call_item(call, "in_progress").id,
                         output_index=self.first + event[1],
                         delta=event[2],
@@ -106,14 +121,24 @@ class ResponsesToolRenderer(ResponsesRenderer):
         self._finish_reason = finish_reason
         for i, call in enumerate(calls):
             item = call_item(call, "completed")
-            out += [
+            done = (
                 ResponseEvent(
+                    type="response.custom_tool_call_input.done",
+                    item_id=item.id,
+                    output_index=self.first + i,
+                    input=call.arguments,
+                )
+                if call.custom
+                else ResponseEvent(
                     type="response.function_call_arguments.done",
                     item_id=item.id,
                     output_index=self.first + i,
                     name=call.name,
                     arguments=call.arguments,
-                ),
+                )
+            )
+            out += [
+                done,
                 ResponseEvent(
                     type="response.output_item.done", output_index=self.first + i, item=item
                 ),

@@ -88,6 +88,17 @@ class FunctionCallItem(BaseModel):
     status: Literal["in_progress", "completed", "incomplete"]
 
 
+class CustomToolCallItem(BaseModel):
+    """A `custom_tool_call` output item: its `input` is the tool's free text."""
+
+    type: Literal["custom_tool_call"] = "custom_tool_call"
+    id: str
+    call_id: str
+    name: str
+    input: str
+    status: Literal["in_progress", "completed", "incomplete"]
+
+
 class ResponseUsage(BaseModel):
     input_tokens: int
     input_tokens_details: dict[str, int]
@@ -120,7 +131,7 @@ class ResponseBody(BaseModel):
     instructions: str | None
     max_output_tokens: int | None
     model: str
-    output: list[ReasoningItem | OutputMessage | FunctionCallItem]
+    output: list[ReasoningItem | OutputMessage | FunctionCallItem | CustomToolCallItem]
     parallel_tool_calls: bool
     previous_response_id: None = None
     reasoning: dict[str, Any] | None = None  # the request's, echoed
@@ -330,7 +341,7 @@ class ResponsesRenderer(Renderer):
     def _response(
         self,
         status: Literal["in_progress", "completed", "incomplete"],
-        output: list[ReasoningItem | OutputMessage | FunctionCallItem],
+        output: list[ReasoningItem | OutputMessage | FunctionCallItem | CustomToolCallItem],
         usage: Usage | None = None,
     ) -> ResponseBody:
         r = self.request
