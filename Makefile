@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-vllm serve test test-vllm lint typecheck bench clean
+.PHONY: install install-vllm serve test test-vllm docker-test lint typecheck bench clean
 
 install: $(STAMP)
 
@@ -76,6 +76,16 @@ test: $(STAMP)
 # The vLLM tests (marker `vllm`) run in vLLM's environment, bound to one core.
 test-vllm: $(VLLM_STAMP)
 	GCLM_REQUIRE_VLLM=1 $(VLLM_BIN)/python -m pytest -q -m vllm -p no:cacheprovider
+
+# The image, built with podman on a base made here (docker/build.sh: debootstrap, Python and
+# torch, kept in podman's storage and reused) and run as `docker run` users run it, port
+# published and /cache a named volume (tests/server/test_docker_image.py). Needs root,
+# podman, runc and debootstrap (.ci/run installs them).
+DOCKER_IMAGE ?= localhost/gclm:test
+docker-test: $(STAMP)
+	IMAGE=$(DOCKER_IMAGE) docker/build.sh
+	GCLM_DOCKER_IMAGE=$(DOCKER_IMAGE) $(BIN)/python -m pytest -q -rP -m docker -p no:cacheprovider \
+		tests/server/test_docker_image.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check gclm server compiler masking tests bench
