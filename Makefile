@@ -8,7 +8,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-dev install-vllm serve check test test-vllm docs lint typecheck bench clean
+.PHONY: install install-dev install-vllm serve check test test-vllm docs docker-test lint typecheck bench clean
 
 install: $(STAMP)
 install-dev: $(DEV_STAMP)
@@ -97,6 +97,16 @@ docs: $(DEV_STAMP)
 # The vLLM tests (marker `vllm`) run in vLLM's environment, bound to one core.
 test-vllm: $(VLLM_STAMP)
 	GCLM_REQUIRE_VLLM=1 $(VLLM_BIN)/python -m pytest -q -m vllm -p no:cacheprovider --durations=10
+
+# The image, built with podman on a base made here (docker/build.sh: debootstrap, Python and
+# torch, kept in podman's storage and reused) and run as `docker run` users run it, port
+# published and /cache a named volume (tests/server/test_docker_image.py). Needs root,
+# podman, runc and debootstrap (.ci/run installs them).
+DOCKER_IMAGE ?= localhost/gclm:test
+docker-test: $(DEV_STAMP)
+	IMAGE=$(DOCKER_IMAGE) docker/build.sh
+	GCLM_DOCKER_IMAGE=$(DOCKER_IMAGE) $(BIN)/python -m pytest -q -rP -m docker -p no:cacheprovider \
+		tests/server/test_docker_image.py
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check gclm server compiler masking tests bench
