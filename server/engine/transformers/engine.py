@@ -57,7 +57,7 @@ from gclm.server.engine.transformers.penalties import apply_penalties
 from gclm.server.engine.transformers.prefills import Prefills
 from gclm.server.engine.transformers.sampling import sample
 from gclm.server.engine.transformers.sequence import Sequence
-from gclm.server.engine.transformers.side_prefill import SIDE_CHUNK, SidePrefill
+from gclm.server.engine.transformers.side_prefill import SidePrefill
 
 log = logging.getLogger("gclm.engine")
 
@@ -149,11 +149,7 @@ class BatchEngine(TokenizerEngine):
         self._slot: dict[Sequence, int] = {}  # the KV slot each sequence owns
         if prefill_thread is None:
             prefill_thread = self.device.type == "cpu" and _spare_core()
-        side = (
-            SidePrefill(model, max_batched_tokens or SIDE_CHUNK, self._notify)
-            if prefill_thread
-            else None
-        )
+        side = SidePrefill(model, self.max_batched_tokens, self._notify) if prefill_thread else None
         self._prefills = Prefills(self._kv, self._slot, side)  # admitted, not yet prefilled
         self._feed: dict[Sequence, list[int]] = {}  # tokens the model has not seen: last, drafts
         self._counts: dict[str, float] = {

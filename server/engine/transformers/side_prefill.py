@@ -41,12 +41,6 @@ log = logging.getLogger("gclm.engine")
 # free. A shorter one fits a step or two beside the decoding rows (about 3 ms a token on 2
 # cores), in the packed pass that the thread's prompt would rule out while it runs.
 SIDE_MIN_TOKENS = 128
-# Prompt tokens one pass of the thread feeds when no --max-num-batched-tokens is given. No
-# stream waits on the thread's passes, and a prompt's first pass runs SDPA's causal kernel
-# while each later one attends through a mask over every key before it (no block skipped):
-# in bfloat16 on AVX512-BF16, a 4k-token prompt in 512-token passes took 1.4x one pass
-# (bench/load.py, prefill). A cancelled prompt stops after the pass it is in.
-SIDE_CHUNK = 4096
 
 
 class SidePrefill:
