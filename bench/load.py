@@ -2,11 +2,11 @@
 
     python -m bench.load [--scenario a c prefill] [--prompt-tokens 4000] [--streams 6]
                          [--sizes 1000 2000] [--burst 150] [--no-vllm] [--peers NAME...]
-                         [--json PATH]
+                         [--dtype bfloat16] [--json PATH]
 
-Each scenario starts its servers on 127.0.0.1 (the embedded model, CPU, float32: this
-machine has no bfloat16 instructions; vLLM-CPU in the same dtype), one after another in
-one run, and prints the ratios:
+Each scenario starts its servers on 127.0.0.1 (the embedded model, CPU, every server in
+`--dtype`: bfloat16 by default, gclm's own default on a CPU with bf16 instructions;
+float32 for a CPU without them), one after another in one run, and prints the ratios:
 
     (a) stall     `--streams` streams decode; a `--prompt-tokens` prompt arrives. The
                   running streams' largest gap between two tokens while it is prefilled,
@@ -22,8 +22,9 @@ one run, and prints the ratios:
     (c) burst     `--burst` two-token requests at once on a server with its default slots:
                   how many got 200, how many 429 (and their Retry-After), and the KV
                   slots free by /metrics. Target: no 429 while slots are free.
-    prefill       time to first token of one prompt of each of `--sizes` tokens, alone:
-                  gclm against vLLM-CPU (target >= 0.8x its speed), best of two prompts.
+    prefill       time to first token of a prompt of each of `--sizes` tokens, alone:
+                  gclm against vLLM-CPU (target >= 1.0x its speed), both servers up,
+                  taking turns prompt by prompt; the median of `--prompts` prompts.
 
 Scenarios (b) (new schemas under load) and (d) (compile bombs) are the compile pool's:
 bench/compile_load.py.
@@ -33,10 +34,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import platform
 import random
 import re
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -50,7 +53,6 @@ STORY = "Once upon a time, in a town by a river, there lived"
 ENGINE_THREAD = ("--prefill-thread", "off")  # every prompt prefilled between the steps
 UNTIMED = ("--max-step-seconds", "0", *ENGINE_THREAD)  # chunks of the token budget alone
 UNCHUNKED = ("--max-num-batched-tokens", "1000000", *UNTIMED)
-FLOAT32 = ("--dtype", "float32")
 WORDS = (
     "river map library lantern harbor orchard meadow glacier canyon market bridge tower "
     "garden forest island valley desert village castle mountain painter sailor farmer baker"
@@ -163,34 +165,52 @@ def _metric(text: str, name: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
-async def ttft(url: str, model: str, sizes: list[int]) -> dict[str, float]:
-    """Scenario prefill on one server: best of two distinct prompts per size."""
-    out = {}
-    async with httpx.AsyncClient(base_url=url, timeout=900) as client:
-        await stream_times(client, model, {"prompt": "Warm up.", "max_tokens": 2})
+async def first_token_s(client: httpx.AsyncClient, model: str, prompt: str) -> float:
+    """Seconds from sending `prompt` to its first streamed token."""
+    sent = time.perf_counter()
+    times = await stream_times(client, model, {"prompt": prompt, "max_tokens": 1})
+    return (times[0] if times else time.perf_counter()) - sent
+
+
+async def ttft(urls: dict[str, str], model: str, sizes: list[int], prompts: int) -> dict:
+    """Scenario prefill: the servers up together take turns prompt by prompt (so that the
+    shared machine's changing load hits them alike), `prompts` distinct prompts per size;
+    each server's median time to first token per size, and each prompt's."""
+    runs: dict[str, dict[str, list[float]]] = {name: {} for name in urls}
+    clients = {name: httpx.AsyncClient(base_url=url, timeout=900) for name, url in urls.items()}
+    try:
+        for client in clients.values():
+            await stream_times(client, model, {"prompt": "Warm up.", "max_tokens": 2})
         for size in sizes:
-            best = float("inf")
-            for seed in (1, 2):
-                sent = time.perf_counter()
-                times = await stream_times(
-                    client, model, {"prompt": long_prompt(size, seed + size), "max_tokens": 1}
-                )
-                best = min(best, (times[0] if times else time.perf_counter()) - sent)
-            out[str(size)] = round(best, 2)
-    return out
+            for seed in range(1, prompts + 1):
+                prompt = long_prompt(size, seed + size)
+                for name, client in clients.items():
+                    seconds = await first_token_s(client, model, prompt)
+                    runs[name].setdefault(str(size), []).append(round(seconds, 3))
+    finally:
+        for client in clients.values():
+            await client.aclose()
+    return {
+        name: {"median_s": {k: statistics.median(v) for k, v in by.items()}, "runs_s": by}
+        for name, by in runs.items()
+    }
 
 
-def servers(vllm: bool, prompt_tokens: int) -> dict[str, Any]:
-    """The servers a scenario compares, by name (started lazily, one at a time)."""
+def servers(vllm: bool, prompt_tokens: int, dtype: str) -> dict[str, Any]:
+    """The servers a scenario compares, by name (started lazily, one at a time), every one
+    loading the weights in `dtype`."""
     room = ("--max-model-len", str(max(2048, prompt_tokens + 2048)))
+    weights = ("--dtype", dtype)
     peers: dict[str, Any] = {
-        "gclm": lambda: GclmServer(max_batch=8, extra_args=FLOAT32),
-        "gclm_engine_thread": lambda: GclmServer(max_batch=8, extra_args=FLOAT32 + ENGINE_THREAD),
-        "gclm_untimed": lambda: GclmServer(max_batch=8, extra_args=FLOAT32 + UNTIMED),
-        "gclm_unchunked": lambda: GclmServer(max_batch=8, extra_args=FLOAT32 + UNCHUNKED),
+        "gclm": lambda: GclmServer(max_batch=8, extra_args=weights),
+        "gclm_engine_thread": lambda: GclmServer(max_batch=8, extra_args=weights + ENGINE_THREAD),
+        "gclm_untimed": lambda: GclmServer(max_batch=8, extra_args=weights + UNTIMED),
+        "gclm_unchunked": lambda: GclmServer(max_batch=8, extra_args=weights + UNCHUNKED),
     }
     if vllm:
-        peers["vllm"] = lambda: VllmServer(logits_processor=False, max_num_seqs=8, extra_args=room)
+        peers["vllm"] = lambda: VllmServer(
+            logits_processor=False, max_num_seqs=8, extra_args=room, dtype=dtype
+        )
     return peers
 
 
@@ -201,14 +221,21 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=6)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000])
     parser.add_argument("--burst", type=int, default=150)
+    parser.add_argument("--prompts", type=int, default=3, help="prompts per size (prefill)")
     parser.add_argument("--no-vllm", action="store_true")
     parser.add_argument("--peers", nargs="+", help="scenario (a)'s servers, by name (default all)")
+    parser.add_argument(
+        "--dtype", default="bfloat16", help="every server's --dtype (float32 where no bf16)"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    results: dict[str, Any] = {"machine": {"cpus": platform.processor() or platform.machine()}}
-    peers = servers(not args.no_vllm, max(args.prompt_tokens, *args.sizes))
+    results: dict[str, Any] = {
+        "machine": {"cpus": platform.processor() or platform.machine()},
+        "dtype": args.dtype,
+    }
+    peers = servers(not args.no_vllm, max(args.prompt_tokens, *args.sizes), args.dtype)
     if "c" in args.scenario:
-        with GclmServer(max_batch=None, extra_args=FLOAT32) as server:
+        with GclmServer(max_batch=None, extra_args=("--dtype", args.dtype)) as server:
             results["c"] = asyncio.run(burst(server.url, SERVED_NAME, args.burst))
         print("gclm (c)", results["c"], flush=True)
     if "a" in args.scenario:
@@ -229,13 +256,14 @@ def main() -> int:
                 a["gclm"]["again"]["ttft_s"] / a["gclm_unchunked"]["again"]["ttft_s"], 2
             )
     if "prefill" in args.scenario:
-        results["prefill"] = {}
-        for name in ("gclm", "vllm") if not args.no_vllm else ("gclm",):
-            with peers[name]() as server:
-                results["prefill"][name] = asyncio.run(ttft(server.url, SERVED_NAME, args.sizes))
-            print(name, "prefill ttft", results["prefill"][name], flush=True)
+        names = ("gclm", "vllm") if not args.no_vllm else ("gclm",)
+        with contextlib.ExitStack() as stack:
+            urls = {name: stack.enter_context(peers[name]()).url for name in names}
+            results["prefill"] = asyncio.run(ttft(urls, SERVED_NAME, args.sizes, args.prompts))
+        print("prefill ttft", results["prefill"], flush=True)
         if "vllm" in results["prefill"]:
-            g, v = results["prefill"]["gclm"], results["prefill"]["vllm"]
+            g = results["prefill"]["gclm"]["median_s"]
+            v = results["prefill"]["vllm"]["median_s"]
             results["prefill"]["speed_vs_vllm"] = {k: round(v[k] / g[k], 2) for k in g}
     print(json.dumps(results, indent=2))
     if args.json:
