@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gclm.errors import GclmError
+from gclm.server.settings import add_arguments
 
 log = logging.getLogger("gclm")
 
@@ -37,117 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(required=True, metavar="COMMAND")
 
     serve = sub.add_parser("serve", help="run the OpenAI-compatible server")
-    serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default 8000)")
-    serve.add_argument("--model", help="hub id or local directory (default: embedded SmolLM2-135M)")
-    serve.add_argument("--device", help="auto | cpu | cuda | cuda:N | mps (default auto)")
-    serve.add_argument("--dtype", help="auto | float32 | float16 | bfloat16 (default auto)")
-    serve.add_argument(
-        "--max-batch", type=int, help="sequences decoded together (default: what --kv-memory holds)"
-    )
-    serve.add_argument(
-        "--kv-memory", type=int, help="MiB for the KV cache (default: a share of free memory)"
-    )
-    serve.add_argument(
-        "--fast-forward",
-        choices=("on", "off"),
-        help="check the text a constraint forces in one forward pass (default on)",
-    )
-    serve.add_argument(
-        "--queue-size", type=int, help="sequences waiting beyond the free KV slots before 429 (64)"
-    )
-    serve.add_argument(
-        "--max-num-batched-tokens",
-        type=int,
-        help="positions one step computes; longer prompts prefill in chunks (0: 512 CPU, 2048 GPU)",
-    )
-    serve.add_argument(
-        "--max-step-seconds",
-        type=float,
-        help="while streams decode, prefill chunks that keep a step near this (1.0; 0: off)",
-    )
-    serve.add_argument(
-        "--prefill-thread",
-        choices=("auto", "on", "off"),
-        help="prefill long prompts on a thread of their own beside the decoding streams "
-        "(auto: on a CPU with a core to spare)",
-    )
-    serve.add_argument("--cache-dir", type=Path, help="model and compiled-table cache")
-    serve.add_argument(
-        "--compile-timeout", type=float, help="seconds a compile may take, queue included (10)"
-    )
-    serve.add_argument(
-        "--compile-workers", type=int, help="compile processes (default: one per core, 2-8)"
-    )
-    serve.add_argument("--compile-queue", type=int, help="compiles waiting before 429 (64)")
-    serve.add_argument("--compile-memory", type=int, help="MiB per compile process (4096)")
-    serve.add_argument(
-        "--compile-cpu-limit",
-        type=float,
-        help="CPU seconds a compile may use, in the background too; past it a 400 from then on "
-        "(60)",
-    )
-    serve.add_argument("--cache-memory", type=int, help="MiB of compiled tables in memory (512)")
-    serve.add_argument("--cache-disk", type=int, help="MiB of compiled tables on disk (2048)")
-    serve.add_argument("--max-body-size", type=int, help="MiB per request body (16)")
-    serve.add_argument(
-        "--api-key", help="require 'Authorization: Bearer KEY' on every route but /health"
-    )
-    serve.add_argument(
-        "--api-keys-file",
-        type=Path,
-        help="several keys, one a line: KEY [name=N] [rpm=N] [concurrent=N] "
-        "[tokens_per_minute=N] [compile_seconds_per_minute=S]",
-    )
-    serve.add_argument(
-        "--public-metrics", choices=("on", "off"), help="on: /metrics needs no key (default off)"
-    )
-    serve.add_argument(
-        "--header-timeout", type=float, help="seconds for a request's headers to arrive (10)"
-    )
-    serve.add_argument("--body-timeout", type=float, help="seconds for a request's body (60)")
-    serve.add_argument(
-        "--keep-alive-timeout", type=float, help="seconds an idle connection stays open (5)"
-    )
-    serve.add_argument(
-        "--max-connections", type=int, help="open connections before 503 (default 1024)"
-    )
-    serve.add_argument(
-        "--cors-origins", help="origins browsers may call from, comma-separated (default: none)"
-    )
-    serve.add_argument(
-        "--allowed-hosts", help="Host names answered, comma-separated (default: any)"
-    )
-    serve.add_argument(
-        "--engine",
-        choices=("transformers", "vllm"),
-        help="generation engine (default transformers)",
-    )
-    serve.add_argument(
-        "--reasoning-parser",
-        choices=("deepseek_r1", "qwen3"),
-        help="the model thinks between <think> and </think> before it answers (default: off)",
-    )
-    serve.add_argument(
-        "--chat-template",
-        type=Path,
-        metavar="FILE",
-        help="Jinja chat template to use instead of the model's",
-    )
-    vllm = serve.add_argument_group("vLLM engine options (with --engine vllm)")
-    vllm.add_argument("--tensor-parallel-size", type=int, help="GPUs per model replica (default 1)")
-    vllm.add_argument("--pipeline-parallel-size", type=int, help="pipeline stages (default 1)")
-    vllm.add_argument(
-        "--distributed-executor-backend",
-        choices=("mp", "ray", "uni", "external_launcher"),
-        help="how vLLM runs its workers; ray spans several nodes",
-    )
-    vllm.add_argument("--max-model-len", type=int, help="context length (default: the model's)")
-    vllm.add_argument("--gpu-memory-utilization", type=float, help="share of GPU memory (0.9)")
-    vllm.add_argument("--prefix-caching", choices=("auto", "on", "off"), help="default auto")
-    vllm.add_argument(
-        "--enforce-eager", choices=("auto", "on", "off"), help="on: no compile/CUDA graphs"
-    )
+    add_arguments(serve)  # one flag per setting, help from server/settings.py
     serve.set_defaults(run=_serve)
 
     comp = sub.add_parser("compile", help="compile a constraint and print its table's figures")

@@ -1,17 +1,22 @@
 """Server configuration: one frozen dataclass, validated once, settable from GCLM_* variables.
 
 Every field can be set by an environment variable named `GCLM_` + the field name in upper
-case (`GCLM_PORT=9000`, `GCLM_API_KEY=...`). The CLI builds its settings with
-`ServerSettings.from_env(**cli_overrides)`: explicit overrides win over the environment,
-which wins over the defaults below.
+case (`GCLM_PORT=9000`, `GCLM_API_KEY=...`) and by its `gclm serve` flag (`--port`). The CLI
+builds its settings with `ServerSettings.from_env(**cli_overrides)`: explicit overrides win
+over the environment, which wins over the defaults below.
+
+Each setting is written once, with its concern and its help (`setting(...)`): the CLI's flags
+and their help (`add_arguments`) and the configuration page (docs/settings.md, `settings_page`;
+`python -m gclm.server.settings` prints it) are generated from them.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +30,47 @@ ENGINES = ("transformers", "vllm")
 SWITCHES = ("auto", "on", "off")
 EXECUTOR_BACKENDS = ("mp", "ray", "uni", "external_launcher")
 REASONING_PARSERS = ("deepseek_r1", "qwen3")  # server/openai/reasoning.py PARSERS' names
+
+# The concerns settings are grouped by: their CLI help groups and docs/settings.md sections.
+HTTP, AUTH, ENGINE, COMPILE, CACHE, BUDGET, VLLM = (
+    "HTTP",
+    "auth",
+    "engine",
+    "compile",
+    "cache",
+    "budget",
+    "vLLM",
+)
+CONCERNS = {
+    HTTP: "How the server listens, and what it accepts from a connection.",
+    AUTH: "API keys (server/http/keys.py).",
+    ENGINE: "The engine behind the API: the model, its device, batching and prefill.",
+    COMPILE: "The constraint compiler's processes and their limits.",
+    CACHE: "Where compiled tables (and converted models) are kept.",
+    BUDGET: "`max_tokens` for a request that sets neither `max_tokens` nor "
+    "`max_completion_tokens`.",
+    VLLM: "vLLM's own options, used with `--engine vllm` only.",
+}
+
+
+def setting(
+    default: Any,
+    concern: str,
+    help: str,
+    *,
+    choices: tuple[str, ...] | None = None,
+    metavar: str | None = None,
+    shown: str | None = None,
+    factory: Callable[[], Any] | None = None,
+) -> Any:
+    """A ServerSettings field with what its flag and its docs row say: its `concern`,
+    `help`, accepted `choices`, and `shown` (the default as the docs write it, where the
+    value alone would not say it)."""
+    meta = {"concern": concern, "help": help, "choices": choices, "metavar": metavar}
+    meta["shown"] = shown
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 def check_vllm_options(options: Any) -> None:
@@ -52,7 +98,10 @@ def check_vllm_options(options: Any) -> None:
 
 @dataclass(frozen=True)
 class ServerSettings:
-    """How the server listens, which model it serves, and its per-request defaults.
+    """How the server listens, which model it serves, and its per-request defaults, by
+    concern (HTTP, auth, engine, compile, cache, budget, vLLM); each field's help and group
+    also make its `gclm serve` flag (`add_arguments`) and its row in docs/settings.md
+    (`settings_page`).
 
     Budget defaults (the `max_tokens` used when a request sets neither `max_tokens` nor
     `max_completion_tokens`):
@@ -64,68 +113,203 @@ class ServerSettings:
     Raises ValueError (from the constructor) naming the bad field and the accepted values.
     """
 
-    host: str = "127.0.0.1"
-    port: int = 8000
-    model: str | None = None  # a Hugging Face id or local path; None: the embedded default
-    device: str = "auto"  # auto | cpu | mps | cuda | cuda:N
-    dtype: str = "auto"  # auto | float32 | float16 | bfloat16
-    max_batch: int = 0  # sequences decoded together; 0: as many as kv_memory holds
-    kv_memory: int = 0  # MiB for the KV cache; 0: a share of the free memory
-    fast_forward: str = "on"  # on | off: feed drafts of forced text (masking/drafts.py)
-    queue_size: int = 64  # sequences waiting beyond the free KV slots before submit answers 429
-    # Positions one engine step computes, running rows and prompt chunks together (a longer
-    # prompt is prefilled over several steps); 0: 512 on the CPU, 2048 on a GPU.
-    max_num_batched_tokens: int = 0
-    # While streams decode, prompt chunks small enough that a step takes about this many
-    # seconds (the engine times its steps; server/engine/transformers/pace.py); 0: off.
-    max_step_seconds: float = 1.0
-    # Long prompts prefilled on a thread of their own beside the steps (auto: on a CPU with a
-    # core to spare for it; server/engine/transformers/side_prefill.py): on | off | auto.
-    prefill_thread: str = "auto"
-    cache_dir: Path = field(default_factory=default_cache_dir)  # compiled-table disk cache
-    compile_timeout: float = 10.0  # seconds a request may wait for its compile, queue included
-    compile_workers: int = 0  # compile processes at normal priority; 0: one per CPU core, 2-8
-    compile_queue: int = 64  # compiles waiting for a worker before a 429
-    compile_memory: int = 4096  # MiB of address space per compile process
-    # CPU seconds one compile may use, in the background past its request's timeout too;
-    # past it the constraint is refused (400 compile_limit) at once from then on
-    compile_cpu_limit: float = 60.0
-    cache_memory: int = 512  # MiB for compiled tables + their mask rows + failures, in memory
-    cache_disk: int = 2048  # MiB of compiled tables on disk (under cache_dir/tables); 0: none
-    max_body_size: int = 16  # MiB; larger request bodies get 413
+    # --- HTTP: how the server listens and what it accepts ---
+    host: str = setting("127.0.0.1", HTTP, "address to bind")
+    port: int = setting(8000, HTTP, "port")
+    max_body_size: int = setting(16, HTTP, "MiB per request body; larger bodies get `413`")
     # Connections (server/http/connections.py): a request's headers and its body must each
     # arrive within their timeout, an idle kept-alive connection is closed, and past
     # max_connections open connections a request gets 503.
-    header_timeout: float = 10.0  # seconds
-    body_timeout: float = 60.0  # seconds
-    keep_alive_timeout: float = 5.0  # seconds
-    max_connections: int = 1024
+    header_timeout: float = setting(
+        10.0,
+        HTTP,
+        "seconds for a request's headers to arrive; then `408` and the connection closed",
+    )
+    body_timeout: float = setting(
+        60.0,
+        HTTP,
+        "seconds for a request's body to arrive after its headers; then the connection is closed",
+    )
+    keep_alive_timeout: float = setting(
+        5.0, HTTP, "seconds an idle kept-alive connection stays open"
+    )
+    max_connections: int = setting(
+        1024,
+        HTTP,
+        "open connections; a request past them gets `503` (`too_many_connections`, with "
+        "`Retry-After`)",
+    )
     # Browsers (server/http/browsers.py): origins allowed by CORS, comma-separated ("*": any;
     # None: CORS off), and the Host names the server answers to (None: any).
-    cors_origins: str | None = None
-    allowed_hosts: str | None = None
-    # With a key (server/http/keys.py) every route but /health needs "Authorization: Bearer
-    # <key>"; a keys file holds several, each with optional limits; public_metrics "on"
-    # leaves /metrics open to a scraper.
-    api_key: str | None = None
-    api_keys_file: Path | None = None
-    public_metrics: str = "off"  # on | off
-    default_max_tokens: int = 256
-    constrained_max_tokens_floor: int = 512
-    constrained_max_tokens_factor: int = 2
-    # A reasoning model's thinking markers (server/openai/reasoning.py PARSERS); None: off.
-    reasoning_parser: str | None = None
-    chat_template: Path | None = None  # a Jinja file replacing the model's chat template
-    # The engine behind the API: gclm's own on transformers, or vLLM (`--engine vllm`,
-    # needs vLLM's environment). The options below are vLLM's own and apply only to it.
-    engine: str = "transformers"
-    tensor_parallel_size: int = 1
-    pipeline_parallel_size: int = 1
-    distributed_executor_backend: str | None = None  # mp | ray | uni | external_launcher
-    max_model_len: int | None = None  # None: the model's
-    gpu_memory_utilization: float = 0.9
-    prefix_caching: str = "auto"  # auto (vLLM's default) | on | off
-    enforce_eager: str = "off"  # on: no torch.compile / CUDA graphs (starts faster)
+    cors_origins: str | None = setting(
+        None,
+        HTTP,
+        "origins a browser page may call from, comma-separated (`*`: any)",
+        shown="none (CORS off)",
+    )
+    allowed_hosts: str | None = setting(
+        None,
+        HTTP,
+        "`Host` names answered, comma-separated; others get `400` (`invalid_host`)",
+        shown="any",
+    )
+    # --- auth (server/http/keys.py) ---
+    api_key: str | None = setting(
+        None, AUTH, "require `Authorization: Bearer KEY` on every route but `/health`"
+    )
+    api_keys_file: Path | None = setting(
+        None,
+        AUTH,
+        "several keys, one a line: `KEY [name=N] [rpm=N] [concurrent=N] [tokens_per_minute=N] "
+        "[compile_seconds_per_minute=S]`",
+        metavar="FILE",
+    )
+    public_metrics: str = setting(
+        "off", AUTH, "`on`: `/metrics` needs no key (for a scraper)", choices=("on", "off")
+    )
+    # --- engine: which model, on what, and how it batches ---
+    engine: str = setting(
+        "transformers",
+        ENGINE,
+        "the engine behind the API: gclm's own on transformers, or vLLM (needs vLLM's "
+        "environment; its options: the vLLM group)",
+        choices=ENGINES,
+    )
+    model: str | None = setting(
+        None, ENGINE, "hub id or local directory", shown="embedded SmolLM2-135M-Instruct"
+    )
+    device: str = setting("auto", ENGINE, "`auto` (cuda, mps, cpu), `cpu`, `cuda`, `cuda:N`, `mps`")
+    dtype: str = setting(
+        "auto",
+        ENGINE,
+        "`auto` (bf16 on CUDA and on CPUs with bf16 instructions, else fp32), `float32`, "
+        "`float16`, `bfloat16`",
+    )
+    max_batch: int = setting(
+        0,
+        ENGINE,
+        "sequences decoded together; `0`: as many KV slots as `--kv-memory` holds, at most 64 "
+        "(`--engine vllm`: its `max_num_seqs`, default 8)",
+    )
+    kv_memory: int = setting(
+        0,
+        ENGINE,
+        "MiB for the KV cache; `0`: half the free GPU memory, or a quarter of the available RAM, "
+        "at most 8 GiB",
+    )
+    fast_forward: str = setting(
+        "on",
+        ENGINE,
+        "feed the text a constraint forces as drafts checked in one forward pass "
+        "(masking/drafts.py)",
+        choices=("on", "off"),
+    )
+    queue_size: int = setting(
+        64,
+        ENGINE,
+        "sequences that may wait beyond the free KV slots before `429` (`queue_full`, with "
+        "`Retry-After`)",
+    )
+    max_num_batched_tokens: int = setting(
+        0,
+        ENGINE,
+        "positions one engine step computes, running rows and prompt chunks together (a longer "
+        "prompt is prefilled over several steps); `0`: 512 on the CPU, 2048 on a GPU",
+    )
+    max_step_seconds: float = setting(
+        1.0,
+        ENGINE,
+        "while streams decode, prompt chunks small enough that a step takes about this long "
+        "(server/engine/transformers/pace.py); `0`: off",
+    )
+    prefill_thread: str = setting(
+        "auto",
+        ENGINE,
+        "prefill long prompts on a thread of their own beside the decoding streams "
+        "(server/engine/transformers/side_prefill.py); `auto`: on a CPU with a core to spare",
+        choices=SWITCHES,
+    )
+    reasoning_parser: str | None = setting(
+        None,
+        ENGINE,
+        "`qwen3` or `deepseek_r1`: the model thinks between `<think>` and `</think>` before it "
+        "answers (server/openai/reasoning.py)",
+        choices=REASONING_PARSERS,
+        shown="off",
+    )
+    chat_template: Path | None = setting(
+        None,
+        ENGINE,
+        "a Jinja chat template file used instead of the model's",
+        metavar="FILE",
+        shown="the model's",
+    )
+    # --- compile: the constraint compiler's processes and limits ---
+    compile_timeout: float = setting(
+        10.0,
+        COMPILE,
+        "seconds a request may wait for its compile, time in the compile queue included",
+    )
+    compile_workers: int = setting(
+        0, COMPILE, "compile processes at normal priority; `0`: one per CPU core, 2 to 8"
+    )
+    compile_queue: int = setting(
+        64, COMPILE, "compiles waiting for a worker before `429` (`compiler_busy`)"
+    )
+    compile_memory: int = setting(4096, COMPILE, "MiB of address space per compile process")
+    compile_cpu_limit: float = setting(
+        60.0,
+        COMPILE,
+        "CPU seconds one compile may use, in the background past its request's timeout too; "
+        "past it a `400` (`compile_limit`), remembered",
+    )
+    # --- cache: compiled tables ---
+    cache_dir: Path = setting(
+        None,
+        CACHE,
+        "converted models and compiled tables",
+        factory=default_cache_dir,
+        shown="`~/.cache/gclm`",
+    )
+    cache_memory: int = setting(
+        512, CACHE, "MiB for everything cached per schema in memory: tables, mask rows, failures"
+    )
+    cache_disk: int = setting(
+        2048,
+        CACHE,
+        "MiB of compiled tables under `<cache-dir>/tables`, least recently used evicted; `0`: "
+        "no disk cache",
+    )
+    # --- budget: max_tokens when a request sets none ---
+    default_max_tokens: int = setting(256, BUDGET, "max_tokens of an unconstrained request")
+    constrained_max_tokens_floor: int = setting(
+        512, BUDGET, "a constrained request's max_tokens is at least this"
+    )
+    constrained_max_tokens_factor: int = setting(
+        2, BUDGET, "... and at least this many times the constraint's minimum"
+    )
+    # --- vLLM: its own options, with --engine vllm only ---
+    tensor_parallel_size: int = setting(1, VLLM, "split every layer over N GPUs (one node)")
+    pipeline_parallel_size: int = setting(1, VLLM, "split the layers into N stages (GPUs or nodes)")
+    distributed_executor_backend: str | None = setting(
+        None,
+        VLLM,
+        "`mp` (one node), `ray` (several nodes: start a Ray cluster first), `uni`, "
+        "`external_launcher`",
+        choices=EXECUTOR_BACKENDS,
+        shown="vLLM's",
+    )
+    max_model_len: int | None = setting(None, VLLM, "context length", shown="the model's")
+    gpu_memory_utilization: float = setting(0.9, VLLM, "share of each GPU vLLM may take")
+    prefix_caching: str = setting(
+        "auto", VLLM, "vLLM's automatic prefix caching (`auto`: vLLM's default)", choices=SWITCHES
+    )
+    enforce_eager: str = setting(
+        "off",
+        VLLM,
+        "`on`: no torch.compile / CUDA graphs (starts faster, decodes slower)",
+        choices=SWITCHES,
+    )
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -274,3 +458,78 @@ def _parse(name: str, raw: str, kind: str) -> Any:
     if kind == "Path":
         return Path(raw)
     return raw
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add a flag per setting (`--kv-memory` for kv_memory), one help group per concern.
+
+    Every flag's default is None, so that an unset flag falls through to the environment
+    and then to the setting's default (`ServerSettings.from_env`).
+    """
+    groups: dict[str, Any] = {}
+    for f in fields(ServerSettings):
+        meta = f.metadata
+        concern = meta["concern"]
+        if concern not in groups:
+            groups[concern] = parser.add_argument_group(concern, _plain(CONCERNS[concern]))
+        kind = _field_type(ServerSettings, f.name)
+        kwargs: dict[str, Any] = {"help": f"{_plain(meta['help'])} (default: {_shown(f, False)})"}
+        if kind in ("int", "float"):
+            kwargs["type"] = int if kind == "int" else float
+        elif kind == "Path":
+            kwargs["type"] = Path
+        if meta["choices"] is not None:
+            kwargs["choices"] = meta["choices"]
+        if meta["metavar"] is not None:
+            kwargs["metavar"] = meta["metavar"]
+        groups[concern].add_argument(_flag(f.name), **kwargs)
+
+
+def settings_page() -> str:
+    """docs/settings.md: every setting's flag, variable, default and meaning, by concern."""
+    lines = [
+        "# Settings",
+        "",
+        "<!-- Generated from server/settings.py by `python -m gclm.server.settings`; "
+        "tests/server/test_settings_page.py holds this page to it. -->",
+        "",
+        "Every option of `gclm serve` can also be set by an environment variable: `GCLM_` and "
+        "the option's name in upper case, with underscores (`--kv-memory 2048` is "
+        "`GCLM_KV_MEMORY=2048`). A flag wins over the variable, which wins over the default. "
+        "`gclm serve --help` prints the same options, grouped the same way.",
+    ]
+    by_concern: dict[str, list[Field[Any]]] = {}
+    for f in fields(ServerSettings):
+        by_concern.setdefault(f.metadata["concern"], []).append(f)
+    for concern, members in by_concern.items():
+        lines += ["", f"## {concern}", "", CONCERNS[concern], ""]
+        lines += ["| flag | env | default | meaning |", "|---|---|---|---|"]
+        for f in members:
+            meaning = f.metadata["help"].replace("|", "\\|")
+            choices = f.metadata["choices"]
+            if choices is not None and not any(f"`{c}`" in meaning for c in choices):
+                meaning += " (" + ", ".join(f"`{c}`" for c in choices) + ")"
+            env = ENV_PREFIX + f.name.upper()
+            lines.append(f"| `{_flag(f.name)}` | `{env}` | {_shown(f, True)} | {meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _plain(text: str) -> str:
+    """Help text for a terminal: the docs' backquotes dropped, % escaped for argparse."""
+    return text.replace("`", "").replace("%", "%%")
+
+
+def _shown(f: Field[Any], markdown: bool) -> str:
+    """The default as the docs (markdown) or the CLI help write it."""
+    shown = f.metadata["shown"]
+    if shown is None:
+        shown = "none" if f.default is None else f"`{f.default}`"
+    return shown if markdown else _plain(shown)
+
+
+if __name__ == "__main__":
+    print(settings_page(), end="")
