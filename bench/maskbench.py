@@ -26,8 +26,9 @@ the limit. Compile time is the engine's compile call alone, for the schemas it c
 
 Files are ordered and split by a hash of their name: `--half tune` is for tuning the
 compiler, `--half report` (the default) for reporting; --limit N then takes the first N of
-that order (a sample across the file families). With --json PATH, a markdown summary is
-written beside it (PATH with .md).
+that order (a sample across the file families). The summary is given for the whole
+selection and for each half it holds (`--half all`: both, side by side in one run). With
+--json PATH, a markdown summary is written beside it (PATH with .md).
 """
 
 from __future__ import annotations
@@ -263,18 +264,16 @@ def summarize(rows: list[dict[str, Any]], engines: list[str]) -> dict[str, Any]:
     return out
 
 
-def markdown(result: dict[str, Any]) -> str:
-    meta, summary = result["meta"], result["summary"]
+def by_half(rows: list[dict[str, Any]], engines: list[str]) -> dict[str, Any]:
+    """summarize() over each half of the split the rows hold (see half_of)."""
+    halves: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        halves.setdefault(half_of(row["file"]), []).append(row)
+    return {half: summarize(halves[half], engines) for half in ("tune", "report") if half in halves}
+
+
+def _table(summary: dict[str, Any]) -> list[str]:
     lines = [
-        "# MaskBench accept/reject check (bench/maskbench.py)",
-        "",
-        f"{meta['schemas']} schemas ({meta['half']} half of `{meta['dir']}`"
-        + (f", first {meta['limit']} in hash order" if meta["limit"] else "")
-        + (f", only {meta['only']}" if meta["only"] else "")
-        + f"), {meta['instances']} instances; compile limit {meta['timeout_s']:g} s; "
-        "SmolLM2 tokenizer; one run, engines side by side. Shared 2-core machine: "
-        "compare medians and ratios, not absolute times.",
-        "",
         "| engine | passing | compile error | timeout | validation error (valid rejected) "
         "| invalidation error (invalid accepted) | compile p50 / p90 / p99 (ms) |",
         "|---|---|---|---|---|---|---|",
@@ -287,6 +286,26 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {s['timeout']} | {s['validation_error']} ({s['valid_rejected']} instances) "
             f"| {s['invalidation_error']} ({s['invalid_accepted']} instances) | {times} |"
         )
+    return lines
+
+
+def markdown(result: dict[str, Any]) -> str:
+    meta, summary = result["meta"], result["summary"]
+    lines = [
+        "# MaskBench accept/reject check (bench/maskbench.py)",
+        "",
+        f"{meta['schemas']} schemas ({meta['half']} half of `{meta['dir']}`"
+        + (f", first {meta['limit']} in hash order" if meta["limit"] else "")
+        + (f", only {meta['only']}" if meta["only"] else "")
+        + f"), {meta['instances']} instances; compile limit {meta['timeout_s']:g} s; "
+        "SmolLM2 tokenizer; one run, engines side by side. Shared 2-core machine: "
+        "compare medians and ratios, not absolute times.",
+        "",
+        *_table(summary),
+    ]
+    for half, half_summary in result.get("halves", {}).items():
+        count = next(iter(half_summary.values()))["schemas"]
+        lines += ["", f"The {half} half alone ({count} schemas):", "", *_table(half_summary)]
     if "gclm" in summary:
         failures = Counter(
             f"{outcome(r['gclm'])}: {r['gclm'].get('kw') or ''} "
@@ -342,7 +361,8 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]], engines: list[s
         "instances": sum(r["tests"] for r in rows),
         "timeout_s": args.timeout,
     }
-    return {"meta": meta, "summary": summarize(rows, engines), "rows": rows}
+    summary = summarize(rows, engines)
+    return {"meta": meta, "summary": summary, "halves": by_half(rows, engines), "rows": rows}
 
 
 def write(result: dict[str, Any], path: Path) -> None:

@@ -1,4 +1,5 @@
-"""What a request asks for: a JSON Schema, any JSON object, a regex, or a choice of strings."""
+"""What a request asks for: a JSON Schema, any JSON object, a regex, a Lark grammar, or a
+choice of strings."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from gclm.errors import ConstraintError, quote
 # model spend its whole budget on whitespace.
 DEFAULT_WHITESPACE = r"[ ]?"
 
-KINDS = ("json_schema", "json_object", "regex", "choice")
+KINDS = ("json_schema", "json_object", "regex", "grammar", "choice")
 # The keys of a structured-outputs dict, each naming one kind of constraint.
-STRUCTURED_KEYS = ("json", "regex", "choice")
+STRUCTURED_KEYS = ("json", "regex", "choice", "grammar")
+# The syntaxes of a grammar (OpenAI's custom tools name these two).
+GRAMMAR_SYNTAXES = ("lark", "regex")
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,7 @@ class Constraint:
       `properties` is the order in which the output writes them.
     - json_object: `spec` is ""
     - regex: `spec` is the pattern
+    - grammar: `spec` is the Lark grammar's text (compiler/grammar/)
     - choice: `spec` is the JSON list of choices
     """
 
@@ -71,6 +75,25 @@ class Constraint:
         return cls("regex", pattern)
 
     @classmethod
+    def grammar(cls, definition: str, syntax: str = "lark") -> Constraint:
+        """A grammar in `syntax`: a Lark grammar, or a regex, which is the `regex` kind (one
+        constraint, one cache entry, whichever field it came from)."""
+        if syntax not in GRAMMAR_SYNTAXES:
+            raise ConstraintError(
+                f"Unknown grammar syntax {quote(syntax)}; use one of "
+                f"{', '.join(GRAMMAR_SYNTAXES)}.",
+                param="syntax",
+            )
+        if syntax == "regex":
+            return cls.regex(definition)
+        if not isinstance(definition, str) or not definition.strip():
+            raise ConstraintError("A grammar must be a non-empty string (Lark syntax).")
+        from gclm.compiler.grammar import check_grammar  # the grammar package imports this
+
+        check_grammar(definition)  # a grammar that does not read is refused here, not compiled
+        return cls("grammar", definition)
+
+    @classmethod
     def choice(cls, choices: list[str]) -> Constraint:
         if (
             not isinstance(choices, list | tuple)
@@ -98,8 +121,9 @@ def parse_constraint(
 
     Accepts an OpenAI `response_format` (`{"type": "json_schema", "json_schema": {"name":
     ..., "schema": {...}}}` or `{"type": "json_object"}`), a structured-outputs dict with
-    exactly one of `{"json": schema}`, `{"regex": pattern}`, `{"choice": [...]}`, or a
-    Constraint (returned as is). `whitespace` applies to JSON constraints.
+    exactly one of `{"json": schema}`, `{"regex": pattern}`, `{"choice": [...]}`,
+    `{"grammar": lark_text}`, or a Constraint (returned as is). `whitespace` applies to
+    JSON constraints.
 
     Raises:
         ConstraintError: anything else; its `param` is the key inside `spec` that is wrong
@@ -136,6 +160,8 @@ def parse_constraint(
             return Constraint.json_schema(value, whitespace)
         if key == "regex":
             return Constraint.regex(value)
+        if key == "grammar":
+            return Constraint.grammar(value)
         return Constraint.choice(value)
     except ConstraintError as e:
         e.param = key

@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass, replace
 
 from gclm.compiler.constraint import Constraint
+from gclm.compiler.grammar import grammar_regex
 from gclm.compiler.json_schema.normalize import SchemaLimits, normalize_schema
 from gclm.compiler.json_schema.patterns import escape_literal
 from gclm.compiler.json_schema.regex import json_object_regex, schema_regex
@@ -58,6 +59,9 @@ def to_regex(c: Constraint, limits: SchemaLimits | None = None) -> RegexResult:
                 "one character, e.g. 'x+' instead of 'x*'."
             )
         return RegexResult(_anchor(pattern))
+    if c.kind == "grammar":
+        grammar = grammar_regex(c.spec)
+        return RegexResult(_anchor(grammar.regex), grammar.notes)
     choices = json.loads(c.spec)
     if "" in choices:
         raise ConstraintError("An empty string is not a supported choice; remove it.")

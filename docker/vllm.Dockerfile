@@ -49,6 +49,9 @@ RUN python3 -m pip install --no-deps . \
     && rm -rf build ./*.egg-info \
     && python3 -c "import gclm.masking.vllm, gclm.server.engine.vllm"
 
+# Not /opt/gclm, whose copied gclm/ folder would hide the installed package from the
+# compile workers (see the main Dockerfile).
+WORKDIR /home/gclm
 USER 10001:10001
 VOLUME /cache
 EXPOSE 8000

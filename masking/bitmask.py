@@ -9,6 +9,13 @@ applied to the logits in one vectorised pass just before sampling.
 Filling a row is one copy of a precomputed row (O(W)). Logit columns past the tokenizer's
 size (models pad their output layer) are never allowed. On CUDA the pinned buffer is copied
 without blocking: refill it only after the step's sampled tokens have been read back.
+
+On CPU one compiled pass (numba) reads the mask a word at a time: a word with every bit set
+(inside a JSON string nearly every word is) costs one compare, a clear word one run of -inf
+stores, and only mixed words are read bit by bit. The logits are written through an integer
+view of their own width, so float32, float16, bfloat16 and float64 share the kernel; a
+mixed byte of the mask is one branch-free AND/OR over its eight logits. At 200k
+tokens this is 5-20x faster than a byte lookup table over the whole row (bench/first_mask.py).
 """
 
 from __future__ import annotations
@@ -16,22 +23,31 @@ from __future__ import annotations
 import sys
 from functools import lru_cache
 
+import numba as nb
 import numpy as np
 import torch
 
+from gclm.compiler.numba_cache import cache_per_version
 from gclm.errors import InternalError
 from gclm.masking.masks import num_words
 from gclm.masking.state import ConstraintState
 
-# The byte views below read bit v of a row as bit v % 8 of byte v // 8.
-_LITTLE_ENDIAN = sys.byteorder == "little"
+cache_per_version(__file__)
 
-# [256, 8] float32: for each byte, +inf where its bit is set and -inf where it is clear, so
-# that min(logit, penalty) keeps allowed logits and sends the rest to -inf without a branch.
-_PENALTY_LUT = np.where(
-    (np.arange(256)[:, None] >> np.arange(8)[None, :]) & 1, np.inf, -np.inf
-).astype(np.float32)
-_NUMPY_DTYPES = (torch.float32, torch.float16, torch.float64)
+# -inf's bit pattern in an integer view of each logits dtype.
+_NEG_INF_BITS: dict[torch.dtype, tuple[torch.dtype, np.integer]] = {
+    torch.float32: (torch.int32, np.int32(np.float32(-np.inf).view(np.int32))),
+    torch.float64: (torch.int64, np.int64(np.float64(-np.inf).view(np.int64))),
+    torch.float16: (torch.int16, np.int16(np.float16(-np.inf).view(np.int16))),
+    torch.bfloat16: (torch.int16, np.int16(np.uint16(0xFF80).view(np.int16))),
+}
+# [256, 8] per view dtype: for each mask byte, all ones in the lanes whose bit is set.
+_KEEP_BITS = np.where((np.arange(256)[:, None] >> np.arange(8)[None, :]) & 1, -1, 0)
+_KEEP: dict[torch.dtype, np.ndarray] = {
+    view: _KEEP_BITS.astype(np.dtype(str(view).removeprefix("torch.")))
+    for view, _ in _NEG_INF_BITS.values()
+}
+_LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 def allocate_bitmask(max_batch: int, vocab_size: int) -> torch.Tensor:
@@ -120,21 +136,52 @@ def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
         logits[:, covered:] = -torch.inf  # padded output columns: no token has these ids
     if (
         logits.device.type == "cpu"
-        and logits.dtype in _NUMPY_DTYPES
+        and logits.dtype in _NEG_INF_BITS
         and not logits.requires_grad
+        and logits.stride(-1) == 1
         and _LITTLE_ENDIAN
     ):
-        # numpy's table lookup and minimum are branch-free and SIMD; torch's CPU masked_fill
-        # mispredicts on irregular masks and is 5-10x slower here.
-        words = bitmask.cpu().numpy()
-        penalty = _PENALTY_LUT.take(words.view(np.uint8), axis=0).reshape(batch, -1)  # [B, 32W]
-        out = logits.numpy()
-        np.minimum(out[:, :covered], penalty[:, :covered], out=out[:, :covered])
+        # torch's CPU masked_fill mispredicts on irregular masks; a word-at-a-time pass
+        # skips the all-allowed words and fills the all-disallowed ones in runs.
+        view_dtype, neg_inf = _NEG_INF_BITS[logits.dtype]
+        out = logits.view(view_dtype).numpy()  # [B, V_logits], the logits' own memory
+        _mask_words(out, bitmask.cpu().numpy(), covered, neg_inf, _KEEP[view_dtype])
         return
     # Four kernels on a GPU: the copy of the rows, AND with each bit, == 0, masked_fill.
     words = bitmask.to(logits.device, non_blocking=True)  # [B, W]
     disallowed = (words.unsqueeze(-1) & _bit_values(logits.device)) == 0  # [B, W, 32]
     logits[:, :covered].masked_fill_(disallowed.view(batch, -1)[:, :covered], -torch.inf)
+
+
+@nb.njit(cache=True, nogil=True)
+def _mask_words(out, words, covered, neg_inf, keep):
+    """Write `neg_inf` into out[b, v] for every v < covered whose bit is clear in words[b].
+    `keep[byte]` is the eight lanes of a mask byte, all ones where its bit is set: a mixed
+    byte is one branch-free AND/OR over eight logits."""
+    full = covered >> 5
+    for b in range(words.shape[0]):
+        row = out[b]
+        for w in range(full):
+            word = words[b, w]
+            if word == -1:
+                continue
+            base = w << 5
+            if word == 0:
+                row[base : base + 32] = neg_inf
+                continue
+            bits = np.uint32(word)
+            for k in range(4):
+                byte = (bits >> np.uint32(8 * k)) & np.uint32(255)
+                if byte == 255:
+                    continue
+                lanes = keep[byte]
+                lo = base + 8 * k
+                for j in range(8):
+                    row[lo + j] = (row[lo + j] & lanes[j]) | (neg_inf & ~lanes[j])
+        bits = np.uint32(words[b, full]) if covered > full << 5 else np.uint32(0)
+        for j in range(covered - (full << 5)):
+            if not (bits >> np.uint32(j)) & np.uint32(1):
+                row[(full << 5) + j] = neg_inf
 
 
 _BITS: dict[torch.device, torch.Tensor] = {}

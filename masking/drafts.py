@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gclm.masking.masks import MaskTable
+from gclm.masking.masks import Masks
 from gclm.masking.state import ConstraintState
 
 # A state allowing more tokens than this is not forced (the test unpacks its row).
@@ -30,9 +30,7 @@ class Drafter:
 
     def __init__(self, token_bytes: Sequence[bytes | None]) -> None:
         self.token_bytes = token_bytes
-        self._chains: weakref.WeakKeyDictionary[MaskTable, dict[int, int]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._chains: weakref.WeakKeyDictionary[Masks, dict[int, int]] = weakref.WeakKeyDictionary()
 
     def draft(self, state: ConstraintState, tokens_left: int, limit: int) -> list[int]:
         """Up to `limit` tokens the constraint forces after `state`, each leaving enough of
@@ -53,7 +51,7 @@ class Drafter:
             s, left = nxt, left - 1
         return out
 
-    def chain_token(self, masks: MaskTable, state: int) -> int:
+    def chain_token(self, masks: Masks, state: int) -> int:
         """The longest token allowed from `state` when every allowed token spells a prefix of
         it (EOS not allowed), else -1."""
         chains = self._chains.get(masks)
@@ -64,7 +62,7 @@ class Drafter:
             token = chains[state] = self._chain(masks, state)
         return token
 
-    def _chain(self, masks: MaskTable, state: int) -> int:
+    def _chain(self, masks: Masks, state: int) -> int:
         if masks.is_accepting(state):  # EOS competes with every token
             return _NONE
         row = masks.forward_row(state)

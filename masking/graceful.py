@@ -257,6 +257,20 @@ class GracefulPolicy:
         if state.thinking:  # free text before the constraint: nothing to pace yet
             return
         table = state.table
+        if not isinstance(table, CompiledTable):
+            # Every rule acts only in a request with fewer than `generous` spare tokens
+            # (budget - d0, see penalties): the start state's upper bound proves most
+            # requests generous without the exact d0.
+            if budget - int(table.upper[table.initial]) >= self.generous:
+                return
+            d0 = table.min_tokens
+            if d0 <= 0 or budget - d0 >= self.generous:
+                return
+            raise TypeError(
+                f"Graceful closure of a tight budget ({budget - d0} spare tokens, under "
+                f"{self.generous:g}) plans over a whole compiled table; this sequence masks "
+                "with a LazyTable. Compile the constraint with compile_constraint."
+            )
         sets, pens, blanks, empty = self.penalties(table, state.state, tokens_left, budget)
         if not sets and not blanks and not empty:
             return

@@ -26,10 +26,11 @@ import itertools
 import sys
 import weakref
 from bisect import bisect_right
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
+from gclm.compiler.lazy_table import LazyTable
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.token_sets import TokenSets, words_for
 from gclm.errors import InternalError
@@ -283,6 +284,13 @@ class MaskTable:
     def dist(self, state: int) -> int:
         return self._dist_list[state]
 
+    def fits(self, state: int, k: int) -> bool:
+        """Whether `state` can reach acceptance in at most `k` tokens."""
+        return self._dist_list[state] <= k
+
+
+# What a sequence masks with: a whole table's MaskTable, or a LazyTable (its own masks).
+Masks = MaskTable | LazyTable
 
 _CACHE: weakref.WeakKeyDictionary[CompiledTable, MaskTable] = weakref.WeakKeyDictionary()
 
@@ -293,13 +301,20 @@ def table_memory(table: CompiledTable) -> int:
     return table.nbytes + mask_table(table).nbytes
 
 
-def mask_table(table: CompiledTable) -> MaskTable:
-    """The table's MaskTable, built on first use and cached while the table lives.
+@overload
+def mask_table(table: CompiledTable) -> MaskTable: ...
+@overload
+def mask_table(table: LazyTable) -> LazyTable: ...
+def mask_table(table: CompiledTable | LazyTable) -> MaskTable | LazyTable:
+    """The table's MaskTable, built on first use and cached while the table lives (a
+    LazyTable is its own: it walks and masks states as they are reached).
 
     The build is O(G + U*W) (groups, distinct forward rows times words) plus the eager tight
     rows: a few milliseconds for a JSON schema. Call it when the table is compiled, to keep
     the build off the sampling hot path.
     """
+    if isinstance(table, LazyTable):
+        return table
     masks = _CACHE.get(table)
     if masks is None:
         masks = _CACHE[table] = MaskTable(table)

@@ -6,9 +6,10 @@ from typing import Protocol
 
 import numpy as np
 
+from gclm.compiler.lazy_table import LazyTable
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import BudgetTooSmallError, InternalError
-from gclm.masking.masks import MaskTable, mask_table
+from gclm.masking.masks import Masks, mask_table
 
 
 class Prelude(Protocol):
@@ -20,7 +21,7 @@ class Prelude(Protocol):
 
 
 def check_budget(
-    table: CompiledTable,
+    table: CompiledTable | LazyTable,
     budget: int,
     param: str = "max_tokens",
     thinking: Prelude | None = None,
@@ -28,9 +29,18 @@ def check_budget(
     """Refuse a request up front when `budget` tokens cannot complete the constraint (after
     closing its thinking, for a request that thinks first: masking/reasoning.py).
 
+    A LazyTable answers from its bounds when the budget is at least the start state's upper
+    bound, and finds the exact minimum only when it is below, so that the error names it.
+
     Raises:
         BudgetTooSmallError: `budget` is below the minimum; the message names `param`.
     """
+    if isinstance(table, LazyTable):
+        if thinking is not None:
+            raise ValueError("A thinking prelude needs the whole table (compile_constraint).")
+        if not table.fits(table.initial, budget):
+            raise BudgetTooSmallError(table.min_tokens, budget, param=param)
+        return
     need = table.min_tokens if thinking is None else thinking.min_tokens(table)
     if budget < need:
         raise BudgetTooSmallError(need, budget, param=param)
@@ -47,9 +57,9 @@ class ConstraintState:
 
     __slots__ = ("table", "mask_table", "budget_aware", "state", "finished", "num_tokens")
 
-    def __init__(self, table: CompiledTable, budget_aware: bool = True) -> None:
+    def __init__(self, table: CompiledTable | LazyTable, budget_aware: bool = True) -> None:
         self.table = table
-        self.mask_table: MaskTable = mask_table(table)
+        self.mask_table: Masks = mask_table(table)
         self.budget_aware = budget_aware
         self.state = table.initial
         self.finished = False  # EOS consumed
@@ -128,7 +138,7 @@ class ConstraintState:
                 "outside the mask."
             )
         if self.budget_aware and tokens_left is not None:
-            if self.mask_table.dist(nxt) > tokens_left - 1:
+            if not self.mask_table.fits(nxt, tokens_left - 1):
                 raise InternalError(
                     f"Token {token_id} leads to state {nxt}, which needs "
                     f"{self.mask_table.dist(nxt)} more tokens, but only {tokens_left - 1} are left."

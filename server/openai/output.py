@@ -8,8 +8,9 @@ class: each API's renderer (chat/render.py, responses/render.py) feeds a choice'
 its `ChoiceReader` and writes what comes out (`Read`) in that API's shapes.
 
 A new kind of output is one more parser here, added by `OutputSpec.parsers`, and its shape in
-the renderers: OpenAI's "custom" tools (free-form or grammar input) would be a parser that
-reads the constrained call text as a custom call's `input`, beside `ToolCalls`.
+the renderers. OpenAI's "custom" tools (free-form or grammar input) are read by `ToolCalls`
+too: `CallReader` reads a custom call's name and its `input` (a `Call` with `custom` set),
+and each renderer writes it in its API's custom-call shape.
 """
 
 from __future__ import annotations

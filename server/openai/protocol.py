@@ -82,15 +82,16 @@ class ResponseFormat(_Strict):
 
 
 class StructuredOutputs(_Strict):
-    """gclm's extension: exactly one of json / regex / choice."""
+    """gclm's extension: exactly one of json / regex / choice / grammar (Lark syntax)."""
 
     model_config = ConfigDict(
-        json_schema_extra={"oneOf": [set_(key) for key in ("json", "regex", "choice")]}
+        json_schema_extra={"oneOf": [set_(key) for key in ("json", "regex", "choice", "grammar")]}
     )
 
     json_: JsonSchema | str | None = Field(default=None, alias="json")
     regex: str | None = Field(default=None, min_length=1)
     choice: list[str] | None = Field(default=None, min_length=1)
+    grammar: str | None = Field(default=None, min_length=1)
     # False: forward-only DFA masking that may run out of budget (for comparisons only).
     budget_aware: StrictBool = True
     # How spare tokens are spent when the budget is tight (masking/graceful.py).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bench.maskbench import half_of, outcome, select, serializations
+from bench.maskbench import by_half, half_of, outcome, select, serializations
 
 
 def test_split_is_fixed_by_the_name_and_covers_both_halves(tmp_path):
@@ -35,3 +35,24 @@ def test_outcome_counts_an_accepted_invalid_instance_first():
     assert outcome({"rejected_valid": 1, "accepted_invalid": 1}) == "invalidation_error"
     assert outcome({"rejected_valid": 1, "accepted_invalid": 0}) == "validation_error"
     assert outcome({"rejected_valid": 0, "accepted_invalid": 0}) == "pass"
+
+
+def test_each_half_is_summarized_apart():
+    names = [f"schema_{i}.json" for i in range(12)]
+    rows = [
+        {
+            "file": n,
+            "tests": 1,
+            "gclm": {"compile_s": 0.5, "rejected_valid": 0, "accepted_invalid": 0},
+        }
+        for n in names
+    ]
+    rows[0]["gclm"] = {"error": "UnsupportedSchemaError: ..."}
+    halves = by_half(rows, ["gclm"])
+    assert set(halves) == {half_of(n) for n in names} == {"tune", "report"}
+    for half, summary in halves.items():
+        mine = [r for r in rows if half_of(r["file"]) == half]
+        assert summary["gclm"]["schemas"] == len(mine)
+        assert summary["gclm"]["compile_error"] == (half == half_of(names[0]))
+        assert summary["gclm"]["pass"] == len(mine) - summary["gclm"]["compile_error"]
+    assert sum(s["gclm"]["schemas"] for s in halves.values()) == len(rows)

@@ -100,15 +100,36 @@ def test_apply_on_slice_of_buffer_and_shape_errors(table):
         apply_bitmask(logits, bitmask[:1].long())
 
 
-def test_numpy_and_torch_paths_agree():
+def _reference_allowed(words: np.ndarray, columns: int) -> np.ndarray:
+    """bool [B, columns]: the bits of `words` [B, W], False past 32 * W."""
+    bits = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little").astype(bool)
+    out = np.zeros((words.shape[0], columns), dtype=bool)
+    n = min(columns, bits.shape[1])
+    out[:, :n] = bits[:, :n]
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_compiled_and_torch_paths_agree_with_the_bits(dtype):
     rng = np.random.default_rng(0)
-    words = rng.integers(-(2**31), 2**31, size=(3, 5), dtype=np.int64).astype(np.int32)
-    words = torch.from_numpy(words)  # [3, 5]
-    base = torch.randn(3, 170)
-    fast, slow = base.clone(), base.clone().to(torch.bfloat16)
-    apply_bitmask(fast, words)  # float32 on CPU: the numpy path
-    apply_bitmask(slow, words)  # bfloat16: the torch path
-    assert torch.equal(torch.isinf(fast), torch.isinf(slow))
+    words = rng.integers(-(2**31), 2**31, size=(4, 7), dtype=np.int64).astype(np.int32)
+    words[0, :3] = -1  # all allowed, then mixed
+    words[1, 2:5] = 0  # all disallowed
+    words[2] = -1
+    tensor = torch.from_numpy(words)  # [4, 7]
+    for columns in (7 * 32, 7 * 32 - 5, 7 * 32 + 9, 33):
+        base = torch.randn(4, columns).to(dtype)
+        fast = base.clone()
+        apply_bitmask(fast, tensor)  # contiguous on CPU: the compiled pass
+        # Columns in memory order but a row stride of 1 is not: the torch path.
+        slow = base.t().contiguous().t()
+        assert slow.stride(-1) != 1
+        apply_bitmask(slow, tensor)
+        allowed = _reference_allowed(words, columns)
+        for out in (fast, slow):
+            assert torch.equal(torch.isinf(out), torch.from_numpy(~allowed))
+            assert (out[~torch.from_numpy(allowed)] == -INF).all()
+            assert torch.equal(out[torch.from_numpy(allowed)], base[torch.from_numpy(allowed)])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -45,9 +45,9 @@ def test_post_endpoints_document_their_request_bodies() -> None:
 # The 400s a JSON Schema cannot rule out, by error code: why, and the params they may name.
 # Any other refusal of a body the document calls valid fails the test.
 CONSTRAINT_CONTENT = (
-    r"(guided_json|guided_regex|structured_outputs\.(json|regex)|"
+    r"(guided_json|guided_regex|structured_outputs\.(json|regex|grammar)|"
     r"response_format\.json_schema\.schema|text\.format\.schema|"
-    r"tools\[\d+\]\.(function\.)?parameters)([./\[].*)?"
+    r"tools\[\d+\]\.(function\.)?parameters|tools\[\d+\]\.(custom\.)?format)([./\[].*)?"
 )
 INEXPRESSIBLE = {
     "budget_too_small": ("the fewest tokens the compiled constraint needs", ".*"),

@@ -1,7 +1,9 @@
-"""Every Python block in README.md runs, so the documented API cannot drift from the code.
+"""Every Python block in README.md and docs/**/*.md runs, and every repository path they name
+exists, so the documentation cannot drift from the code.
 
 The SDK blocks talk to a real `gclm serve` of the embedded model (their base URL is pointed
-at the test server); the transformers block loads the embedded model itself.
+at the test server); the transformers block loads the embedded model itself. One test per
+block, named by its file and its number there (`docs/api/reasoning.md:1`).
 """
 
 from __future__ import annotations
@@ -16,15 +18,39 @@ from pathlib import Path
 import pytest
 from e2e_server import GclmServer
 
-pytestmark = pytest.mark.e2e
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-BLOCKS = re.findall(r"^```python\n(.*?)^```", README.read_text(), flags=re.S | re.M)
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 DOCUMENTED_URL = "http://127.0.0.1:8000/v1"
 
 
-def test_readme_has_python_blocks() -> None:
-    assert len(BLOCKS) >= 2
+def python_blocks(page: Path) -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", page.read_text(), flags=re.S | re.M)
+
+
+BLOCKS = {
+    f"{page.relative_to(ROOT).as_posix()}:{number}": code
+    for page in PAGES
+    for number, code in enumerate(python_blocks(page), start=1)
+}
+
+
+def test_the_readme_and_the_docs_have_python_blocks() -> None:
+    assert python_blocks(ROOT / "README.md"), "the README shows the SDK at work"
+    assert len(BLOCKS) >= 4, sorted(BLOCKS)
+
+
+# A file or folder of the repository named in the text: `server/engine/protocol.py`,
+# `bench/results/`. Links (`../bench/...`) are checked by `make docs`.
+REPOSITORY_PATH = re.compile(
+    r"(?<![\w./-])(?:server|compiler|masking|gclm|tests|bench|docker)/[\w./-]*"
+)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.relative_to(ROOT).as_posix())
+def test_every_path_a_page_names_exists(page: Path) -> None:
+    named = {path.rstrip(".") for path in REPOSITORY_PATH.findall(page.read_text())}
+    missing = sorted(p for p in named if "__pycache__" not in p and not (ROOT / p).exists())
+    assert not missing, f"{page.name} names paths that are not in the repository: {missing}"
 
 
 THINK_TEMPLATE = Path(__file__).parent / "templates" / "think.jinja"
@@ -38,16 +64,17 @@ def thinking_server() -> Iterator[GclmServer]:
         yield server
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_readme_block_runs(index: int, request: pytest.FixtureRequest) -> None:
-    thinks = "reasoning_effort" in BLOCKS[index]
+@pytest.mark.e2e
+@pytest.mark.parametrize("block", sorted(BLOCKS))
+def test_documented_block_runs(block: str, request: pytest.FixtureRequest) -> None:
+    thinks = "reasoning_effort" in BLOCKS[block]
     server = request.getfixturevalue("thinking_server" if thinks else "gclm_server")
-    code = BLOCKS[index].replace(DOCUMENTED_URL, f"{server.url}/v1")
+    code = BLOCKS[block].replace(DOCUMENTED_URL, f"{server.url}/v1")
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        exec(compile(code, f"README.md python block {index + 1}", "exec"), {})  # noqa: S102
+        exec(compile(code, f"{block} (python block)", "exec"), {})  # noqa: S102
     lines = printed.getvalue().splitlines()
-    assert lines, "each README block shows its result with print()"
+    assert lines, "each documented block shows its result with print()"
     if thinks:  # the parsed Person, that it thought, and its thinking tokens
         assert re.fullmatch(r"""name=(['"]).*\1 age=-?\d+""", lines[0]), lines
         assert lines[1] == "True" and int(lines[2]) >= 3, lines  # the end marker: 3 tokens

@@ -184,7 +184,8 @@ class ChatCompletionRequest(OpenAIRequest, ReasoningFields):
             except ValidationError:
                 pass
         raise ValueError(
-            'use "none", "auto", "required" or {"type": "function", "function": {"name": ...}}'
+            'use "none", "auto", "required", {"type": "function", "function": {"name": ...}} '
+            'or {"type": "custom", "custom": {"name": ...}}'
         )
 
     def check_supported(self) -> None:

@@ -86,9 +86,20 @@ class ToolCall(BaseModel):
     function: Function
 
 
+class Custom(BaseModel):
+    name: str
+    input: str
+
+
+class CustomToolCall(BaseModel):
+    id: str
+    type: Literal["custom"] = "custom"
+    custom: Custom
+
+
 class ToolCallMessage(AssistantMessage):
     content: str | None = None  # type: ignore[assignment]
-    tool_calls: list[ToolCall]
+    tool_calls: list[ToolCall | CustomToolCall]
 
 
 class ReasoningMessage(AssistantMessage):
@@ -114,7 +125,7 @@ class ChatRenderer(Renderer):
     """Chat bodies of any request: what its output parsers read (server/openai/output.py),
     as content, `reasoning` beside it (a thinking request), and `tool_calls` (content null,
     finish_reason "tool_calls"; streamed as `delta.tool_calls` with `index`, the id and name
-    first and the arguments after)."""
+    first and the arguments after; a custom tool's call as `custom` with its `input`)."""
 
     id_prefix = "chatcmpl-"
 
@@ -155,7 +166,8 @@ class ChatRenderer(Renderer):
         if read.content or not self.output.tool_calls:
             delta["content"] = read.content
         if read.calls:
-            delta["tool_calls"] = [_call_delta(e) for e in read.calls]
+            calls = self._reader(index).calls
+            delta["tool_calls"] = [_call_delta(e, calls[e[1]]) for e in read.calls]
         if not delta and not logprobs:
             return None  # text a call reader holds back
         choice = ChatChunkChoice(index=index, delta=delta, logprobs=ChatLogprobs.of(logprobs))
@@ -195,8 +207,11 @@ class ChatRenderer(Renderer):
     def message(self, read: Read, calls: list[Call]) -> AssistantMessage:
         """One choice's message: its calls (content null) or its text, and a thinking
         request's thinking beside them (null when left out)."""
-        tool_calls = [
-            ToolCall(id=c.id, function=Function(name=c.name, arguments=c.arguments)) for c in calls
+        tool_calls: list[ToolCall | CustomToolCall] = [
+            CustomToolCall(id=c.id, custom=Custom(name=c.name, input=c.arguments))
+            if c.custom
+            else ToolCall(id=c.id, function=Function(name=c.name, arguments=c.arguments))
+            for c in calls
         ]
         if self.output.thinking is None:
             if calls:
@@ -210,10 +225,19 @@ class ChatRenderer(Renderer):
         return ReasoningMessage(content=read.content, reasoning=thought, reasoning_content=thought)
 
 
-def _call_delta(event: CallEvent) -> dict[str, Any]:
-    """One entry of a streamed `delta.tool_calls`: the id and name first, then arguments."""
+def _call_delta(event: CallEvent, call: Call) -> dict[str, Any]:
+    """One entry of a streamed `delta.tool_calls`: the id and name first, then arguments
+    (a custom tool's call: `custom` with its name, then its `input`)."""
+    if call.custom:
+        if event[0] == "call":
+            return {
+                "index": event[1],
+                "id": call.id,
+                "type": "custom",
+                "custom": {"name": call.name, "input": ""},
+            }
+        return {"index": event[1], "custom": {"input": event[2]}}
     if event[0] == "call":
-        call = event[2]
         return {
             "index": event[1],
             "id": call.id,

@@ -1,5 +1,6 @@
-"""The Responses API's `input` items: messages, and the function calls and their outputs of
-earlier turns (responses/protocol.py turns them into chat messages for the template).
+"""The Responses API's `input` items: messages, and the function and custom tool calls and
+their outputs of earlier turns (responses/protocol.py turns them into chat messages for the
+template).
 
 Content parts are flattened to their text; the fields an earlier output item carries when it
 is sent back (`id`, `status`, ...) are accepted and change nothing.
@@ -12,7 +13,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
-INPUT_ITEMS = ("message", "function_call", "function_call_output")
+INPUT_ITEMS = (
+    "message",
+    "function_call",
+    "function_call_output",
+    "custom_tool_call",
+    "custom_tool_call_output",
+)
 
 
 class _Strict(BaseModel):
@@ -72,13 +79,44 @@ _FUNCTION_CALL_OUTPUT_SCHEMA = {
     "required": ["type", "call_id", "output"],
     "additionalProperties": False,
 }
+_CUSTOM_CALL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "type": {"const": "custom_tool_call"},
+        "call_id": {"type": "string"},
+        "name": {"type": "string"},
+        "input": {"type": "string"},
+        "id": {"type": ["string", "null"]},
+        "status": {"type": ["string", "null"]},
+    },
+    "required": ["type", "call_id", "name", "input"],
+    "additionalProperties": False,
+}
+_CUSTOM_CALL_OUTPUT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "type": {"const": "custom_tool_call_output"},
+        "call_id": {"type": "string"},
+        "output": {"anyOf": [{"type": "string"}, _PARTS_SCHEMA]},
+        "id": {"type": ["string", "null"]},
+        "status": {"type": ["string", "null"]},
+    },
+    "required": ["type", "call_id", "output"],
+    "additionalProperties": False,
+}
 INPUT_SCHEMA = {
     "anyOf": [
         {"type": "string"},
         {
             "type": "array",
             "items": {
-                "anyOf": [_MESSAGE_SCHEMA, _FUNCTION_CALL_SCHEMA, _FUNCTION_CALL_OUTPUT_SCHEMA]
+                "anyOf": [
+                    _MESSAGE_SCHEMA,
+                    _FUNCTION_CALL_SCHEMA,
+                    _FUNCTION_CALL_OUTPUT_SCHEMA,
+                    _CUSTOM_CALL_SCHEMA,
+                    _CUSTOM_CALL_OUTPUT_SCHEMA,
+                ]
             },
             "minItems": 1,
         },
@@ -155,6 +193,37 @@ class FunctionCallOutputItem(_Strict):
         return _flatten_parts(v)
 
 
+class CustomToolCallItem(_Strict):
+    """An earlier turn's `custom_tool_call` output item, sent back as input."""
+
+    type: Literal["custom_tool_call"]
+    call_id: str
+    name: str
+    input: str
+    id: str | None = None
+    status: str | None = None
+
+
+class CustomToolCallOutputItem(_Strict):
+    """The result of a custom tool call, for the model's next turn."""
+
+    type: Literal["custom_tool_call_output"]
+    call_id: str
+    output: str
+    id: str | None = None
+    status: str | None = None
+
+    @field_validator("output", mode="before")
+    @classmethod
+    def _text_parts(cls, v: Any) -> Any:
+        return _flatten_parts(v)
+
+
 InputItem = Annotated[
-    InputMessage | FunctionCallItem | FunctionCallOutputItem, Field(discriminator="type")
+    InputMessage
+    | FunctionCallItem
+    | FunctionCallOutputItem
+    | CustomToolCallItem
+    | CustomToolCallOutputItem,
+    Field(discriminator="type"),
 ]

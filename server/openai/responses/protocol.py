@@ -54,13 +54,18 @@ from gclm.server.openai.request_rules import (
 from gclm.server.openai.responses.input_items import (
     INPUT_ITEMS,
     INPUT_SCHEMA,
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     InputItem,
 )
 from gclm.server.openai.tools.prompt import (
     NAME_PATTERN,
+    CustomDef,
+    CustomFormat,
     FunctionDef,
+    Grammar,
     NamedToolChoice,
     ToolDef,
     ToolPlan,
@@ -134,6 +139,73 @@ class FunctionTool(_Strict):
         return ToolDef(type="function", function=function)
 
 
+class CustomToolFormat(_Strict):
+    """A custom tool's input, Responses-style: the grammar is flat (chat nests it)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "anyOf": [
+                {
+                    "properties": {
+                        "type": {"const": "grammar"},
+                        "syntax": {"enum": ["lark", "regex"]},
+                        "definition": {"type": "string", "minLength": 1},
+                    },
+                    "required": ["syntax", "definition"],
+                },
+                {
+                    "properties": {
+                        "type": {"const": "text"},
+                        "syntax": {"type": "null"},
+                        "definition": {"type": "null"},
+                    }
+                },
+            ]
+        },
+    )
+
+    type: Literal["text", "grammar"]
+    syntax: Literal["lark", "regex"] | None = None
+    definition: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _grammar_given(self) -> Self:
+        given = (self.syntax is not None, self.definition is not None)
+        if given != ((True, True) if self.type == "grammar" else (False, False)):
+            raise ValueError(
+                'a format of type "grammar" needs "syntax" and "definition"; one of type '
+                '"text" has neither'
+            )
+        return self
+
+
+class CustomTool(_Strict):
+    """A custom tool (free-text input, in a grammar when it has one)."""
+
+    type: Literal["custom"]
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str | None = None
+    format: CustomToolFormat | None = None
+
+    def as_chat(self) -> ToolDef:
+        fmt = None
+        if self.format is not None:
+            grammar = None
+            if self.format.syntax is not None and self.format.definition is not None:
+                grammar = Grammar(syntax=self.format.syntax, definition=self.format.definition)
+            fmt = CustomFormat(type=self.format.type, grammar=grammar)
+        custom = CustomDef(name=self.name, description=self.description, format=fmt)
+        return ToolDef(type="custom", custom=custom)
+
+
+class CustomChoice(_Strict):
+    """tool_choice naming one custom tool: {"type": "custom", "name": ...}."""
+
+    type: Literal["custom"]
+    name: str
+
+
 class FunctionChoice(_Strict):
     """tool_choice naming one function: {"type": "function", "name": ...}."""
 
@@ -173,8 +245,8 @@ class ResponsesRequest(SamplingFields):
     service_tier: Any = None
     prompt_cache_key: Any = None
     prompt_cache_retention: Any = None
-    tools: list[FunctionTool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = None
+    tools: list[Annotated[FunctionTool | CustomTool, Field(discriminator="type")]] | None = None
+    tool_choice: Literal["none", "auto", "required"] | FunctionChoice | CustomChoice | None = None
     parallel_tool_calls: StrictBool | None = None  # None: true, as at OpenAI
     max_tool_calls: OptionalJsonInt = Field(default=None, ge=1, strict=True)
     truncation: Literal["auto", "disabled"] | None = None  # gclm never truncates: a long
@@ -260,14 +332,15 @@ class ResponsesRequest(SamplingFields):
     @field_validator("tools", mode="before")
     @classmethod
     def _function_tools(cls, v: Any) -> Any:
-        """Name a tool type other than "function" (built-in tools run at OpenAI)."""
+        """Name a tool type other than "function" or "custom" (built-in tools run at OpenAI)."""
         if isinstance(v, list):
             for tool in v:
                 kind = tool.get("type") if isinstance(tool, dict) else None
-                if kind != "function":
+                if kind not in ("function", "custom"):
                     raise ValueError(
                         f"tools of type {kind!r} are not supported; gclm calls function "
-                        'tools only ({"type": "function", "name": ..., "parameters": ...})'
+                        'tools ({"type": "function", "name": ..., "parameters": ...}) and '
+                        'custom tools ({"type": "custom", "name": ..., "format": ...})'
                     )
         return v
 
@@ -277,9 +350,16 @@ class ResponsesRequest(SamplingFields):
         # One clear message instead of pydantic's per-union-member errors.
         if v is None or v in ("none", "auto", "required"):
             return v
-        if isinstance(v, dict) and v.get("type") == "function" and isinstance(v.get("name"), str):
+        if (
+            isinstance(v, dict)
+            and v.get("type") in ("function", "custom")
+            and isinstance(v.get("name"), str)
+        ):
             return v
-        raise ValueError('use "none", "auto", "required" or {"type": "function", "name": ...}')
+        raise ValueError(
+            'use "none", "auto", "required", {"type": "function", "name": ...} or '
+            '{"type": "custom", "name": ...}'
+        )
 
     def check_supported(self) -> None:
         super().check_supported()
@@ -289,18 +369,21 @@ class ResponsesRequest(SamplingFields):
     def tool_plan(self) -> ToolPlan | None:
         """What the tools ask of the output (None: no tools), as on chat."""
         choice: Any = self.tool_choice
-        if isinstance(choice, FunctionChoice):
+        if isinstance(choice, FunctionChoice | CustomChoice):
             choice = NamedToolChoice.model_validate(
-                {"type": "function", "function": {"name": choice.name}}
+                {"type": choice.type, choice.type: {"name": choice.name}}
             )
         # Errors name chat's parameters; here they are in the Responses layout (no ".function").
         try:
             plan = tool_plan(self.chat_tools, choice, self.parallel_tool_calls)
         except InvalidRequestError as e:
-            e.param = e.param and e.param.replace(".function", "")
+            e.param = e.param and e.param.replace(".function", "").replace(".custom", "")
             raise
         return plan and replace(
-            plan, parameters_param="tools[{i}].parameters", max_calls=self.max_tool_calls
+            plan,
+            parameters_param="tools[{i}].parameters",
+            custom_param="tools[{i}].format",
+            max_calls=self.max_tool_calls,
         )
 
     @property
@@ -348,7 +431,18 @@ class ResponsesRequest(SamplingFields):
                     last.setdefault("tool_calls", []).append(call)
                 else:
                     out.append({"role": "assistant", "content": None, "tool_calls": [call]})
-            elif isinstance(item, FunctionCallOutputItem):
+            elif isinstance(item, CustomToolCallItem):
+                custom = {
+                    "id": item.call_id,
+                    "type": "custom",
+                    "custom": {"name": item.name, "input": item.input},
+                }
+                last = out[-1] if out else None
+                if last is not None and last["role"] == "assistant":
+                    last.setdefault("tool_calls", []).append(custom)
+                else:
+                    out.append({"role": "assistant", "content": None, "tool_calls": [custom]})
+            elif isinstance(item, FunctionCallOutputItem | CustomToolCallOutputItem):
                 out.append({"role": "tool", "content": item.output, "tool_call_id": item.call_id})
             else:
                 # Chat templates predate "developer", OpenAI's new name for "system".

@@ -33,7 +33,11 @@ from gclm.server.engine.protocol import TokenLogprob
 from gclm.server.http.errors import as_gclm_error
 from gclm.server.openai.output import PLAIN, OutputSpec, Read
 from gclm.server.openai.render import ChoiceOutput, Renderer, TopLogprob, Usage
-from gclm.server.openai.responses.function_calls import FunctionCallItem, call_item
+from gclm.server.openai.responses.function_calls import (
+    CustomToolCallItem,
+    FunctionCallItem,
+    call_item,
+)
 from gclm.server.openai.responses.protocol import ResponsesRequest
 from gclm.server.openai.tools.calls import Call
 
@@ -110,7 +114,7 @@ class ResponseBody(BaseModel):
     instructions: str | None
     max_output_tokens: int | None
     model: str
-    output: list[ReasoningItem | OutputMessage | FunctionCallItem]
+    output: list[ReasoningItem | OutputMessage | FunctionCallItem | CustomToolCallItem]
     parallel_tool_calls: bool
     previous_response_id: None = None
     reasoning: dict[str, Any] | None = None  # the request's, echoed
@@ -330,9 +334,10 @@ class ResponsesRenderer(Renderer):
                     )
                 )
             else:
+                kind = "custom_tool_call_input" if call.custom else "function_call_arguments"
                 out.append(
                     ResponseEvent(
-                        type="response.function_call_arguments.delta",
+                        type=f"response.{kind}.delta",
                         item_id=call_item(call, "in_progress").id,
                         output_index=self.first + event[1],
                         delta=event[2],
@@ -342,14 +347,24 @@ class ResponsesRenderer(Renderer):
 
     def _call_done(self, i: int, call: Call) -> list[BaseModel]:
         item = call_item(call, "completed")
-        return [
+        done = (
             ResponseEvent(
+                type="response.custom_tool_call_input.done",
+                item_id=item.id,
+                output_index=self.first + i,
+                input=call.arguments,
+            )
+            if call.custom
+            else ResponseEvent(
                 type="response.function_call_arguments.done",
                 item_id=item.id,
                 output_index=self.first + i,
                 name=call.name,
                 arguments=call.arguments,
-            ),
+            )
+        )
+        return [
+            done,
             ResponseEvent(type="response.output_item.done", output_index=self.first + i, item=item),
         ]
 
@@ -402,7 +417,7 @@ class ResponsesRenderer(Renderer):
     def _response(
         self,
         status: Literal["in_progress", "completed", "incomplete"],
-        output: list[ReasoningItem | OutputMessage | FunctionCallItem],
+        output: list[ReasoningItem | OutputMessage | FunctionCallItem | CustomToolCallItem],
         usage: Usage | None = None,
     ) -> ResponseBody:
         r = self.request

@@ -5,10 +5,15 @@ constraint:
 
     <tool_call>[{"name": "f", "arguments": {...}}, {"name": "g", "arguments": {...}}]
 
+or a custom tool's call, its name on the opener's line and its input to the end:
+
+    <tool_call>name
+    the input text
+
 or, under tool_choice "auto", text that does not start with the opener. `CallReader` reads it
 character by character as it streams: text goes out as content; a call goes out as its
 name (once the name is complete) and then its arguments in fragments, as they arrive.
-Each API writes the calls in its own shapes: chat/tool_calls.py (`message.tool_calls`),
+Each API writes the calls in its own shapes: chat/render.py (`message.tool_calls`),
 responses/function_calls.py (`function_call` items).
 """
 
@@ -28,7 +33,8 @@ class Call:
 
     id: str
     name: str = ""
-    arguments: str = ""
+    arguments: str = ""  # a custom call's input
+    custom: bool = False
 
 
 @dataclass
@@ -43,7 +49,8 @@ class CallReader:
 
     calls: list[Call] = field(default_factory=list)
     content: list[str] = field(default_factory=list)
-    _state: str = "detect"  # detect, text, open, name_head, name, args_head, args, next, done
+    # detect, text, open, name_head, name, args_head, args, next, done; custom_name, input
+    _state: str = "detect"
     _pending: str = ""  # held back while it may still be the opener or a literal part
     _depth: int = 0
     _in_string: bool = False
@@ -53,6 +60,9 @@ class CallReader:
         if self._state == "text":
             self.content.append(text)
             return text, []
+        if self._state == "input" and text:
+            self.calls[-1].arguments += text
+            return "", [("args", len(self.calls) - 1, text)]
         events: list[tuple[Any, ...]] = []
         out_text = ""
         for ch in text:
@@ -89,7 +99,22 @@ class CallReader:
 
     def _read_call(self, ch: str, events: list[tuple[Any, ...]]) -> None:
         state = self._state
-        if state == "open":
+        if state == "open" and ch != "[":  # a custom tool's name
+            self.calls.append(Call(id="call_" + secrets.token_hex(12), name=ch, custom=True))
+            self._state = "custom_name"
+        elif state == "custom_name":
+            if ch == "\n":
+                self._state = "input"
+                events.append(("call", len(self.calls) - 1))
+            else:
+                self.calls[-1].name += ch
+        elif state == "input":
+            self.calls[-1].arguments += ch
+            if events and events[-1][0] == "args":
+                events[-1] = ("args", events[-1][1], events[-1][2] + ch)
+            else:
+                events.append(("args", len(self.calls) - 1, ch))
+        elif state == "open":
             self._literal(ch, "[", "name_head")
         elif state == "name_head":
             self._literal(ch, '{"name": "', "name")

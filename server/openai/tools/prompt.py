@@ -11,6 +11,15 @@ with exactly that layout, whose arguments match that function's `parameters` sch
 call only when `tool_choice` names a function or `parallel_tool_calls` is false; one or more
 otherwise.
 
+A custom tool (`{"type": "custom", "custom": {"name", "format"}}`) takes free text, not JSON:
+
+    <tool_call>name
+    the input, in the tool's grammar (Lark or regex) or any text, to the end of the output
+
+The name follows the opener on its own line (a function call's list starts with `[`, which
+no name does), and the input runs to the end of the output, so a custom call is always the
+only call of its turn.
+
 Which constraint `tool_choice` asks for (see `ToolPlan.regex`):
 - "required" / named: the whole output is opener + calls. It compiles into one token DFA with
   a distance vector, so the budget guarantee holds for calls: complete within max_tokens, or
@@ -44,11 +53,15 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from typing_extensions import Self
 
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.grammar import grammar_regex
 from gclm.compiler.json_schema.normalize import SchemaLimits, normalize_schema
 from gclm.compiler.json_schema.patterns import escape_literal
 from gclm.compiler.json_schema.regex import schema_regex
+from gclm.compiler.rust_regex import check_regex, matches_empty, strip_anchors
 from gclm.errors import ConstraintError, InvalidRequestError
 
 OPENER = "<tool_call>"
@@ -65,6 +78,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _field_of_type(kinds: tuple[str, ...], exclusive: bool) -> dict[str, Any]:
+    """For the OpenAPI document: the object's `type` names the field it must carry (and,
+    `exclusive`, the other kinds' fields are left out), as the validators check."""
+    branches = []
+    for k in kinds:
+        props: dict[str, Any] = {"type": {"const": k}, k: {"type": "object"}}
+        if exclusive:
+            props |= {other: {"type": "null"} for other in kinds if other != k}
+        branches.append({"properties": props, "required": ["type", k]})
+    return {"anyOf": branches}
+
+
+_FUNCTION_OR_CUSTOM = ("function", "custom")
+
+
 class FunctionDef(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
@@ -72,9 +100,89 @@ class FunctionDef(_Strict):
     strict: StrictBool | None = None  # gclm always enforces the parameters, strict or not
 
 
+class Grammar(_Strict):
+    syntax: Literal["lark", "regex"]
+    definition: str = Field(min_length=1)
+
+
+class CustomFormat(_Strict):
+    """A custom tool's input: free text, or text in a grammar."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {
+                    "properties": {"type": {"const": "grammar"}, "grammar": {"type": "object"}},
+                    "required": ["grammar"],
+                },
+                {"properties": {"type": {"const": "text"}, "grammar": {"type": "null"}}},
+            ]
+        }
+    )
+
+    type: Literal["text", "grammar"]
+    grammar: Grammar | None = None
+
+    @model_validator(mode="after")
+    def _grammar_when_grammar(self) -> Self:
+        if (self.type == "grammar") != (self.grammar is not None):
+            raise ValueError('a format of type "grammar" needs "grammar": {"syntax", "definition"}')
+        return self
+
+
+class CustomDef(_Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str | None = None
+    format: CustomFormat | None = None  # None: free text
+
+    def input_regex(self, param: str) -> str:
+        """The regex of this tool's input (not anchored), any text without a grammar.
+
+        Raises ConstraintError naming `param` when the grammar cannot be compiled.
+        """
+        if self.format is None or self.format.grammar is None:
+            return r"[\s\S]*"
+        grammar = self.format.grammar
+        try:
+            if grammar.syntax == "lark":
+                Constraint.grammar(grammar.definition)  # reads it: errors name the line
+                return grammar_regex(grammar.definition).regex
+            pattern = check_regex(strip_anchors(grammar.definition))
+            if matches_empty(pattern):
+                raise ConstraintError(
+                    "The regex matches the empty string; require at least one character."
+                )
+            return pattern
+        except ConstraintError as e:
+            raise ConstraintError(
+                f"The grammar of custom tool {self.name!r} cannot be compiled: {e.message}",
+                param=param,
+                code=e.code,
+            ) from None
+
+
 class ToolDef(_Strict):
-    type: Literal["function"]
-    function: FunctionDef
+    """A function tool (`function`) or a custom tool (`custom`)."""
+
+    model_config = ConfigDict(json_schema_extra=_field_of_type(_FUNCTION_OR_CUSTOM, True))
+
+    type: Literal["function", "custom"]
+    function: FunctionDef | None = None
+    custom: CustomDef | None = None
+
+    @model_validator(mode="after")
+    def _one_definition(self) -> Self:
+        if (self.function is None) == (self.custom is None) or (
+            (self.type == "function") != (self.function is not None)
+        ):
+            raise ValueError(
+                f'a tool of type "{self.type}" needs "{self.type}": {{"name": ...}} and no other'
+            )
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.function.name if self.function is not None else self.custom.name  # type: ignore[union-attr]
 
 
 class FunctionName(_Strict):
@@ -82,8 +190,24 @@ class FunctionName(_Strict):
 
 
 class NamedToolChoice(_Strict):
-    type: Literal["function"]
-    function: FunctionName
+    """tool_choice naming one tool: {"type": "function", "function": {"name"}} or
+    {"type": "custom", "custom": {"name"}}."""
+
+    model_config = ConfigDict(json_schema_extra=_field_of_type(_FUNCTION_OR_CUSTOM, False))
+
+    type: Literal["function", "custom"]
+    function: FunctionName | None = None
+    custom: FunctionName | None = None
+
+    @model_validator(mode="after")
+    def _named(self) -> Self:
+        if getattr(self, self.type) is None:
+            raise ValueError(f'tool_choice of type "{self.type}" needs "{self.type}": {{"name"}}')
+        return self
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self, self.type).name)
 
 
 ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
@@ -95,13 +219,28 @@ class CalledFunction(BaseModel):
     arguments: str  # JSON text, as OpenAI sends it
 
 
+class CalledCustom(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str
+    input: str
+
+
 class ToolCallIn(BaseModel):
     """An earlier assistant message's tool call, in the conversation history."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(
+        extra="ignore", json_schema_extra=_field_of_type(_FUNCTION_OR_CUSTOM, False)
+    )
     id: str | None = None
-    type: Literal["function"] = "function"
-    function: CalledFunction
+    type: Literal["function", "custom"] = "function"
+    function: CalledFunction | None = None
+    custom: CalledCustom | None = None
+
+    @model_validator(mode="after")
+    def _called(self) -> Self:
+        if getattr(self, self.type) is None:
+            raise ValueError(f'a tool call of type "{self.type}" needs "{self.type}"')
+        return self
 
 
 @dataclass(frozen=True)
@@ -121,6 +260,11 @@ class ToolPlan:
     # Under "auto", the regex a text answer must match (a JSON format's, not anchored; see
     # the module docstring); None: any text that does not start with the opener.
     text_regex: str | None = None
+    # Custom tools (free-text input); `custom_param` is where custom tool i's grammar is.
+    customs: tuple[CustomDef, ...] = ()
+    custom_param: str = "tools[{i}].custom.format.grammar"
+    # Where each function, then each custom tool, is in `tools` (None: in that order).
+    index: tuple[int, ...] | None = None
 
     @property
     def calls_allowed(self) -> bool:
@@ -130,9 +274,20 @@ class ToolPlan:
         """The constraint's regex (see the module docstring).
 
         Raises ConstraintError naming `tools[i].function.parameters` (with the JSON pointer
-        in the message) when a function's schema cannot be compiled.
+        in the message) when a function's schema cannot be compiled, or the custom tool's
+        grammar when that cannot.
         """
-        calls = calls_regex(self.tools, self.parallel, self.parameters_param, self.max_calls)
+        index = self.index or tuple(range(len(self.tools) + len(self.customs)))
+        branches = []
+        if self.tools:
+            branches.append(
+                calls_regex(self.tools, self.parallel, self.parameters_param, self.max_calls, index)
+            )
+        for i, c in enumerate(self.customs):
+            name = escape_literal(f"{c.name}\n")
+            param = self.custom_param.format(i=index[len(self.tools) + i])
+            branches.append(f"{name}(?:{c.input_regex(param)})")
+        calls = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
         if self.mode == "required":
             return escape_literal(OPENER) + calls
         text = f"(?:{self.text_regex})" if self.text_regex else not_starting_with(OPENER)
@@ -154,27 +309,55 @@ def tool_plan(
                 param="tool_choice",
             )
         return None
-    functions = tuple(t.function for t in tools)
-    names = [f.name for f in functions]
+    names = [t.name for t in tools]
     for i, name in enumerate(names):
         if name in names[:i]:
             raise InvalidRequestError(
-                f"Two tools are named {name!r}; give every function a distinct name.",
-                param=f"tools[{i}].function.name",
+                f"Two tools are named {name!r}; give every tool a distinct name.",
+                param=f"tools[{i}].{tools[i].type}.name",
                 code="duplicate_tool_name",
             )
+    # Where each kind's i-th tool is in `tools`, for errors.
+    functions = tuple(t.function for t in tools if t.function is not None)
+    customs = tuple(t.custom for t in tools if t.custom is not None)
+    where = _positions(tools)
     if isinstance(choice, NamedToolChoice):
-        name = choice.function.name
-        if name not in names:
+        name = choice.name
+        kind = choice.type
+        if name not in names or tools[names.index(name)].type != kind:
             raise InvalidRequestError(
-                f"tool_choice names the function {name[:64]!r}, which is not in tools "
+                f"tool_choice names the {kind} tool {name[:64]!r}, which is not in tools "
                 f"({', '.join(names[:10])}{', ...' if len(names) > 10 else ''}).",
-                param="tool_choice.function.name",
+                param=f"tool_choice.{kind}.name",
                 code="unknown_tool",
             )
-        return ToolPlan((functions[names.index(name)],), "required", parallel=False)
+        i = names.index(name)
+        if kind == "custom":
+            return ToolPlan((), "required", False, customs=(customs[where[i]],), index=(i,))
+        return ToolPlan((functions[where[i]],), "required", False, index=(i,))
     mode = choice or "auto"
-    return ToolPlan(functions, mode, parallel=parallel is not False)
+    return ToolPlan(
+        functions,
+        mode,
+        parallel=parallel is not False,
+        customs=customs,
+        index=_index(tools, "function") + _index(tools, "custom"),
+    )
+
+
+def _positions(tools: list[ToolDef]) -> list[int]:
+    """Each tool's index among the tools of its type."""
+    seen: dict[str, int] = {}
+    out = []
+    for t in tools:
+        out.append(seen.get(t.type, 0))
+        seen[t.type] = out[-1] + 1
+    return out
+
+
+def _index(tools: list[ToolDef], kind: str) -> tuple[int, ...]:
+    """The index in `tools` of each tool of `kind`."""
+    return tuple(i for i, t in enumerate(tools) if t.type == kind)
 
 
 def calls_regex(
@@ -182,9 +365,10 @@ def calls_regex(
     parallel: bool,
     parameters_param: str = "tools[{i}].function.parameters",
     max_calls: int | None = None,
+    index: tuple[int, ...] | None = None,
 ) -> str:
     """A JSON array of calls (one, or one or more, at most `max_calls`), each in gclm's
-    fixed layout."""
+    fixed layout. `index`: where each function is in the request's tools (for errors)."""
     branches = []
     for i, f in enumerate(functions):
         params = f.parameters if f.parameters is not None else NO_PARAMETERS
@@ -194,7 +378,7 @@ def calls_regex(
         except ConstraintError as e:
             raise ConstraintError(
                 f"The parameters of function {f.name!r} cannot be compiled: {e.message}",
-                param=parameters_param.format(i=i),
+                param=parameters_param.format(i=index[i] if index else i),
                 code=e.code,
             ) from None
         head = escape_literal(f'{{"name": "{f.name}", "arguments": ')
@@ -226,11 +410,12 @@ def not_starting_with(prefix: str) -> str:
 
 def tools_block(plan: ToolPlan | None, tools: list[ToolDef], native: bool = False) -> str:
     """The system-prompt section that describes the tools and the call format (`native`:
-    the format and the rule only, the chat template lists the tools)."""
+    the format and the rule only, the chat template lists the function tools)."""
+    names = [f.name for f in plan.tools] + [c.name for c in plan.customs] if plan else []
     if plan is None or not plan.calls_allowed:
         rule = "Do not call a function now: answer in text."
-    elif plan.mode == "required" and len(plan.tools) == 1:
-        rule = f"Call the function {plan.tools[0].name} now."
+    elif plan.mode == "required" and len(names) == 1:
+        rule = f"Call the {'function' if plan.tools else 'tool'} {names[0]} now."
     elif plan.mode == "required":
         rule = "Call one or more of the functions now."
     else:
@@ -240,15 +425,25 @@ def tools_block(plan: ToolPlan | None, tools: list[ToolDef], native: bool = Fals
         f'nothing else:\n{OPENER}[{{"name": <function name>, "arguments": <arguments '
         "object>}]\n"
     )
-    if native:
+    customs = [t for t in tools if t.custom is not None]
+    if customs:
+        call_format += (
+            f"To call a custom tool, answer with {OPENER} followed by the tool's name on its "
+            f"own line, then its input as plain text (in the tool's grammar, when it has "
+            f"one) and nothing else:\n{OPENER}<tool name>\n<input>\n"
+        )
+    listed = [t for t in tools if not native or t.custom is not None]
+    if native and not listed:
         return f"{call_format}{rule}"
     signatures = "\n".join(
-        json.dumps(t.model_dump(exclude_none=True), ensure_ascii=False) for t in tools
+        json.dumps(t.model_dump(exclude_none=True), ensure_ascii=False) for t in listed
     )
+    if native:
+        return f"Custom tools:\n<tools>\n{signatures}\n</tools>\n\n{call_format}{rule}"
     return (
-        "# Tools\n\nYou can call these functions (JSON Schema signatures):\n<tools>\n"
-        f"{signatures}\n</tools>\n\n{call_format}"
-        f"Function results come back as <tool_response>...</tool_response>. {rule}"
+        "# Tools\n\nYou can call these tools (functions with JSON Schema signatures, custom "
+        f"tools with free-text input):\n<tools>\n{signatures}\n</tools>\n\n{call_format}"
+        f"Tool results come back as <tool_response>...</tool_response>. {rule}"
     )
 
 
@@ -270,18 +465,25 @@ def template_tools(
             param="chat_template_kwargs.tools",
             code="conflicting_parameters",
         )
-    return {**out, "tools": [t.model_dump(exclude_none=True) for t in tools]}
+    functions = [t.model_dump(exclude_none=True) for t in tools if t.function is not None]
+    return {**out, "tools": functions} if functions else out
 
 
 def call_text(calls: list[ToolCallIn]) -> str:
-    """An earlier turn's calls, written as the model would have written them."""
-    items = [{"name": c.function.name, "arguments": _arguments(c)} for c in calls]
-    return OPENER + json.dumps(items, ensure_ascii=False)
+    """An earlier turn's calls, written as the model would have written them (function
+    calls as one list, each custom call after its own opener)."""
+    functions = [c for c in calls if c.function is not None]
+    parts = []
+    if functions:
+        items = [{"name": c.function.name, "arguments": _arguments(c)} for c in functions]  # type: ignore[union-attr]
+        parts.append(OPENER + json.dumps(items, ensure_ascii=False))
+    parts += [f"{OPENER}{c.custom.name}\n{c.custom.input}" for c in calls if c.custom is not None]
+    return "\n".join(parts)
 
 
 def template_calls(calls: list[ToolCallIn]) -> list[dict[str, Any]]:
-    """An earlier turn's calls for a template that renders them: arguments as an object
-    (what templates write with `tojson`), as transformers' chat templates expect."""
+    """An earlier turn's function calls for a template that renders them: arguments as an
+    object (what templates write with `tojson`), as transformers' chat templates expect."""
     return [
         {
             "id": c.id,
@@ -289,10 +491,13 @@ def template_calls(calls: list[ToolCallIn]) -> list[dict[str, Any]]:
             "function": {"name": c.function.name, "arguments": _arguments(c)},
         }
         for c in calls
+        if c.function is not None
     ]
 
 
 def _arguments(call: ToolCallIn) -> Any:
+    if call.function is None:
+        return None
     try:
         return json.loads(call.function.arguments)
     except json.JSONDecodeError:
@@ -318,7 +523,11 @@ def prompt_messages(
         role, content = m["role"], m.get("content") or ""
         if role == "assistant" and m.get("tool_calls"):
             calls = [ToolCallIn.model_validate(c) for c in m["tool_calls"]]
-            if native:
+            customs = [c for c in calls if c.custom is not None]
+            if native and len(customs) < len(calls):
+                if customs:  # the template knows function calls only: customs as text
+                    text = call_text(customs)
+                    content = f"{content}\n{text}" if content else text
                 out.append(
                     {"role": "assistant", "content": content, "tool_calls": template_calls(calls)}
                 )

@@ -1,0 +1,118 @@
+"""What a new schema adds to the first token over HTTP, on a warm server.
+
+    python -m bench.first_mask_http [--schemas DIR] [--limit N] [--models embedded 200k]
+                                    [--max-tokens N] [--json PATH]
+
+For each model (the embedded one, and bench/o200k.py's 200k-vocabulary directory) one
+`gclm serve` is started and warmed with one request. Then, per schema of the MaskBench
+corpus (sorted by name, the first --limit), a streamed /v1/completions with `guided_json` set
+to the schema, sent twice in a row: the first time the server has not seen the schema, the
+second time its table is cached. The stream is closed at the first token. Reported: p50 /
+p90 / p99 over the schemas of (first token, new schema) minus (first token, cached), and
+the schemas the server refused (a 400) or failed.
+
+Shared 2-core machine: one run, quote medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench._server import GclmServer
+from bench.first_mask import percentile, schema_files
+from bench.jsonschemabench import DEFAULT_DIR
+
+PROMPT = "Answer with one JSON value.\n"
+
+
+def first_token_s(client: httpx.Client, schema: Any, max_tokens: int) -> float:
+    """Seconds from sending the request to its first streamed token; raises on an error."""
+    payload = {
+        "prompt": PROMPT,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "guided_json": schema,
+    }
+    started = time.perf_counter()
+    with client.stream("POST", "/v1/completions", json=payload) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"HTTP {response.status_code}: {response.read()[:200]!r}")
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                raise RuntimeError(f"stream error: {chunk['error']}")
+            if any(c.get("text") for c in chunk.get("choices", [])):
+                return time.perf_counter() - started
+    raise RuntimeError("the stream ended without a token")
+
+
+def run_model(model: str, paths: list[Path], max_tokens: int) -> dict[str, Any]:
+    extra: tuple[str, ...] = ()
+    if model == "200k":
+        from bench.o200k import build
+
+        extra = ("--model", str(build()))
+    rows: list[dict[str, Any]] = []
+    with GclmServer(max_batch=4, extra_args=extra) as server:
+        with httpx.Client(base_url=server.url, timeout=300.0) as client:
+            first_token_s(client, {"type": "string", "maxLength": 4}, 8)  # warm
+            for path in paths:
+                schema = json.loads(path.read_text())["schema"]
+                row: dict[str, Any] = {"schema": path.name}
+                try:
+                    row["new_s"] = first_token_s(client, schema, max_tokens)
+                    row["cached_s"] = first_token_s(client, schema, max_tokens)
+                except Exception as e:  # noqa: BLE001 - a refusal is a result here
+                    row["error"] = str(e)[:200]
+                rows.append(row)
+    added = [(r["new_s"] - r["cached_s"]) * 1e3 for r in rows if "cached_s" in r]
+    return {
+        "rows": rows,
+        "added_ms": {q: percentile(added, int(q[1:])) for q in ("p50", "p90", "p99")},
+        "cached_first_token_ms_p50": percentile(
+            [r["cached_s"] * 1e3 for r in rows if "cached_s" in r], 50
+        ),
+        "refused_or_failed": sum("error" in r for r in rows),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--schemas", type=Path, default=DEFAULT_DIR)
+    parser.add_argument("--limit", type=int, default=60)
+    parser.add_argument(
+        "--models", nargs="+", choices=("embedded", "200k"), default=["embedded", "200k"]
+    )
+    parser.add_argument("--max-tokens", type=int, default=2048)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    paths = schema_files(args.schemas, args.limit)
+    result: dict[str, Any] = {"bench": "first_mask_http", "num_schemas": len(paths), "models": {}}
+    for model in args.models:
+        entry = run_model(model, paths, args.max_tokens)
+        result["models"][model] = entry
+        a = entry["added_ms"]
+        print(
+            f"{model}: a new schema adds p50 {a['p50']:.0f} / p90 {a['p90']:.0f} / "
+            f"p99 {a['p99']:.0f} ms to the first token (cached first token "
+            f"{entry['cached_first_token_ms_p50']:.0f} ms); refused or failed: "
+            f"{entry['refused_or_failed']}",
+            flush=True,
+        )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()

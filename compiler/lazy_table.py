@@ -1,0 +1,341 @@
+"""A constraint's masks computed only for the states generation reaches, budget exact.
+
+The whole-table compile (compiler/compile.py) walks the vocabulary through the byte DFA from
+every state tokens reach, then computes token distances over the whole token graph, before
+the first mask. A LazyTable needs the byte DFA only: the first mask is one walk, from the
+start state, and every later state is walked the first time a sequence stands in it.
+
+Budgets stay exact through two bounds per DFA state, both from byte distances (one BFS over
+the byte DFA, no tokens):
+
+- an upper bound on the token distance: the fewest bytes to acceptance along bytes that are
+  tokens by themselves (every byte-level BPE, tiktoken and byte-fallback vocabulary has all
+  256), since such a path can be spelled one single-byte token at a time;
+- a lower bound: the fewest bytes at all, divided by the longest token's length, rounded up.
+
+Where both are infinite the state is dead for tokens too. A LazyTable is refused (ValueError)
+for a DFA where some state reaches acceptance by bytes but not by single-byte tokens: then
+a finite byte distance would not prove a token path (a vocabulary with all 256 single-byte
+tokens never hits this; see `single_byte_tokens`).
+
+A token leading to a state whose upper bound fits in the tokens left is allowed without
+knowing its exact distance; one whose lower bound does not fit is refused. Only in between,
+where the budget binds, is the exact distance needed, found by a breadth-first search over
+the token graph from that state, at most as deep as the tokens left, walking the states it
+meets (memoised). Tokens into dead states are left out, as the whole-table compile prunes
+them. So every mask is the one
+the whole table gives: `row(s, r)` allows `v` iff `dist(delta(s, v)) <= r - 1`, EOS iff `s`
+accepts (tests/compiler/test_lazy_table.py checks both against compile_constraint).
+
+State ids are the byte DFA's own (compiler/token_walk.py: 0 is the start state). Walks share
+scratch arrays, so they run under a lock; the compiled walk releases the GIL.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numba as nb
+import numpy as np
+
+from gclm.compiler.byte_bounds import byte_bounds, single_byte_tokens
+from gclm.compiler.numba_cache import cache_per_version
+from gclm.compiler.tables import UNREACHABLE
+from gclm.compiler.token_sets import words_for
+from gclm.compiler.token_walk import ByteDfa, TokenTrie, token_trie
+from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.errors import InternalError
+
+cache_per_version(__file__)
+
+
+@dataclass(frozen=True)
+class Walked:
+    """One state's tokens grouped by successor: group g leads to `nexts[g]` on the tokens of
+    packed row `rows[g]`. Only successors that can reach acceptance are kept."""
+
+    nexts: np.ndarray  # int64 [G]
+    rows: np.ndarray  # uint32 [G, W]
+    forward: np.ndarray  # int32 [W]: the union of the rows, plus EOS if the state accepts
+    max_upper: int  # the largest upper bound among `nexts` (-1 if none): at or past it,
+    # the forward row is budget exact
+    next_list: list[int]  # `nexts` as Python ints, for the search
+
+
+class LazyTable:
+    """Masks of one constraint over one vocabulary, walked state by state on demand.
+
+    Answers what masking/ asks of a MaskTable: `forward_row`, `row(state, tokens_left)`,
+    `next_state`, `is_accepting`, `has_tokens`, `dist`; plus `fits(state, k)` (can `state`
+    reach acceptance in `k` tokens?) and `min_tokens`, found exactly when asked.
+    """
+
+    def __init__(self, dfa: ByteDfa, vocab: TokenVocabulary) -> None:
+        """Bounds for every state of `dfa`; no state is walked yet.
+
+        Raises ValueError when some state reaches acceptance only through a byte that is
+        no token by itself (then use compile_constraint's whole table)."""
+        self.vocab_size = vocab.size
+        self.eos_token_id = vocab.eos_token_id
+        self.width = words_for(vocab.size)
+        self.initial = 0
+        self._trans = dfa.next
+        self._accepting = dfa.accepting
+        self._trie: TokenTrie = token_trie(vocab)
+        every, single = byte_bounds(dfa, single_byte_tokens(vocab))
+        if not np.array_equal(every == UNREACHABLE, single == UNREACHABLE):
+            raise ValueError(
+                "The constraint needs a byte that is no token of this vocabulary by itself: "
+                "compile its whole table (compile_constraint) instead."
+            )
+        self.upper = single  # int32 [S]: the token distance is at most this
+        longest = max(self._trie.max_depth, 1)
+        lower = -(-every.astype(np.int64) // longest)
+        lower[every == UNREACHABLE] = UNREACHABLE
+        self.lower = lower.astype(np.int32)  # int32 [S]: the token distance is at least this
+        self._upper_list = single.tolist()
+        self._lower_list = self.lower.tolist()
+        self._accepting_list = dfa.accepting.tolist()
+        self._walked: dict[int, Walked] = {}
+        self._exact: dict[int, int] = {}  # state -> token distance
+        self._beyond: dict[int, int] = {}  # state -> k: its distance is known to exceed k
+        self._lock = threading.RLock()
+        states = dfa.next.shape[0]
+        self._stamp = np.full(states, -1, dtype=np.int64)
+        self._slot = np.zeros(states, dtype=np.int64)
+        self._walks = 0
+        eos_only = np.zeros(self.width, dtype=np.int32)
+        eos_only.view(np.uint32)[self.eos_token_id >> 5] |= np.uint32(1 << (self.eos_token_id & 31))
+        eos_only.flags.writeable = False
+        self._eos_only = eos_only
+
+    # -- what a state allows ----------------------------------------------------------------
+
+    def walked(self, state: int) -> Walked:
+        """`state`'s successor groups, walked on first use (thread-safe)."""
+        found = self._walked.get(state)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._walked.get(state)
+            if found is None:
+                found = self._walk(state)
+                self._walked[state] = found
+        return found
+
+    def _walk(self, state: int) -> Walked:
+        trie, cap = self._trie, 64
+        while True:
+            self._walks += 1
+            ng, nexts, rows = _walk_state(
+                self._trans,
+                state,
+                trie.byte,
+                trie.depth,
+                trie.skip,
+                trie.token_lo,
+                trie.token_ids,
+                trie.max_depth,
+                self.width,
+                cap,
+                self._stamp,
+                self._slot,
+                self._walks,
+            )
+            if ng >= 0:
+                break
+            cap *= 4
+        # Live successors only: with every byte spelled, a finite upper bound is a token path.
+        live = self.upper[nexts[:ng]] != UNREACHABLE
+        nexts, rows = nexts[:ng][live], rows[:ng][live]
+        forward = np.zeros(self.width, dtype=np.int32)
+        if rows.shape[0]:
+            np.bitwise_or.reduce(rows, axis=0, out=forward.view(np.uint32))
+        if self._accepting_list[state]:
+            forward.view(np.uint32)[self.eos_token_id >> 5] |= np.uint32(
+                1 << (self.eos_token_id & 31)
+            )
+        forward.flags.writeable = False
+        max_upper = int(self.upper[nexts].max(initial=-1))
+        return Walked(nexts, rows, forward, max_upper, nexts.tolist())
+
+    def forward_row(self, state: int) -> np.ndarray:
+        """int32 [W]: every token leading to a live state, EOS if `state` accepts."""
+        return self.walked(state).forward
+
+    def row(self, state: int, tokens_left: int) -> np.ndarray:
+        """int32 [W]: the tokens allowed in `state` with `tokens_left` left (counting the one
+        about to be sampled; EOS is free): those whose successor can still reach acceptance.
+
+        Raises InternalError when no token is allowed (the budget was not checked)."""
+        k = tokens_left - 1
+        walked = self.walked(state)
+        if k >= walked.max_upper:
+            return walked.forward
+        nexts = walked.next_list
+        fit = [g for g, n in enumerate(nexts) if self.fits(n, k)]
+        if len(fit) == len(nexts):
+            return walked.forward
+        accepting = self._accepting_list[state]
+        if not fit and not accepting:
+            raise InternalError(
+                f"No token is allowed: state {state} cannot reach acceptance in {tokens_left} "
+                "tokens. The budget was not checked against the constraint's minimum "
+                "(BudgetTooSmallError) before generation."
+            )
+        out = self._eos_only.copy() if accepting else np.zeros(self.width, dtype=np.int32)
+        if fit:
+            out |= np.bitwise_or.reduce(walked.rows[fit], axis=0).view(np.int32)
+        return out
+
+    def next_state(self, state: int, token: int) -> int:
+        """The state `token` leads to from `state`, or -1 when it is not allowed (EOS: -1)."""
+        if not 0 <= token < self.vocab_size or token == self.eos_token_id:
+            return -1
+        walked = self.walked(state)
+        word, bit = token >> 5, np.uint32(1 << (token & 31))
+        hit = np.flatnonzero(walked.rows[:, word] & bit)
+        return int(walked.nexts[hit[0]]) if hit.size else -1
+
+    def is_accepting(self, state: int) -> bool:
+        return self._accepting_list[state]
+
+    def has_tokens(self, state: int) -> bool:
+        """Whether any non-EOS token leads from `state` to a live state."""
+        return self.walked(state).nexts.size > 0
+
+    # -- distances --------------------------------------------------------------------------
+
+    def fits(self, state: int, k: int) -> bool:
+        """Whether `state` can reach acceptance in at most `k` tokens: by the bounds when
+        they decide it, else by a search at most `k` deep."""
+        if self._upper_list[state] <= k:
+            return True
+        if self._lower_list[state] > k:
+            return False
+        exact = self._exact.get(state)
+        if exact is not None:
+            return exact <= k
+        if self._beyond.get(state, -1) >= k:
+            return False
+        found = self._search(state, k)
+        return found is not None
+
+    def dist(self, state: int) -> int:
+        """The exact fewest tokens from `state` to acceptance (searched when not known)."""
+        exact = self._exact.get(state)
+        if exact is not None:
+            return exact
+        if self._upper_list[state] == UNREACHABLE:
+            return int(UNREACHABLE)
+        found = self._search(state, self._upper_list[state])
+        if found is None:
+            raise InternalError(f"state {state} has no token path within its upper bound")
+        return found
+
+    @property
+    def min_tokens(self) -> int:
+        """Fewest tokens of any output (exact; searched on first use)."""
+        return self.dist(self.initial)
+
+    def _search(self, state: int, limit: int) -> int | None:
+        """The token distance of `state` if it is at most `limit`, else None (remembered)."""
+        if self._accepting_list[state]:
+            self._exact[state] = 0
+            return 0
+        seen = {state}
+        frontier = [state]
+        best: int | None = None
+        for level in range(1, limit + 1):
+            if best is not None and level >= best:
+                break
+            following: list[int] = []
+            for s in frontier:
+                for n in self.walked(s).next_list:
+                    if n in seen:
+                        continue
+                    seen.add(n)
+                    if self._accepting_list[n]:
+                        self._exact[state] = level
+                        return level
+                    known = self._exact.get(n)
+                    if known is not None:
+                        best = level + known if best is None else min(best, level + known)
+                        continue
+                    if self._lower_list[n] + level > limit:
+                        continue  # cannot finish within the limit from there
+                    following.append(n)
+            frontier = following
+            if not frontier:
+                break
+        if best is not None and best <= limit:
+            self._exact[state] = best
+            return best
+        self._beyond[state] = max(self._beyond.get(state, -1), limit)
+        return None
+
+    # -- size -------------------------------------------------------------------------------
+
+    @property
+    def num_walked(self) -> int:
+        """States walked so far."""
+        return len(self._walked)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the byte DFA and its bounds, and every walked state's rows."""
+        walked = sum(
+            w.nexts.nbytes + w.rows.nbytes + w.forward.nbytes for w in self._walked.values()
+        )
+        fixed = self._trans.nbytes + self._accepting.nbytes + self.upper.nbytes + self.lower.nbytes
+        return fixed + walked + self._stamp.nbytes + self._slot.nbytes
+
+
+@nb.njit(cache=True, nogil=True)
+def _walk_state(
+    trans,
+    state,
+    node_byte,
+    node_depth,
+    node_skip,
+    token_lo,
+    token_ids,
+    max_depth,
+    words,
+    group_cap,
+    stamp,
+    slot_of,
+    walk_id,
+):
+    """The trie in preorder through `trans` from `state`, tokens bucketed by the DFA state
+    they end in (as token_walk._walk does for one state). Returns (groups, next states,
+    packed rows), groups -1 when there are more than `group_cap` successors."""
+    path = np.empty(max_depth + 1, dtype=np.int64)
+    rows = np.zeros((group_cap, words), dtype=np.uint32)
+    nexts = np.zeros(group_cap, dtype=np.int64)
+    path[0] = state
+    ng = 0
+    k = 0
+    n_nodes = node_byte.size
+    while k < n_nodes:
+        nxt = trans[path[node_depth[k] - 1], node_byte[k]]
+        if nxt < 0:  # dead: so is every token under this node
+            k = node_skip[k]
+            continue
+        path[node_depth[k]] = nxt
+        lo, hi = token_lo[k], token_lo[k + 1]
+        if lo < hi:
+            if stamp[nxt] != walk_id:
+                if ng == group_cap:
+                    return -1, nexts, rows
+                stamp[nxt] = walk_id
+                slot_of[nxt] = ng
+                nexts[ng] = nxt
+                ng += 1
+            r = slot_of[nxt]
+            for j in range(lo, hi):
+                tok = token_ids[j]
+                rows[r, tok >> 5] |= np.uint32(1 << (tok & 31))
+        k += 1
+    return ng, nexts, rows

@@ -1,0 +1,135 @@
+"""End to end: grammars on a real `gclm serve` (embedded model) with the openai SDK, and
+lark as the independent checker: `structured_outputs.grammar` at every budget from the
+minimum up, custom tools streamed and not, and every Python block of docs/grammars.md."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+import lark
+import openai
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "SmolLM2-135M-Instruct"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "grammars.md"
+BLOCKS = re.findall(r"^```python\n(.*?)^```", DOC.read_text(), flags=re.S | re.M)
+DOCUMENTED_URL = "http://127.0.0.1:8000/v1"
+LIST = r"""
+start: "[" item ("," item)* "]"
+item: SIGNED_NUMBER | ESCAPED_STRING | "(" item ")"
+%import common (SIGNED_NUMBER, ESCAPED_STRING, WS)
+%ignore WS
+"""
+TOOL = {
+    "type": "custom",
+    "custom": {
+        "name": "items",
+        "format": {"type": "grammar", "grammar": {"syntax": "lark", "definition": LIST}},
+    },
+}
+ASK = [{"role": "user", "content": "List three numbers."}]
+
+
+def checker(grammar: str) -> lark.Lark:
+    return lark.Lark(grammar, parser="earley", lexer="dynamic_complete")
+
+
+def minimum(create: Any, **request: Any) -> int:
+    """The request's minimum budget, read from the 400 that max_tokens=1 earns."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        create(max_tokens=1, **request)
+    assert caught.value.param == "max_tokens"
+    return int(caught.value.message.split("needs ")[1].split()[0])
+
+
+def test_structured_outputs_grammar_parses_at_every_budget(client: openai.OpenAI) -> None:
+    parser = checker(LIST)
+    request = {
+        "model": MODEL,
+        "prompt": "A list: ",
+        "extra_body": {"structured_outputs": {"grammar": LIST}},
+        "temperature": 1.0,
+        "seed": 3,
+    }
+    low = minimum(client.completions.create, **request)
+    for budget in range(low, low + 4):
+        done = client.completions.create(max_tokens=budget, n=2, **request)
+        for choice in done.choices:
+            parser.parse(choice.text)  # raises if the text is outside the grammar
+        assert done.usage.completion_tokens <= 2 * budget
+
+
+def test_custom_tool_calls_parse_streamed_and_not(client: openai.OpenAI) -> None:
+    parser = checker(LIST)
+    request = {
+        "model": MODEL,
+        "messages": ASK,
+        "tools": [TOOL],
+        "tool_choice": {"type": "custom", "custom": {"name": "items"}},
+    }
+    low = minimum(client.chat.completions.create, **request)
+    for budget in (low, low + 8):
+        done = client.chat.completions.create(max_tokens=budget, **request)
+        (call,) = done.choices[0].message.tool_calls
+        assert done.choices[0].finish_reason == "tool_calls" and call.type == "custom"
+        parser.parse(call.custom.input)
+    stream = client.chat.completions.create(max_tokens=low + 8, stream=True, **request)
+    deltas = [c.choices[0] for c in stream if c.choices]
+    calls = [d.delta.tool_calls[0] for d in deltas if d.delta.tool_calls]
+    assert calls[0].type == "custom" and calls[0].model_extra["custom"]["name"] == "items"
+    parser.parse("".join(c.model_extra["custom"]["input"] for c in calls))
+    assert deltas[-1].finish_reason == "tool_calls"
+
+
+def test_responses_custom_tool_parses_streamed_and_not(client: openai.OpenAI) -> None:
+    parser = checker(LIST)
+    tool = {
+        "type": "custom",
+        "name": "items",
+        "format": {"type": "grammar", "syntax": "lark", "definition": LIST},
+    }
+    request = {
+        "model": MODEL,
+        "input": "List three numbers.",
+        "tools": [tool],
+        "tool_choice": {"type": "custom", "name": "items"},
+    }
+    done = client.responses.create(max_output_tokens=40, **request)
+    (item,) = done.output
+    assert item.type == "custom_tool_call" and item.status == "completed"
+    parser.parse(item.input)
+    events = list(client.responses.create(max_output_tokens=40, stream=True, **request))
+    fragments = [e.delta for e in events if e.type == "response.custom_tool_call_input.delta"]
+    parser.parse("".join(fragments))
+    assert events[-1].type == "response.completed"
+
+
+def test_doc_has_python_blocks() -> None:
+    assert len(BLOCKS) >= 3
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_doc_block_runs(index: int, gclm_server: Any) -> None:
+    code = BLOCKS[index].replace(DOCUMENTED_URL, f"{gclm_server.url}/v1")
+    printed = io.StringIO()
+    scope: dict[str, Any] = {}
+    with contextlib.redirect_stdout(printed):
+        exec(compile(code, f"docs/grammars.md python block {index + 1}", "exec"), scope)  # noqa: S102
+    lines = printed.getvalue().splitlines()
+    assert lines, "each block shows its result with print()"
+    if "MATH" in scope:
+        assert lines[0] == "tool_calls custom calculator", lines
+        checker(scope["MATH"]).parse(scope["call"].custom.input)
+        assert lines[-1] == "True"
+    elif "DATE" in scope:
+        assert lines[0] == "custom_tool_call set_date", lines
+        checker(scope["DATE"]).parse(scope["call"].input)
+        assert lines[-1] == "True"
+    else:
+        checker(scope["GRAMMAR"]).parse(scope["answer"].choices[0].text)
