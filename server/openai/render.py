@@ -16,8 +16,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from gclm.server.engine.protocol import FinishEvent, TokenLogprob
+from gclm.server.engine.protocol import TokenLogprob
 from gclm.server.http.streaming import DONE, sse, sse_error
+from gclm.server.openai.output import PLAIN, OutputSpec
 
 
 class PromptTokensDetails(BaseModel):
@@ -94,10 +95,11 @@ class Renderer:
     id_prefix = ""
     done: bytes | None = DONE  # the stream's last line
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, output: OutputSpec = PLAIN) -> None:
         self.id = self.id_prefix + secrets.token_hex(12)
         self.created = int(time.time())
         self.model = model
+        self.output = output  # what the output holds: the parsers that read it (output.py)
 
     def frame(self, body: BaseModel) -> bytes:
         return sse(body)
@@ -124,12 +126,6 @@ class Renderer:
         output items as it reads them sends several)."""
         chunk = self.delta(index, text, logprobs)
         return [] if chunk is None else [chunk]
-
-    def finish_reason(self, event: FinishEvent) -> str:
-        """The finish_reason to report: the engine's, where a constrained output cut by the
-        budget is complete, so "stop". A renderer of free text under a constraint (tool_choice
-        "auto") reports such a cut as "length"."""
-        return event.finish_reason
 
     def reasoning_delta(self, index: int, text: str) -> BaseModel | None:
         """A piece of thinking text (server/openai/reasoning.py); None: not sent."""

@@ -2,11 +2,13 @@
 completions/router.py, responses/router.py).
 
 One generation request flows: parse and refuse what gclm cannot honour (the API's
-protocol.py) -> constraint -> `engine.compile` -> budget check -> one `engine.submit` per
-choice -> events merged per request (streaming) -> JSON body or Server-Sent Events (the API's
-Renderer, render.py). The three generating endpoints share that path; they differ only in their
-request model and their renderer. A client that disconnects, streaming or not, has its
-sequences cancelled at once.
+protocol.py) -> `Serving.to_plan`: a frozen `GenerationPlan` (the constraint compiled, the
+budget checked, every choice's engine request, what the output holds: output.py) -> one
+`engine.submit` per choice -> one `EventFold` over the choices' events, for a streamed answer
+(Server-Sent Events, as they come) and a collected one (one JSON body) alike, so their usage
+and finish reasons cannot drift -> the API's Renderer (render.py). The three generating
+endpoints differ only in their request model, their prompt and their renderer. A client that
+disconnects, streaming or not, has its sequences cancelled at once.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
+from dataclasses import dataclass
 
 from fastapi import Request, Response
 
@@ -21,6 +24,7 @@ from gclm.compiler.tables import CompiledTable
 from gclm.errors import (
     CompileLimitError,
     ConstraintError,
+    GclmError,
     InvalidRequestError,
     ModelNotFoundError,
 )
@@ -31,7 +35,9 @@ from gclm.server.engine.protocol import (
     FinishEvent,
     GenerationRequest,
     Handle,
+    StreamEvent,
     TokenEvent,
+    TokenLogprob,
 )
 from gclm.server.http.errors import CLIENT_CLOSED, as_gclm_error
 from gclm.server.http.keys import CompileCharges, charge
@@ -43,6 +49,7 @@ from gclm.server.http.streaming import (
     until_disconnected,
 )
 from gclm.server.openai.constraint_spec import ConstraintSpec, constraint_spec, with_param
+from gclm.server.openai.output import PLAIN, OutputSpec
 from gclm.server.openai.protocol import GenerationBody
 from gclm.server.openai.reasoning import (
     ReasoningParser,
@@ -50,6 +57,7 @@ from gclm.server.openai.reasoning import (
     with_reasoning_tokens,
 )
 from gclm.server.openai.render import ChoiceOutput, Renderer, Usage
+from gclm.server.openai.tools.prompt import ToolPlan
 from gclm.server.settings import ServerSettings
 
 
@@ -85,6 +93,17 @@ class Serving:
             and body.wants_thinking()
         )
 
+    def output_spec(
+        self, body: GenerationBody, tools: ToolPlan | None, include_reasoning: bool = True
+    ) -> OutputSpec:
+        """What the request's output holds: a thinking request's thinking, and calls where
+        its tools allow them (the parsers that read them: output.py)."""
+        return OutputSpec(
+            thinking=self.reasoning if self.thinks(body) else None,
+            include_reasoning=include_reasoning,
+            tool_calls=tools is not None and tools.calls_allowed,
+        )
+
     def check_model(self, body: GenerationBody) -> None:
         if body.model is not None and body.model != self.engine.model_id:
             raise ModelNotFoundError(body.model, self.engine.model_id)
@@ -96,9 +115,41 @@ class Serving:
         prompts: list[list[int]],
         renderer: Renderer,
     ) -> Response:
-        """Compile, check the budget, submit every choice, and answer (JSON or SSE).
+        """The pipeline: plan (compile, budget), submit every choice, answer (JSON or SSE)."""
+        plan = await self.to_plan(request, body, prompts, renderer.id, renderer.output)
+        sequences = Choices(self.engine, self.submit_all(list(plan.requests)))
+        self.metrics.prompt_tokens.inc(plan.prompt_tokens)
+        fold = EventFold(plan, renderer, self.metrics)
+        if plan.stream:
+            events = self.stream(request, sequences, fold)
+            return EventStreamResponse(
+                events, on_close=sequences.close, on_disconnect=self.metrics.disconnects.inc
+            )
+        try:
+            await until_disconnected(request.receive, self.collect(sequences, fold))
+        except ClientDisconnected:
+            self.metrics.disconnects.inc()
+            return Response(status_code=CLIENT_CLOSED)
+        finally:
+            sequences.close()
+        usage = self.charged_usage(request, fold)
+        final = renderer.final(fold.outputs(), usage)
+        return Response(final.model_dump_json(), media_type="application/json")
+
+    async def to_plan(
+        self,
+        request: Request,
+        body: GenerationBody,
+        prompts: list[list[int]],
+        request_id: str,
+        output: OutputSpec = PLAIN,
+    ) -> GenerationPlan:
+        """Decide everything the request needs, once: its choices' requests to the engine
+        (prompt, sampling, compiled constraint, budget, thinking), and how to answer.
 
         Choices are numbered prompt-major: choice `p * n + i` is sample `i` of prompt `p`.
+        Raises what the request cannot have: a dead engine (503, before compiling), too
+        many choices, a constraint that does not compile, a budget too small for it.
         """
         self.engine.check_health()  # a dead engine: 503 now, not after compiling
         self.check_admissible(body, len(prompts))
@@ -112,7 +163,7 @@ class Serving:
         if parser is not None and isinstance(body, ThinkingControls):
             thinking = parser.thinking(body, table, max_tokens)
         policy = self.engine.budget_policy(spec.budget_policy) if spec and budget_aware else None
-        requests = [
+        requests = tuple(
             GenerationRequest(
                 prompt_ids=prompt,
                 params=body.sampling_params(max_tokens, sample=i),
@@ -120,35 +171,23 @@ class Serving:
                 budget_aware=budget_aware,
                 policy=policy,
                 thinking=thinking,
-                request_id=f"{renderer.id}-{p * body.n + i}",
+                request_id=f"{request_id}-{p * body.n + i}",
             )
             for p, prompt in enumerate(prompts)
             for i in range(body.n)
-        ]
-        sequences = Choices(self.engine, self.submit_all(requests))
-        prompt_tokens = sum(len(p) for p in prompts)
-        self.metrics.prompt_tokens.inc(prompt_tokens)
-        if body.stream:
-            events = self.stream(request, sequences, renderer, prompt_tokens, body)
-            return EventStreamResponse(
-                events, on_close=sequences.close, on_disconnect=self.metrics.disconnects.inc
-            )
-        with_logprobs = body.logprobs_count is not None
-        try:
-            outputs, completion_tokens, cached_tokens = await until_disconnected(
-                request.receive, self.collect(sequences, renderer, with_logprobs, body.n)
-            )
-        except ClientDisconnected:
-            self.metrics.disconnects.inc()
-            return Response(status_code=CLIENT_CLOSED)
-        finally:
-            sequences.close()
-        usage = Usage.of(prompt_tokens, completion_tokens, cached_tokens)
-        charge(request, tokens=usage.total_tokens)
-        if thinking is not None:
-            usage = with_reasoning_tokens(usage, sum(out.reasoning_tokens for out in outputs))
-        final = renderer.final(outputs, usage)
-        return Response(final.model_dump_json(), media_type="application/json")
+        )
+        return GenerationPlan(
+            requests=requests,
+            n=body.n,
+            prompt_tokens=sum(len(p) for p in prompts),
+            constraint=spec,
+            max_tokens=max_tokens,
+            thinking=thinking,
+            stream=body.stream,
+            include_usage=body.include_usage,
+            with_logprobs=body.logprobs_count is not None,
+            output=output,
+        )
 
     def check_admissible(self, body: GenerationBody, prompts: int) -> None:
         """A 400 for a request that no amount of waiting lets in: more choices (n x prompts)
@@ -218,59 +257,34 @@ class Serving:
             raise
         return handles
 
-    async def collect(
-        self, sequences: Choices, renderer: Renderer, with_logprobs: bool, n: int
-    ) -> tuple[list[ChoiceOutput], int, int]:
-        """Every choice's output, the tokens generated in all, and the prompt tokens the
-        engine reused (counted once per prompt: its n choices share it).
-
-        Raises the first error any choice reports (the others are then cancelled).
-        """
-        n = len(sequences.handles)
-        pieces: list[list[str]] = [[] for _ in range(n)]
-        thoughts: list[list[str]] = [[] for _ in range(n)]
-        outputs = [ChoiceOutput(logprobs=[] if with_logprobs else None) for _ in range(n)]
-        completion_tokens = cached_tokens = 0
+    async def collect(self, sequences: Choices, fold: EventFold) -> None:
+        """Fold every choice's events; raises the first error any choice reports (the
+        others are then cancelled)."""
         async with aclosing(sequences.events()) as events:
             async for index, event in events:
-                if isinstance(event, TokenEvent):
-                    (thoughts if event.reasoning else pieces)[index].append(event.text)
-                    if with_logprobs:
-                        outputs[index].logprobs.extend(event.logprobs)  # type: ignore[union-attr]
-                elif isinstance(event, FinishEvent):
-                    outputs[index].finish_reason = renderer.finish_reason(event)
-                    outputs[index].reasoning_tokens = event.reasoning_tokens or 0
-                    completion_tokens += event.completion_tokens
-                    cached_tokens += event.cached_tokens if index % n == 0 else 0
-                    self.metrics.completion_tokens.inc(event.completion_tokens)
-                else:
-                    raise as_gclm_error(event.error)
-        for out, texts, thought in zip(outputs, pieces, thoughts, strict=True):
-            out.text = "".join(texts)
-            out.reasoning = "".join(thought)
-        return outputs, completion_tokens, cached_tokens
+                fold.add(index, event)
 
     async def stream(
-        self,
-        request: Request,
-        sequences: Choices,
-        renderer: Renderer,
-        prompt_tokens: int,
-        body: GenerationBody,
+        self, request: Request, sequences: Choices, fold: EventFold
     ) -> AsyncGenerator[bytes, None]:
         """SSE body: opening chunks, deltas and finishes as they come, closing (usage), and
         the renderer's end marker ([DONE]).
 
         An error from any choice ends the stream with the renderer's failure events.
         """
+        renderer, plan = fold.renderer, fold.plan
         frame = renderer.frame
         for chunk in renderer.opening(len(sequences.handles)):
             yield frame(chunk)
-        with_logprobs = body.logprobs_count is not None
-        completion_tokens = cached_tokens = 0
-        reasoning_tokens: int | None = None
         async with aclosing(sequences.events()) as events:
             async for index, event in events:
+                try:
+                    fold.add(index, event)
+                except GclmError as error:
+                    self.metrics.reject(error.code or error.error_type)
+                    for line in renderer.failure(error):
+                        yield line
+                    return
                 if isinstance(event, TokenEvent) and event.reasoning:
                     chunk = renderer.reasoning_delta(index, event.text)
                     if chunk is not None:
@@ -278,28 +292,96 @@ class Serving:
                 elif isinstance(event, TokenEvent):
                     # A token that completes no character yet sends nothing (its logprob
                     # goes with the text that completes it).
-                    if event.text or (with_logprobs and event.logprobs):
-                        logprobs = event.logprobs if with_logprobs else None
+                    if event.text or (plan.with_logprobs and event.logprobs):
+                        logprobs = event.logprobs if plan.with_logprobs else None
                         for chunk in renderer.deltas(index, event.text, logprobs):
                             yield frame(chunk)
                 elif isinstance(event, FinishEvent):
-                    completion_tokens += event.completion_tokens
-                    cached_tokens += event.cached_tokens if index % body.n == 0 else 0
-                    if event.reasoning_tokens is not None:
-                        reasoning_tokens = (reasoning_tokens or 0) + event.reasoning_tokens
-                    self.metrics.completion_tokens.inc(event.completion_tokens)
-                    for chunk in renderer.finish(index, renderer.finish_reason(event)):
+                    for chunk in renderer.finish(index, fold.finish_reasons[index]):
                         yield frame(chunk)
-                else:
-                    error = as_gclm_error(event.error)
-                    self.metrics.reject(error.code or error.error_type)
-                    for line in renderer.failure(error):
-                        yield line
-                    return
-        usage = Usage.of(prompt_tokens, completion_tokens, cached_tokens)
-        charge(request, tokens=usage.total_tokens)
-        usage = with_reasoning_tokens(usage, reasoning_tokens)
-        for chunk in renderer.closing(usage, body.include_usage):
+        usage = self.charged_usage(request, fold)
+        for chunk in renderer.closing(usage, plan.include_usage):
             yield frame(chunk)
         if renderer.done is not None:
             yield renderer.done
+
+    def charged_usage(self, request: Request, fold: EventFold) -> Usage:
+        """The request's usage, its tokens charged to the request's API key."""
+        usage = fold.usage()
+        charge(request, tokens=usage.total_tokens)
+        return usage
+
+
+@dataclass(frozen=True)
+class GenerationPlan:
+    """What one generation request asks for, decided once (`Serving.to_plan`); the stages
+    after it (submit, the fold, the answer) read the plan, not the request body."""
+
+    requests: tuple[GenerationRequest, ...]  # one per choice, prompt-major (p * n + i)
+    n: int  # choices per prompt: they share the prompt (and its cached tokens)
+    prompt_tokens: int  # of all prompts
+    constraint: ConstraintSpec | None  # what was compiled, and from which parameter
+    max_tokens: int  # every choice's budget
+    thinking: ThinkingSpec | None  # how a thinking request thinks (None: it does not)
+    stream: bool
+    include_usage: bool  # a stream's usage chunk
+    with_logprobs: bool
+    output: OutputSpec = PLAIN  # what the output holds, and the parsers that read it back
+
+    @property
+    def choices(self) -> int:
+        return len(self.requests)
+
+
+class EventFold:
+    """The one fold over a request's engine events, for streamed and collected answers
+    alike: each choice's output and finish_reason, and the usage (the tokens generated in
+    all; the prompt tokens the engine reused, once per prompt as its n choices share it; the
+    thinking tokens of a thinking request)."""
+
+    def __init__(self, plan: GenerationPlan, renderer: Renderer, metrics: Metrics) -> None:
+        self.plan, self.renderer, self.metrics = plan, renderer, metrics
+        choices = plan.choices
+        self._text: list[list[str]] = [[] for _ in range(choices)]
+        self._thought: list[list[str]] = [[] for _ in range(choices)]
+        self._logprobs: list[list[TokenLogprob]] = [[] for _ in range(choices)]
+        self.finish_reasons = ["stop"] * choices
+        self._reasoning = [0] * choices
+        self.completion_tokens = self.cached_tokens = 0
+        self.reasoning_tokens: int | None = None  # None: no choice thinks
+
+    def add(self, index: int, event: StreamEvent) -> None:
+        """Fold in choice `index`'s next event; an ErrorEvent raises its error (a
+        GclmError, for the client)."""
+        if isinstance(event, TokenEvent):
+            (self._thought if event.reasoning else self._text)[index].append(event.text)
+            if self.plan.with_logprobs:
+                self._logprobs[index].extend(event.logprobs)
+        elif isinstance(event, FinishEvent):
+            self.finish_reasons[index] = self.plan.output.finish_reason(event)
+            self.completion_tokens += event.completion_tokens
+            if index % self.plan.n == 0:
+                self.cached_tokens += event.cached_tokens
+            if event.reasoning_tokens is not None:
+                self._reasoning[index] = event.reasoning_tokens
+                self.reasoning_tokens = (self.reasoning_tokens or 0) + event.reasoning_tokens
+            self.metrics.completion_tokens.inc(event.completion_tokens)
+        else:
+            raise as_gclm_error(event.error)
+
+    def outputs(self) -> list[ChoiceOutput]:
+        """Every choice's whole output."""
+        return [
+            ChoiceOutput(
+                text="".join(self._text[i]),
+                finish_reason=self.finish_reasons[i],
+                logprobs=self._logprobs[i] if self.plan.with_logprobs else None,
+                reasoning="".join(self._thought[i]),
+                reasoning_tokens=self._reasoning[i],
+            )
+            for i in range(self.plan.choices)
+        ]
+
+    def usage(self) -> Usage:
+        usage = Usage.of(self.plan.prompt_tokens, self.completion_tokens, self.cached_tokens)
+        return with_reasoning_tokens(usage, self.reasoning_tokens)

@@ -1,6 +1,6 @@
 """Chat completion bodies, in the shapes the official openai SDK parses: "chat.completion",
-"chatcmpl-" ids, role and content deltas; logprobs as `{"content": [{token, logprob, bytes,
-top_logprobs}]}`.
+"chatcmpl-" ids, role and content deltas, tool calls and a thinking request's reasoning;
+logprobs as `{"content": [{token, logprob, bytes, top_logprobs}]}`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, SerializeAsAny
 
 from gclm.server.engine.protocol import TokenLogprob
+from gclm.server.openai.output import PLAIN, CallEvent, ChoiceReader, OutputSpec, Read
 from gclm.server.openai.render import ChoiceOutput, Renderer, TopLogprob, Usage, token_bytes
+from gclm.server.openai.tools.calls import Call
 
 
 class ChatTokenLogprob(TopLogprob):
@@ -42,7 +44,7 @@ class AssistantMessage(BaseModel):
 
 class ChatChoice(BaseModel):
     index: int
-    message: SerializeAsAny[AssistantMessage]  # tool_calls.ToolCallMessage adds tool_calls
+    message: SerializeAsAny[AssistantMessage]  # ToolCallMessage adds tool_calls
     logprobs: ChatLogprobs | None = None
     finish_reason: str
 
@@ -73,8 +75,68 @@ class ChatCompletionChunk(BaseModel):
     usage: Usage | None = None
 
 
+class Function(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: Function
+
+
+class Custom(BaseModel):
+    name: str
+    input: str
+
+
+class CustomToolCall(BaseModel):
+    id: str
+    type: Literal["custom"] = "custom"
+    custom: Custom
+
+
+class ToolCallMessage(AssistantMessage):
+    content: str | None = None  # type: ignore[assignment]
+    tool_calls: list[ToolCall | CustomToolCall]
+
+
+class ReasoningMessage(AssistantMessage):
+    """An assistant message with its thinking (both of vLLM's names)."""
+
+    reasoning: str | None = None
+    reasoning_content: str | None = None
+
+
+class ReasoningToolCallMessage(ToolCallMessage):
+    """A tool-call message with the thinking before the calls (both of vLLM's names)."""
+
+    reasoning: str | None = None
+    reasoning_content: str | None = None
+
+
+def reasoning_delta(text: str) -> dict[str, str]:
+    """A stream delta of thinking text, under both names."""
+    return {"reasoning": text, "reasoning_content": text}
+
+
 class ChatRenderer(Renderer):
+    """Chat bodies of any request: what its output parsers read (server/openai/output.py),
+    as content, `reasoning` beside it (a thinking request), and `tool_calls` (content null,
+    finish_reason "tool_calls"; streamed as `delta.tool_calls` with `index`, the id and name
+    first and the arguments after; a custom tool's call as `custom` with its `input`)."""
+
     id_prefix = "chatcmpl-"
+
+    def __init__(self, model: str, output: OutputSpec = PLAIN) -> None:
+        super().__init__(model, output)
+        self._readers: dict[int, ChoiceReader] = {}
+
+    def _reader(self, index: int) -> ChoiceReader:
+        if index not in self._readers:
+            self._readers[index] = self.output.reader()
+        return self._readers[index]
 
     def _chunk(self, choices: list[ChatChunkChoice], usage: Usage | None = None) -> BaseModel:
         return ChatCompletionChunk(
@@ -82,35 +144,104 @@ class ChatRenderer(Renderer):
         )
 
     def opening(self, n: int) -> list[BaseModel]:
-        return [
-            self._chunk([ChatChunkChoice(index=i, delta={"role": "assistant", "content": ""})])
-            for i in range(n)
-        ]
+        # Where calls may come, no content yet: it stays null when the answer is a call.
+        delta = (
+            {"role": "assistant"}
+            if self.output.tool_calls
+            else {"role": "assistant", "content": ""}
+        )
+        return [self._chunk([ChatChunkChoice(index=i, delta=dict(delta))]) for i in range(n)]
+
+    def reasoning_delta(self, index: int, text: str) -> BaseModel | None:
+        read = self._reader(index).feed(reasoning=text)
+        if not read.reasoning:
+            return None
+        return self._chunk([ChatChunkChoice(index=index, delta=reasoning_delta(read.reasoning))])
 
     def delta(
         self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None
     ) -> BaseModel | None:
-        choice = ChatChunkChoice(
-            index=index, delta={"content": text}, logprobs=ChatLogprobs.of(logprobs)
-        )
+        read = self._reader(index).feed(content=text)
+        delta: dict[str, Any] = {}
+        if read.content or not self.output.tool_calls:
+            delta["content"] = read.content
+        if read.calls:
+            calls = self._reader(index).calls
+            delta["tool_calls"] = [_call_delta(e, calls[e[1]]) for e in read.calls]
+        if not delta and not logprobs:
+            return None  # text a call reader holds back
+        choice = ChatChunkChoice(index=index, delta=delta, logprobs=ChatLogprobs.of(logprobs))
         return self._chunk([choice])
 
     def finish(self, index: int, finish_reason: str) -> list[BaseModel]:
-        return [self._chunk([ChatChunkChoice(index=index, delta={}, finish_reason=finish_reason)])]
+        reader = self._reader(index)
+        chunks: list[BaseModel] = []
+        rest = reader.flush()
+        if rest.content:
+            delta = {"content": rest.content}
+            chunks.append(self._chunk([ChatChunkChoice(index=index, delta=delta)]))
+        reason = "tool_calls" if reader.calls else finish_reason
+        chunks.append(self._chunk([ChatChunkChoice(index=index, delta={}, finish_reason=reason)]))
+        return chunks
 
     def usage(self, usage: Usage) -> BaseModel:
         return self._chunk([], usage)
 
     def final(self, outputs: list[ChoiceOutput], usage: Usage) -> BaseModel:
-        choices = [
-            ChatChoice(
-                index=i,
-                message=AssistantMessage(content=out.text),
-                logprobs=ChatLogprobs.of(out.logprobs),
-                finish_reason=out.finish_reason,
+        choices = []
+        for i, out in enumerate(outputs):
+            reader = self.output.reader()
+            read = reader.read_all(out.text, out.reasoning)
+            choices.append(
+                ChatChoice(
+                    index=i,
+                    message=self.message(read, reader.calls),
+                    logprobs=ChatLogprobs.of(out.logprobs),
+                    finish_reason="tool_calls" if reader.calls else out.finish_reason,
+                )
             )
-            for i, out in enumerate(outputs)
-        ]
         return ChatCompletion(
             id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
         )
+
+    def message(self, read: Read, calls: list[Call]) -> AssistantMessage:
+        """One choice's message: its calls (content null) or its text, and a thinking
+        request's thinking beside them (null when left out)."""
+        tool_calls: list[ToolCall | CustomToolCall] = [
+            CustomToolCall(id=c.id, custom=Custom(name=c.name, input=c.arguments))
+            if c.custom
+            else ToolCall(id=c.id, function=Function(name=c.name, arguments=c.arguments))
+            for c in calls
+        ]
+        if self.output.thinking is None:
+            if calls:
+                return ToolCallMessage(content=None, tool_calls=tool_calls)
+            return AssistantMessage(content=read.content)
+        thought = read.reasoning if self.output.include_reasoning else None
+        if calls:
+            return ReasoningToolCallMessage(
+                content=None, tool_calls=tool_calls, reasoning=thought, reasoning_content=thought
+            )
+        return ReasoningMessage(content=read.content, reasoning=thought, reasoning_content=thought)
+
+
+def _call_delta(event: CallEvent, call: Call) -> dict[str, Any]:
+    """One entry of a streamed `delta.tool_calls`: the id and name first, then arguments
+    (a custom tool's call: `custom` with its name, then its `input`)."""
+    if call.custom:
+        if event[0] == "call":
+            return {
+                "index": event[1],
+                "id": call.id,
+                "type": "custom",
+                "custom": {"name": call.name, "input": ""},
+            }
+        return {"index": event[1], "custom": {"input": event[2]}}
+    if event[0] == "call":
+        return {
+            "index": event[1],
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
+    return {"index": event[1], "function": {"arguments": event[2]}}

@@ -1,4 +1,5 @@
-"""POST /v1/chat/completions: parse, pick the renderer, and hand on to the serving pipeline."""
+"""POST /v1/chat/completions: parse, say what the output holds, and hand on to the serving
+pipeline."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from gclm.server.engine.protocol import Engine
 from gclm.server.openai.chat.protocol import ChatCompletionRequest
-from gclm.server.openai.chat.reasoning import ReasoningChatRenderer, ReasoningToolChatRenderer
 from gclm.server.openai.chat.render import ChatRenderer
-from gclm.server.openai.chat.tool_calls import ToolChatRenderer
 from gclm.server.openai.reasoning import check_reasoning
 from gclm.server.openai.serving import serving_of
 from gclm.server.openai.tools.prompt import prompt_messages, template_tools
@@ -24,18 +23,11 @@ async def chat_completions(request: Request) -> Response:
     body = ChatCompletionRequest.parse(await request.body())
     serving.check_model(body)
     check_reasoning(body, serving.reasoning)
-    plan = body.tool_plan
     # Templating and tokenizing run in a worker thread: a long prompt must not stop the event
     # loop, which answers every other request and /health.
     prompt = await run_in_threadpool(chat_prompt, engine, body)
-    renderer = ChatRenderer(engine.model_id)
-    tools = plan is not None and plan.calls_allowed
-    if serving.reasoning is not None and serving.thinks(body):
-        thinking = ReasoningToolChatRenderer if tools else ReasoningChatRenderer
-        renderer = thinking(engine.model_id, serving.reasoning, body.include_reasoning)
-    elif tools:
-        renderer = ToolChatRenderer(engine.model_id)
-    return await serving.generate(request, body, [prompt], renderer)
+    output = serving.output_spec(body, body.tool_plan, body.include_reasoning)
+    return await serving.generate(request, body, [prompt], ChatRenderer(engine.model_id, output))
 
 
 def chat_prompt(engine: Engine, body: ChatCompletionRequest) -> list[int]:

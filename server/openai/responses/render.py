@@ -31,9 +31,15 @@ from pydantic import BaseModel, ConfigDict
 
 from gclm.server.engine.protocol import TokenLogprob
 from gclm.server.http.errors import as_gclm_error
-from gclm.server.openai.reasoning import ReasoningParser
+from gclm.server.openai.output import PLAIN, OutputSpec, Read
 from gclm.server.openai.render import ChoiceOutput, Renderer, TopLogprob, Usage
+from gclm.server.openai.responses.function_calls import (
+    CustomToolCallItem,
+    FunctionCallItem,
+    call_item,
+)
 from gclm.server.openai.responses.protocol import ResponsesRequest
+from gclm.server.openai.tools.calls import Call
 
 
 class OutputTokenLogprob(TopLogprob):
@@ -73,29 +79,6 @@ class ReasoningItem(BaseModel):
     id: str
     summary: list[Any] = []
     content: list[ReasoningText]
-    status: Literal["in_progress", "completed", "incomplete"]
-
-
-class FunctionCallItem(BaseModel):
-    """A `function_call` output item: `call_id` is what the function_call_output answering
-    it names."""
-
-    type: Literal["function_call"] = "function_call"
-    id: str
-    call_id: str
-    name: str
-    arguments: str
-    status: Literal["in_progress", "completed", "incomplete"]
-
-
-class CustomToolCallItem(BaseModel):
-    """A `custom_tool_call` output item: its `input` is the tool's free text."""
-
-    type: Literal["custom_tool_call"] = "custom_tool_call"
-    id: str
-    call_id: str
-    name: str
-    input: str
     status: Literal["in_progress", "completed", "incomplete"]
 
 
@@ -157,15 +140,15 @@ class ResponseEvent(BaseModel):
 
 
 class ResponsesRenderer(Renderer):
-    """Builds one response's body, or its events when streamed (a single output)."""
+    """Builds one response's body, or its events when streamed (a single output): what its
+    output parsers read (server/openai/output.py) as a reasoning item, then a message or
+    function calls (responses/function_calls.py)."""
 
     id_prefix = "resp_"
     done = None  # a Responses stream ends with response.completed, not [DONE]
 
-    def __init__(
-        self, model: str, request: ResponsesRequest, parser: ReasoningParser | None = None
-    ) -> None:
-        super().__init__(model)
+    def __init__(self, model: str, request: ResponsesRequest, output: OutputSpec = PLAIN) -> None:
+        super().__init__(model, output)
         self.request = request
         self.item_id = "msg_" + secrets.token_hex(12)
         self._sequence = 0
@@ -173,10 +156,12 @@ class ResponsesRenderer(Renderer):
         self._logprobs: list[TokenLogprob] = []
         self._finish_reason = "stop"
         self._announced = False  # the message item's added events are sent
+        self._reader = output.reader()
+        self._held: list[TokenLogprob] = []  # logprobs of text a call reader holds back
         # A thinking request's reasoning item comes first; the answer's items after it.
-        self.parser = parser
+        self.parser = output.thinking
         self.reasoning_id = "rs_" + secrets.token_hex(12)
-        self.first = 0 if parser is None else 1  # output_index of the answer's first item
+        self.first = 0 if self.parser is None else 1  # output_index of the answer's first item
         self._thought: list[str] = []
         self._reasoning_open = False  # streamed: the reasoning item is added, not yet done
 
@@ -199,7 +184,9 @@ class ResponsesRenderer(Renderer):
 
     def opening(self, n: int) -> list[BaseModel]:
         started = self._started()
-        return started if self.parser is not None else started + self._announce_message()
+        if self.parser is not None or self.output.tool_calls:
+            return started  # the message (or the calls) announced once read
+        return started + self._announce_message()
 
     def _started(self) -> list[BaseModel]:
         """response.created and .in_progress; a thinking request's reasoning item opens."""
@@ -217,8 +204,7 @@ class ResponsesRenderer(Renderer):
     def reasoning_delta(self, index: int, text: str) -> BaseModel | None:
         if self.parser is None:
             return None
-        if not self._thought:
-            text = self.parser.strip_start(text)
+        text = self._reader.feed(reasoning=text).reasoning
         if not text:
             return None
         self._thought.append(text)
@@ -268,7 +254,11 @@ class ResponsesRenderer(Renderer):
     def deltas(
         self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None
     ) -> list[BaseModel]:
-        return [*self._announce_message(), self.delta(index, text, logprobs)]
+        if not self.output.tool_calls:
+            return [*self._announce_message(), self.delta(index, text, logprobs)]
+        read = self._reader.feed(content=text)
+        self._held.extend(logprobs or ())
+        return [*self._end_reasoning(), *self._text_events(read.content), *self._call_events(read)]
 
     def delta(self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None) -> BaseModel:
         self._text.append(text)
@@ -283,6 +273,19 @@ class ResponsesRenderer(Renderer):
         )
 
     def finish(self, index: int, finish_reason: str) -> list[BaseModel]:
+        rest = self._reader.flush()
+        out: list[BaseModel] = self._end_reasoning()
+        if self.output.tool_calls:
+            out += self._text_events(rest.content)
+        calls = self._reader.calls
+        if calls:
+            self._finish_reason = finish_reason
+            return out + [e for i, call in enumerate(calls) for e in self._call_done(i, call)]
+        if self.output.tool_calls and not self._announced:
+            out += self._text_events("", announce=True)  # an empty answer is an empty message
+        return out + self._message_done(finish_reason)
+
+    def _message_done(self, finish_reason: str) -> list[BaseModel]:
         self._finish_reason = finish_reason
         text = "".join(self._text)
         part = self._part(text, self._logprobs)
@@ -304,7 +307,71 @@ class ResponsesRenderer(Renderer):
             ),
         ]
 
+    def _text_events(self, content: str, announce: bool = False) -> list[BaseModel]:
+        """Answer text where calls may come: the message item's opening events the first
+        time, then the text's delta (with the logprobs held back for it)."""
+        if not content and not announce:
+            return []
+        out = self._announce_message()
+        if content:
+            logprobs, self._held = self._held, []
+            with_logprobs = self.request.logprobs_count is not None
+            out.append(self.delta(0, content, logprobs if with_logprobs else None))
+        return out
+
+    def _call_events(self, read: Read) -> list[BaseModel]:
+        """A call's item once its name is read, then its arguments' deltas."""
+        out: list[BaseModel] = []
+        for event in read.calls:
+            call = self._reader.calls[event[1]]
+            if event[0] == "call":
+                self._held.clear()  # the opener's tokens are no text
+                out.append(
+                    ResponseEvent(
+                        type="response.output_item.added",
+                        output_index=self.first + event[1],
+                        item=call_item(call, "in_progress"),
+                    )
+                )
+            else:
+                kind = "custom_tool_call_input" if call.custom else "function_call_arguments"
+                out.append(
+                    ResponseEvent(
+                        type=f"response.{kind}.delta",
+                        item_id=call_item(call, "in_progress").id,
+                        output_index=self.first + event[1],
+                        delta=event[2],
+                    )
+                )
+        return out
+
+    def _call_done(self, i: int, call: Call) -> list[BaseModel]:
+        item = call_item(call, "completed")
+        done = (
+            ResponseEvent(
+                type="response.custom_tool_call_input.done",
+                item_id=item.id,
+                output_index=self.first + i,
+                input=call.arguments,
+            )
+            if call.custom
+            else ResponseEvent(
+                type="response.function_call_arguments.done",
+                item_id=item.id,
+                output_index=self.first + i,
+                name=call.name,
+                arguments=call.arguments,
+            )
+        )
+        return [
+            done,
+            ResponseEvent(type="response.output_item.done", output_index=self.first + i, item=item),
+        ]
+
     def closing(self, usage: Usage, include_usage: bool) -> list[BaseModel]:
+        if self._reader.calls:
+            final = self._with_calls(self._reader.calls, self._streamed(), usage)
+            return [ResponseEvent(type="response.completed", response=final)]
         final = self.final([self._streamed()], usage)
         kind = "response.completed" if final.status == "completed" else "response.incomplete"
         return [ResponseEvent(type=kind, response=final)]
@@ -319,9 +386,18 @@ class ResponsesRenderer(Renderer):
 
     def final(self, outputs: list[ChoiceOutput], usage: Usage) -> ResponseBody:
         [out] = outputs
+        reader = self.output.reader()
+        reader.read_all(out.text, "")
+        if reader.calls:
+            return self._with_calls(reader.calls, out, usage)
         status = self._status(out.finish_reason)
         message = self._message(status, out.text, out.logprobs or ())
         return self._response(status, [*self._reasoning_output(out), message], usage)
+
+    def _with_calls(self, calls: list[Call], out: ChoiceOutput, usage: Usage) -> ResponseBody:
+        # A call always completes: the constraint closes it within the budget.
+        items = [call_item(c, "completed") for c in calls]
+        return self._response("completed", [*self._reasoning_output(out), *items], usage)
 
     def _reasoning_output(self, out: ChoiceOutput) -> list[ReasoningItem]:
         """The reasoning item of a thinking request's output (none for another)."""

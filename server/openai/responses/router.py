@@ -1,4 +1,4 @@
-"""POST /v1/responses: parse, pick the renderer, and hand on to the serving pipeline."""
+"""POST /v1/responses: parse, say what the output holds, and hand on to the serving pipeline."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from fastapi.concurrency import run_in_threadpool
 
 from gclm.server.engine.protocol import Engine
 from gclm.server.openai.reasoning import check_reasoning
-from gclm.server.openai.responses.function_calls import ResponsesToolRenderer
 from gclm.server.openai.responses.protocol import ResponsesRequest
 from gclm.server.openai.responses.render import ResponsesRenderer
 from gclm.server.openai.serving import serving_of
@@ -26,10 +25,8 @@ async def responses(request: Request) -> Response:
     # Templating and tokenizing run in a worker thread: a long prompt must not stop the event
     # loop, which answers every other request and /health.
     prompt = await run_in_threadpool(responses_prompt, engine, body)
-    parser = serving.reasoning if serving.thinks(body) else None
-    renderer = ResponsesRenderer(engine.model_id, body, parser)
-    if body.tool_plan is not None and body.tool_plan.calls_allowed:
-        renderer = ResponsesToolRenderer(engine.model_id, body, parser)
+    output = serving.output_spec(body, body.tool_plan, body.include_reasoning)
+    renderer = ResponsesRenderer(engine.model_id, body, output)
     return await serving.generate(request, body, [prompt], renderer)
 
 

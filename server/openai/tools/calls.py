@@ -13,7 +13,7 @@ or a custom tool's call, its name on the opener's line and its input to the end:
 or, under tool_choice "auto", text that does not start with the opener. `CallReader` reads it
 character by character as it streams: text goes out as content; a call goes out as its
 name (once the name is complete) and then its arguments in fragments, as they arrive.
-Each API writes the calls in its own shapes: chat/tool_calls.py (`message.tool_calls`),
+Each API writes the calls in its own shapes: chat/render.py (`message.tool_calls`),
 responses/function_calls.py (`function_call` items).
 """
 

@@ -1,0 +1,167 @@
+"""Output parsers: how a choice's text is read back, composed per request.
+
+The plan of a request (serving.py) names what its output holds (`OutputSpec`): plain text; a
+thinking request's thinking (`Thinking`: its start marker stripped, or the text left out); an
+answer that tools allow to be calls (`ToolCalls`: text or calls, read by tools/calls.py's
+`CallReader`). "Reasoning and tool calls" is a list of those two parsers, not a renderer
+class: each API's renderer (chat/render.py, responses/render.py) feeds a choice's text through
+its `ChoiceReader` and writes what comes out (`Read`) in that API's shapes.
+
+A new kind of output is one more parser here, added by `OutputSpec.parsers`, and its shape in
+the renderers. OpenAI's "custom" tools (free-form or grammar input) are read by `ToolCalls`
+too: `CallReader` reads a custom call's name and its `input` (a `Call` with `custom` set),
+and each renderer writes it in its API's custom-call shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gclm.server.engine.protocol import FinishEvent
+from gclm.server.openai.tools.calls import Call, CallReader
+
+if TYPE_CHECKING:
+    from gclm.server.openai.reasoning import ReasoningParser
+
+# ("call", i, call) when call i's name is complete; ("args", i, fragment) as arguments arrive.
+CallEvent = tuple[Any, ...]
+
+
+@dataclass
+class Read:
+    """What a piece of one choice's output reads as: answer text, thinking text, calls."""
+
+    content: str = ""
+    reasoning: str = ""
+    calls: list[CallEvent] = field(default_factory=list)
+
+
+class OutputParser(Protocol):
+    """One stage of reading a choice's output; a ChoiceReader runs them in order."""
+
+    def feed(self, read: Read) -> Read:
+        """What `read` (the previous stage's) reads as after this stage."""
+        ...
+
+    def flush(self, read: Read) -> Read:
+        """At the choice's end: `read` plus what this stage still holds back."""
+        ...
+
+    def finish_reason(self, event: FinishEvent, reason: str) -> str:
+        """The finish_reason to report, given the previous stage's `reason`."""
+        ...
+
+
+class Thinking:
+    """A thinking request's thinking text: without the start marker the model may write,
+    or left out (`include_reasoning: false`)."""
+
+    def __init__(self, parser: ReasoningParser, include: bool) -> None:
+        self.parser, self.include = parser, include
+        self._started = False
+
+    def feed(self, read: Read) -> Read:
+        if read.reasoning:
+            text = read.reasoning
+            if not self._started:
+                self._started = True
+                text = self.parser.strip_start(text)
+            read.reasoning = text if self.include else ""
+        return read
+
+    def flush(self, read: Read) -> Read:
+        return read
+
+    def finish_reason(self, event: FinishEvent, reason: str) -> str:
+        return reason
+
+
+class ToolCalls:
+    """An answer that is text or tool calls (tool_choice allows calls)."""
+
+    def __init__(self) -> None:
+        self.reader = CallReader()
+
+    def feed(self, read: Read) -> Read:
+        if read.content:
+            read.content, events = self.reader.feed(read.content)
+            calls = self.reader.calls
+            read.calls += [(e[0], e[1], calls[e[1]]) if e[0] == "call" else e for e in events]
+        return read
+
+    def flush(self, read: Read) -> Read:
+        read.content += self.reader.finish()
+        return read
+
+    def finish_reason(self, event: FinishEvent, reason: str) -> str:
+        # Text under "auto" is free text: a budget cut is "length" (a call is never cut).
+        return "length" if event.budget_cut else reason
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """What a request's output holds, decided once in its plan."""
+
+    thinking: ReasoningParser | None = None  # a thinking request's markers
+    include_reasoning: bool = True
+    tool_calls: bool = False  # tools allow calls
+
+    def parsers(self) -> list[OutputParser]:
+        """One choice's parsers, fresh, in the order they read."""
+        parsers: list[OutputParser] = []
+        if self.thinking is not None:
+            parsers.append(Thinking(self.thinking, self.include_reasoning))
+        if self.tool_calls:
+            parsers.append(ToolCalls())
+        return parsers
+
+    def reader(self) -> ChoiceReader:
+        return ChoiceReader(self.parsers())
+
+    def finish_reason(self, event: FinishEvent) -> str:
+        """The finish_reason to report: the engine's, where a constrained output cut by the
+        budget is complete, so "stop"; the parsers may say otherwise (free text under tools)."""
+        reason = event.finish_reason
+        for parser in self.parsers():
+            reason = parser.finish_reason(event, reason)
+        return reason
+
+
+PLAIN = OutputSpec()  # plain text: nothing to read back
+
+
+class ChoiceReader:
+    """One choice's output through its parsers, piece by piece; `calls` are the calls read."""
+
+    def __init__(self, parsers: list[OutputParser]) -> None:
+        self.parsers = parsers
+        self.calls: list[Call] = []
+
+    def feed(self, content: str = "", reasoning: str = "") -> Read:
+        read = Read(content, reasoning)
+        for parser in self.parsers:
+            read = parser.feed(read)
+        return self._seen(read)
+
+    def flush(self) -> Read:
+        """What the parsers still hold at the choice's end (a text that began like a call)."""
+        read = Read()
+        for parser in self.parsers:
+            read = parser.flush(read)
+        return self._seen(read)
+
+    def read_all(self, content: str, reasoning: str) -> Read:
+        """A whole collected output, read at once."""
+        whole = self.feed(reasoning=reasoning) if reasoning else Read()
+        answer = self.feed(content=content)
+        rest = self.flush()
+        return Read(
+            content=answer.content + rest.content,
+            reasoning=whole.reasoning + answer.reasoning,
+            calls=answer.calls + rest.calls,
+        )
+
+    def _seen(self, read: Read) -> Read:
+        self.calls += [event[2] for event in read.calls if event[0] == "call"]
+        return read
