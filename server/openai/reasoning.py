@@ -32,7 +32,6 @@ from gclm.compiler.tables import CompiledTable
 from gclm.errors import InvalidRequestError
 from gclm.masking.reasoning import ThinkingSpec
 from gclm.server.openai.json_values import OptionalJsonInt
-from gclm.server.openai.render import CompletionTokensDetails, Usage
 
 # vLLM's parser names, and the markers their models think between.
 PARSERS: dict[str, tuple[str, str]] = {
@@ -170,11 +169,3 @@ def check_reasoning(
             param=param,
             code="unsupported_parameter",
         )
-
-
-def with_reasoning_tokens(usage: Usage, reasoning_tokens: int | None) -> Usage:
-    """`usage` with completion_tokens_details.reasoning_tokens (a thinking request's)."""
-    if reasoning_tokens is None:
-        return usage
-    details = CompletionTokensDetails(reasoning_tokens=reasoning_tokens)
-    return usage.model_copy(update={"completion_tokens_details": details})

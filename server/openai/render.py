@@ -46,6 +46,13 @@ class Usage(BaseModel):
             completion_tokens_details=CompletionTokensDetails(),
         )
 
+    def with_reasoning_tokens(self, reasoning_tokens: int | None) -> Usage:
+        """This usage with completion_tokens_details.reasoning_tokens (a thinking request's)."""
+        if reasoning_tokens is None:
+            return self
+        details = CompletionTokensDetails(reasoning_tokens=reasoning_tokens)
+        return self.model_copy(update={"completion_tokens_details": details})
+
 
 @dataclass
 class ChoiceOutput:

@@ -51,11 +51,7 @@ from gclm.server.http.streaming import (
 from gclm.server.openai.constraint_spec import ConstraintSpec, constraint_spec, with_param
 from gclm.server.openai.output import PLAIN, OutputSpec
 from gclm.server.openai.protocol import GenerationBody
-from gclm.server.openai.reasoning import (
-    ReasoningParser,
-    ThinkingControls,
-    with_reasoning_tokens,
-)
+from gclm.server.openai.reasoning import ReasoningParser, ThinkingControls
 from gclm.server.openai.render import ChoiceOutput, Renderer, Usage
 from gclm.server.openai.tools.prompt import ToolPlan
 from gclm.server.settings import ServerSettings
@@ -384,4 +380,4 @@ class EventFold:
 
     def usage(self) -> Usage:
         usage = Usage.of(self.plan.prompt_tokens, self.completion_tokens, self.cached_tokens)
-        return with_reasoning_tokens(usage, self.reasoning_tokens)
+        return usage.with_reasoning_tokens(self.reasoning_tokens)
