@@ -8,7 +8,7 @@ DEV_STAMP := $(VENV)/.installed-dev
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install install-dev install-vllm serve check test test-vllm docs docker-test lint typecheck bench clean
+.PHONY: install install-dev install-vllm serve check test test-vllm docs docker-test lint typecheck bench clean gpu-bundle gpu-dry-run
 
 install: $(STAMP)
 install-dev: $(DEV_STAMP)
@@ -124,6 +124,16 @@ typecheck: $(DEV_STAMP)
 	ln -s $(CURDIR)/gclm/*.py $(CURDIR)/gclm/py.typed $(TYPECHECK_TREE)/gclm/
 	for d in server compiler masking; do ln -s $(CURDIR)/$$d $(TYPECHECK_TREE)/gclm/$$d; done
 	MYPYPATH=$(TYPECHECK_TREE) $(BIN)/python -m mypy
+
+# The GPU check (issue 39). gpu-bundle writes what the GPU machine lacks to run bench/gpu.py
+# under build/ (wheels, the embedded model's config and tokenizer, its package in two
+# halves) and prints the device calls that run it (bench/gpu_bundle.py's docstring);
+# gpu-dry-run runs the same check on the CPU, small.
+gpu-bundle: $(STAMP)
+	$(BIN)/python -m bench.gpu_bundle
+
+gpu-dry-run: $(STAMP)
+	$(BIN)/python -m bench.gpu --device cpu --json build/gpu-dry-run.json
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .hypothesis
