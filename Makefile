@@ -129,10 +129,10 @@ typecheck: $(DEV_STAMP)
 # under build/ (wheels, the embedded model's config and tokenizer, its package in two
 # halves) and prints the device calls that run it (bench/gpu_bundle.py's docstring);
 # gpu-dry-run runs the same check on the CPU, small.
-gpu-bundle: $(STAMP)
+gpu-bundle: $(DEV_STAMP)
 	$(BIN)/python -m bench.gpu_bundle
 
-gpu-dry-run: $(STAMP)
+gpu-dry-run: $(DEV_STAMP)
 	$(BIN)/python -m bench.gpu --device cpu --json build/gpu-dry-run.json
 
 clean:
