@@ -19,7 +19,12 @@ import re._constants as sre
 import re._parser as sre_parse
 from typing import Any
 
-from gclm.compiler.json_schema.patterns import escape_literal
+from gclm.compiler.json_schema.patterns import (
+    complement_ranges,
+    escape_literal,
+    minus_ranges,
+    normalize_ranges,
+)
 from gclm.compiler.rust_regex import parse_problem
 
 _MAX_CHAR = 0x10FFFF
@@ -64,9 +69,9 @@ def _emit(items: list[tuple[Any, Any]], icase: bool, dotall: bool) -> str:
         if op is sre.LITERAL:
             out.append(_set_regex(_with_case([(av, av)], False, icase)))
         elif op is sre.NOT_LITERAL:
-            out.append(_set_regex(_with_case(_complement([(av, av)]), True, icase)))
+            out.append(_set_regex(_with_case(complement_ranges([(av, av)]), True, icase)))
         elif op is sre.ANY:
-            out.append(_set_regex(_complement([] if dotall else [(0x0A, 0x0A)])))
+            out.append(_set_regex(complement_ranges([] if dotall else [(0x0A, 0x0A)])))
         elif op is sre.IN:
             negate = bool(av) and av[0][0] is sre.NEGATE
             out.append(_set_regex(_with_case(_in_ranges(av, negate), negate, icase)))
@@ -113,7 +118,7 @@ def _in_ranges(items: list[tuple[Any, Any]], negate: bool) -> Ranges:
             ranges += wide if negate else narrow
         else:  # pragma: no cover - sre's class items are the ones above
             raise RegexProblem(f"a character class item {op}")
-    return _complement(ranges) if negate else _normalize(ranges)
+    return complement_ranges(ranges) if negate else normalize_ranges(ranges)
 
 
 def _category(code: Any) -> tuple[Ranges, Ranges]:
@@ -131,7 +136,7 @@ def _category(code: Any) -> tuple[Ranges, Ranges]:
     if code in ascii_sets:
         return ascii_sets[code], _python_set(code)
     base = positive[code]
-    return _complement(_python_set(base)), _complement(ascii_sets[base])
+    return complement_ranges(_python_set(base)), complement_ranges(ascii_sets[base])
 
 
 @functools.cache
@@ -151,13 +156,13 @@ def _with_case(ranges: Ranges, negate: bool, icase: bool) -> Ranges:
     if not icase:
         return ranges
     if negate:
-        python = re.compile("[^" + _class_body(_complement(ranges)) + "]", re.IGNORECASE)
+        python = re.compile("[^" + _class_body(complement_ranges(ranges)) + "]", re.IGNORECASE)
     else:
         python = re.compile("[" + _class_body(ranges) + "]", re.IGNORECASE)
     cased = _cased()
-    kept = [r for r in _minus(ranges, cased)]
+    kept = [r for r in minus_ranges(ranges, cased)]
     kept += [(cp, cp) for lo, hi in cased for cp in range(lo, hi + 1) if python.fullmatch(chr(cp))]
-    return _normalize(kept)
+    return normalize_ranges(kept)
 
 
 @functools.cache
@@ -183,34 +188,6 @@ def _ranges_of(codes: Any) -> Ranges:
     return out
 
 
-def _normalize(ranges: Ranges) -> Ranges:
-    out: Ranges = []
-    for lo, hi in sorted(ranges):
-        if out and lo <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
-        else:
-            out.append((lo, hi))
-    return out
-
-
-def _complement(ranges: Ranges) -> Ranges:
-    out, start = [], 0
-    for lo, hi in _normalize(ranges):
-        if lo > start:
-            out.append((start, lo - 1))
-        start = hi + 1
-    if start <= _MAX_CHAR:
-        out.append((start, _MAX_CHAR))
-    return out
-
-
-def _minus(ranges: Ranges, removed: Ranges) -> Ranges:
-    keep = _complement(removed)
-    return _normalize(
-        [(max(a, c), min(b, d)) for a, b in ranges for c, d in keep if max(a, c) <= min(b, d)]
-    )
-
-
 NOTHING = r"[^\x00-\U0010FFFF]"
 # No character at or past this has another case (the last cased block, Adlam, ends at
 # U+1E95F), nor is one another's case.
@@ -228,7 +205,7 @@ def _class_body(ranges: Ranges) -> str:
 
 def _set_regex(ranges: Ranges) -> str:
     """One character from `ranges` (surrogates left out: no UTF-8 text holds one)."""
-    ranges = _minus(ranges, [_SURROGATES])
+    ranges = minus_ranges(ranges, [_SURROGATES])
     if not ranges:
         return NOTHING
     if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:

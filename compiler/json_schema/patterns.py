@@ -181,7 +181,7 @@ def _escape_char(cp: int) -> str:
     return f"\\u{cp:04x}" if cp < 0x10000 else f"\\U{cp:08x}"
 
 
-def _normalize(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def normalize_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     for lo, hi in sorted(ranges):
         if out and lo <= out[-1][1] + 1:
@@ -191,9 +191,9 @@ def _normalize(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def _complement(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def complement_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     out, start = [], 0
-    for lo, hi in _normalize(ranges):
+    for lo, hi in normalize_ranges(ranges):
         if lo > start:
             out.append((start, lo - 1))
         start = hi + 1
@@ -202,9 +202,12 @@ def _complement(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def _minus(ranges: list[tuple[int, int]], removed: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    keep = _complement(removed)
-    return _normalize(
+def minus_ranges(
+    ranges: list[tuple[int, int]], removed: list[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """The code points of `ranges` not in `removed`, as sorted disjoint ranges."""
+    keep = complement_ranges(removed)
+    return normalize_ranges(
         [(max(a, c), min(b, d)) for a, b in ranges for c, d in keep if max(a, c) <= min(b, d)]
     )
 
@@ -214,8 +217,8 @@ def char_set_regex(ranges: list[tuple[int, int]], quotes: bool = True) -> str:
 
     `quotes=False` leaves out `\\"` (see `string_regex`).
     """
-    ranges = _normalize(ranges)
-    raw = _minus(ranges, _RAW_FORBIDDEN)
+    ranges = normalize_ranges(ranges)
+    raw = minus_ranges(ranges, _RAW_FORBIDDEN)
     alternatives = []
     if raw:
         if len(raw) == 1 and raw[0][0] == raw[0][1]:
@@ -260,9 +263,9 @@ def _category_sets() -> dict[Any, tuple[list[tuple[int, int]], list[tuple[int, i
         sre.CATEGORY_DIGIT: (_DIGIT, _DIGIT),
         sre.CATEGORY_WORD: (_WORD, _WORD),
         sre.CATEGORY_SPACE: space,
-        sre.CATEGORY_NOT_DIGIT: (_complement(_DIGIT), _complement(_DIGIT)),
-        sre.CATEGORY_NOT_WORD: (_complement(_WORD), _complement(_WORD)),
-        sre.CATEGORY_NOT_SPACE: (_complement(space[1]), _complement(space[0])),
+        sre.CATEGORY_NOT_DIGIT: (complement_ranges(_DIGIT), complement_ranges(_DIGIT)),
+        sre.CATEGORY_NOT_WORD: (complement_ranges(_WORD), complement_ranges(_WORD)),
+        sre.CATEGORY_NOT_SPACE: (complement_ranges(space[1]), complement_ranges(space[0])),
     }
 
 
@@ -285,7 +288,7 @@ def _in_ranges(items: list[tuple[Any, Any]]) -> list[tuple[int, int]]:
             ranges += _CATEGORY_SETS[av][1 if negate else 0]
         else:
             raise ValueError(f"character class item {op} {av}")
-    return _complement(ranges) if negate else _normalize(ranges)
+    return complement_ranges(ranges) if negate else normalize_ranges(ranges)
 
 
 def _emit(items: list[tuple[Any, Any]], pattern: str, pointer: str, quotes: bool = True) -> str:
@@ -295,9 +298,9 @@ def _emit(items: list[tuple[Any, Any]], pattern: str, pointer: str, quotes: bool
         if op is sre.LITERAL:
             out.append(char_set_regex([(av, av)], quotes))
         elif op is sre.NOT_LITERAL:
-            out.append(char_set_regex(_complement([(av, av)]), quotes))
+            out.append(char_set_regex(complement_ranges([(av, av)]), quotes))
         elif op is sre.ANY:
-            out.append(char_set_regex(_complement(_LINE_TERMINATORS), quotes))
+            out.append(char_set_regex(complement_ranges(_LINE_TERMINATORS), quotes))
         elif op is sre.IN:
             try:
                 out.append(char_set_regex(_in_ranges(av), quotes))
