@@ -22,17 +22,14 @@ from __future__ import annotations
 
 import sys
 from functools import lru_cache
+from typing import Any
 
-import numba as nb
 import numpy as np
 import torch
 
-from gclm.compiler.numba_cache import cache_per_version
 from gclm.errors import InternalError
 from gclm.masking.masks import num_words
 from gclm.masking.state import ConstraintState
-
-cache_per_version(__file__)
 
 # -inf's bit pattern in an integer view of each logits dtype.
 _NEG_INF_BITS: dict[torch.dtype, tuple[torch.dtype, np.integer]] = {
@@ -145,7 +142,7 @@ def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
         # skips the all-allowed words and fills the all-disallowed ones in runs.
         view_dtype, neg_inf = _NEG_INF_BITS[logits.dtype]
         out = logits.view(view_dtype).numpy()  # [B, V_logits], the logits' own memory
-        _mask_words(out, bitmask.cpu().numpy(), covered, neg_inf, _KEEP[view_dtype])
+        _word_pass()(out, bitmask.cpu().numpy(), covered, neg_inf, _KEEP[view_dtype])
         return
     # Four kernels on a GPU: the copy of the rows, AND with each bit, == 0, masked_fill.
     words = bitmask.to(logits.device, non_blocking=True)  # [B, W]
@@ -153,7 +150,19 @@ def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
     logits[:, :covered].masked_fill_(disallowed.view(batch, -1)[:, :covered], -torch.inf)
 
 
-@nb.njit(cache=True, nogil=True)
+@lru_cache(maxsize=1)
+def _word_pass() -> Any:
+    """_mask_words compiled, on the first CPU apply. numba is imported here, not with the
+    module: gclm.masking loads inside vLLM's workers, whose start-up scans every loaded
+    module's namespace and fails on llvmlite's objects."""
+    import numba as nb
+
+    from gclm.compiler.numba_cache import cache_per_version
+
+    cache_per_version(__file__)
+    return nb.njit(cache=True, nogil=True)(_mask_words)
+
+
 def _mask_words(out, words, covered, neg_inf, keep):
     """Write `neg_inf` into out[b, v] for every v < covered whose bit is clear in words[b].
     `keep[byte]` is the eight lanes of a mask byte, all ones where its bit is set: a mixed

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gclm.masking.masks import Masks
 from gclm.masking.state import ConstraintState
+
+if TYPE_CHECKING:
+    from gclm.masking.masks import Masks
 
 # A state allowing more tokens than this is not forced (the test unpacks its row).
 MAX_CHAIN_TOKENS = 64

@@ -26,14 +26,17 @@ import itertools
 import sys
 import weakref
 from bisect import bisect_right
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
+from typing_extensions import TypeIs
 
-from gclm.compiler.lazy_table import LazyTable
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.token_sets import TokenSets, words_for
 from gclm.errors import InternalError
+
+if TYPE_CHECKING:
+    from gclm.compiler.lazy_table import LazyTable
 
 # Tight rows kept per table before the cache is dropped and rebuilt on demand.
 DEFAULT_TIGHT_CACHE_BYTES = 256 << 20
@@ -290,7 +293,17 @@ class MaskTable:
 
 
 # What a sequence masks with: a whole table's MaskTable, or a LazyTable (its own masks).
-Masks = MaskTable | LazyTable
+if TYPE_CHECKING:
+    Masks = MaskTable | LazyTable
+
+
+def is_lazy(table: object) -> TypeIs[LazyTable]:
+    """Whether `table` is a LazyTable, without importing the lazy compiler: it brings numba,
+    which vLLM's workers must not have loaded when they start (gclm.masking loads there).
+    A table made by it means its module is loaded."""
+    module = sys.modules.get("gclm.compiler.lazy_table")
+    return module is not None and isinstance(table, module.LazyTable)
+
 
 _CACHE: weakref.WeakKeyDictionary[CompiledTable, MaskTable] = weakref.WeakKeyDictionary()
 
@@ -313,7 +326,7 @@ def mask_table(table: CompiledTable | LazyTable) -> MaskTable | LazyTable:
     rows: a few milliseconds for a JSON schema. Call it when the table is compiled, to keep
     the build off the sampling hot path.
     """
-    if isinstance(table, LazyTable):
+    if is_lazy(table):
         return table
     masks = _CACHE.get(table)
     if masks is None:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from gclm.compiler.lazy_table import LazyTable
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import BudgetTooSmallError, InternalError
-from gclm.masking.masks import Masks, mask_table
+from gclm.masking.masks import is_lazy, mask_table
+
+if TYPE_CHECKING:
+    from gclm.compiler.lazy_table import LazyTable
+    from gclm.masking.masks import Masks
 
 
 class Prelude(Protocol):
@@ -35,7 +38,7 @@ def check_budget(
     Raises:
         BudgetTooSmallError: `budget` is below the minimum; the message names `param`.
     """
-    if isinstance(table, LazyTable):
+    if is_lazy(table):
         if thinking is not None:
             raise ValueError("A thinking prelude needs the whole table (compile_constraint).")
         if not table.fits(table.initial, budget):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -139,3 +142,12 @@ def test_apply_on_cuda(table):
     logits = torch.zeros(1, 64, device="cuda")
     apply_bitmask(logits, bitmask)
     assert torch.nonzero(torch.isfinite(logits[0])).flatten().tolist() == [0, 31, 32]
+
+
+def test_masking_loads_without_numba() -> None:
+    # vLLM's workers load gclm.masking (the logits processor) before their start-up scans
+    # every loaded module's namespace, which fails on llvmlite's objects: numba must come
+    # with the first CPU apply or lazy compile, not with the import.
+    code = "import sys, gclm.masking, gclm.compiler.cache; print('numba' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -135,8 +135,8 @@ def test_validate_params_refuses_bad_constraints(processor: gv.GclmLogitsProcess
     bad = SamplingParams(max_tokens=8, extra_args={"gclm": "{nope"})
     with pytest.raises(ValueError, match="not JSON"):
         gv.GclmLogitsProcessor.validate_params(bad)
-    with pytest.raises(ValueError, match="Unknown constraint key 'grammar'"):
-        gv.GclmLogitsProcessor.validate_params(params(8, {"grammar": "x"}))
+    with pytest.raises(ValueError, match="Unknown constraint key .lark."):
+        gv.GclmLogitsProcessor.validate_params(params(8, {"lark": "start: \"x\""}))
 
 
 def test_the_graceful_policy_runs_in_vllm_unless_a_request_turns_it_off(
