@@ -6,9 +6,9 @@
 #
 # Arguments after the image name go straight to `gclm serve` (see docker/README.md).
 
-# The official PyTorch runtime image whose bundled torch is our pin (torch==2.13.0, built for
-# CUDA 12.6, cuDNN 9): pip sees the pin already satisfied, so the image holds one torch rather
-# than a second 2-3 GB CUDA build on top. CUDA 12.6 runs on NVIDIA drivers from the 525
+# The official PyTorch runtime image, whose bundled torch (2.13.0, built for CUDA 12.6, cuDNN 9)
+# is in the range pyproject.toml takes: pip sees it satisfied, so the image holds one torch
+# rather than a second 2-3 GB CUDA build on top. CUDA 12.6 runs on NVIDIA drivers from the 525
 # series on and on GPUs up to Hopper; for Blackwell GPUs build with
 # --build-arg BASE_IMAGE=pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime (needs driver 580+).
 ARG BASE_IMAGE=pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime

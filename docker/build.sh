@@ -18,7 +18,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 IMAGE=${IMAGE:-localhost/gclm:test}
-TORCH_VERSION=$(sed -n 's/^ *"torch==\([^"]*\)",.*/\1/p' pyproject.toml)
+# The torch of the official base image the Dockerfile names (pytorch/pytorch:VERSION-cuda...),
+# which the stand-in bundles; pyproject.toml takes a range of torch versions, not a pin.
+TORCH_VERSION=${TORCH_VERSION:-$(sed -n 's|^ARG BASE_IMAGE=pytorch/pytorch:\([0-9.]*\)-.*|\1|p' Dockerfile)}
+if [ -z "$TORCH_VERSION" ]; then
+    echo "docker/build.sh: no torch version in the Dockerfile's BASE_IMAGE (pytorch/pytorch:VERSION-...); set TORCH_VERSION" >&2
+    exit 1
+fi
 # Named after what it is made from, so that an edit to the Containerfile builds a new one.
 BASE_RECIPE=$(sha256sum docker/base/Containerfile | cut -c1-12)
 BASE_IMAGE=${BASE_IMAGE:-localhost/gclm-base:bookworm-torch$TORCH_VERSION-$BASE_RECIPE}
