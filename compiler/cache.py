@@ -17,6 +17,9 @@
 - Background: a busy refusal whose compile goes on (`CompilerBusyError.compiling`) is
   followed; its table lands here (and on disk), or its failure is remembered, so that the
   retry its Retry-After asks for finds it.
+- First masks: `fetch_first` answers a constraint still compiling with masks walked state
+  by state from its byte DFA (compiler/lazy_table.py), as soon as the compile has built it,
+  for a request that needs no whole table; the table itself lands here as before.
 - Never blocking on a compile: `fetch` answers a memory hit, a cached failure or a disk hit
   at once (reading the file in the caller's thread), and otherwise a Future that the
   compile resolves. So a request whose table is cached never waits behind a compile.
@@ -30,14 +33,18 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.disk_cache import DiskCache
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import CompileLimitError, CompilerBusyError, GclmError
+
+if TYPE_CHECKING:
+    from gclm.compiler.lazy_table import LazyTable
 
 log = logging.getLogger("gclm.compiler")
 
@@ -48,6 +55,9 @@ _NEGATIVE_OVERHEAD = 1024
 
 # A compile function returns the table, or a Future of it (compiler/pool.py's `submit`).
 CompileFn = Callable[[Constraint], "CompiledTable | Future[CompiledTable]"]
+# Masks for a constraint whose compile is in flight, ahead of its table: a Future of a
+# LazyTable (None when there is none to be had), or None (compiler/first_mask.py).
+FirstMasksFn = Callable[[Constraint], "Future[LazyTable | None] | None"]
 
 
 def cache_key(constraint: Constraint, vocab_fingerprint: str) -> str:
@@ -90,6 +100,8 @@ class TableCache:
         measure: bytes a cached table holds (default: `table.nbytes`); called outside the
             lock, at insertion and on later hits, so that it may build what it counts.
         limits_tag: the compile limits, as text: part of a remembered failure's disk key.
+        first_masks: LazyTables of compiles in flight, for `fetch_first` (None: it waits
+            for the table, as `fetch` does).
     """
 
     def __init__(
@@ -104,6 +116,7 @@ class TableCache:
         negative_max: int = 1024,
         measure: Callable[[CompiledTable], int] | None = None,
         limits_tag: str = "",
+        first_masks: FirstMasksFn | None = None,
     ):
         if max_bytes < 0:
             raise ValueError(f"the cache budget must be 0 bytes or more, got {max_bytes}")
@@ -128,6 +141,8 @@ class TableCache:
         self._bytes = 0
         self._inflight: dict[str, Future[CompiledTable]] = {}
         self._background: set[str] = set()  # keys whose compile goes on with nobody waiting
+        self._first_masks = first_masks
+        self._lazy: dict[str, Future[LazyTable | None]] = {}  # by key, while it compiles
         # Finishes compiles (disk write, measuring) off the compile pool's thread.
         self._finisher = ThreadPoolExecutor(2, thread_name_prefix="gclm-cache")
 
@@ -194,6 +209,32 @@ class TableCache:
         else:
             self._compiled(key, future, _done(compiled), started)
         return future
+
+    def fetch_first(self, constraint: Constraint) -> Future[CompiledTable | LazyTable]:
+        """What `fetch` answers, or sooner, while the constraint compiles, a LazyTable of its
+        byte DFA: the same masks, walked as generation reaches states (one walk for the
+        first mask). Requests that arrive during one compile share one LazyTable; the
+        table, once compiled, is cached and answers every later request."""
+        whole = self.fetch(constraint)
+        if whole.done() or self._first_masks is None:
+            return whole  # type: ignore[return-value]
+        key = self.key(constraint)
+        with self._lock:
+            lazy = self._lazy.get(key)
+            fresh = lazy is None
+            if fresh:
+                lazy = self._first_masks(constraint)
+                if lazy is None:
+                    return whole  # type: ignore[return-value]
+                self._lazy[key] = lazy
+        if fresh:
+            whole.add_done_callback(lambda _: self._forget_lazy(key, lazy))
+        return _first_of(lazy, whole)  # type: ignore[arg-type]
+
+    def _forget_lazy(self, key: str, lazy: Future[LazyTable | None] | None) -> None:
+        with self._lock:
+            if self._lazy.get(key) is lazy:
+                del self._lazy[key]
 
     def gauges(self) -> dict[str, int]:
         """Memory and disk use, for /metrics. Measures every entry again first: mask rows
@@ -394,3 +435,33 @@ def _failed(error: BaseException) -> Future[CompiledTable]:
     future: Future[CompiledTable] = Future()
     future.set_exception(error)
     return future
+
+
+def _first_of(
+    lazy: Future[LazyTable | None], whole: Future[CompiledTable]
+) -> Future[CompiledTable | LazyTable]:
+    """The LazyTable if it comes before the table, else the table (or its error)."""
+    out: Future[CompiledTable | LazyTable] = Future()
+
+    def settle(source: Future) -> None:
+        try:
+            result = source.result()
+        except BaseException as e:
+            if source is lazy:  # no masks ahead of the table: wait for it
+                return
+            outcome: object = e
+        else:
+            if result is None:  # no LazyTable for this constraint
+                return
+            outcome = result
+        try:
+            if isinstance(outcome, BaseException):
+                out.set_exception(outcome)
+            else:
+                out.set_result(outcome)  # type: ignore[arg-type]
+        except InvalidStateError:  # the other came first
+            pass
+
+    lazy.add_done_callback(settle)
+    whole.add_done_callback(settle)
+    return out

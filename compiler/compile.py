@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import numpy as np
 import outlines_core
@@ -22,7 +23,7 @@ from gclm.compiler.index_reader import GroupedIndex, read_index
 from gclm.compiler.progress import Reporter
 from gclm.compiler.regex import to_regex
 from gclm.compiler.tables import CompiledTable, finish_table, with_shortest_output
-from gclm.compiler.token_walk import byte_dfa, walk_tokens
+from gclm.compiler.token_walk import ByteDfa, byte_dfa, walk_tokens
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import CompileLimitError, ConstraintError
 
@@ -35,9 +36,12 @@ def compile_constraint(
     *,
     max_states: int | None = None,
     progress: np.ndarray | None = None,
+    on_dfa: Callable[[ByteDfa], None] | None = None,
 ) -> CompiledTable:
     """Compile `constraint` for `vocab`, reporting how far it got in `progress` (the
-    slots of compiler/progress.py, read by the pool for a Retry-After).
+    slots of compiler/progress.py, read by the pool for a Retry-After). `on_dfa` is given
+    the byte DFA as soon as it is built, before the token walk (the pool's workers send it
+    on, for the first masks: compiler/lazy_table.py).
 
     Raises ConstraintError when the constraint is invalid, unsupported, or has no output
     that the vocabulary can spell; CompileLimitError past `max_states` DFA states.
@@ -49,6 +53,8 @@ def compile_constraint(
         dfa = byte_dfa(regex.regex)
     except (ValueError, RuntimeError, OverflowError) as e:
         raise index_error(e, len(regex.regex)) from e
+    if on_dfa is not None:
+        on_dfa(dfa)
     # The token walk stops as soon as the limit is passed: a refusal costs what it walked.
     # Every state but the one before the sentinel may be reached: the walk's progress is
     # counted against that (or the limit).

@@ -25,6 +25,8 @@ import math
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.progress import PREPARE, WALK, Progress
 from gclm.compiler.tables import CompiledTable
@@ -63,6 +65,9 @@ class Job:
     constraint: Constraint
     key: str
     outcome: Future[CompiledTable] = field(default_factory=Future)
+    # The byte DFA (next, accepting), sent before the token walk; None when the worker sent
+    # none (too large) or the compile ended without it.
+    dfa: Future[tuple[np.ndarray, np.ndarray] | None] = field(default_factory=Future)
     waiters: list[Waiter] = field(default_factory=list)
     late: bool = False  # a waiter's deadline passed: the compile runs in the background
     eta: float = 0.0  # when the last 429 said the compile would be over (monotonic clock)

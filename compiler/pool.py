@@ -45,6 +45,7 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import wait
+from typing import Any
 
 from gclm.compiler.compile_job import (
     MIN_RETRY_S,
@@ -249,6 +250,14 @@ class CompilerPool:
         self._wake()
         return future
 
+    def early_dfa(self, constraint: Constraint) -> Future[tuple[Any, Any] | None] | None:
+        """The byte DFA (next, accepting) of `constraint`'s compile in flight, sent before
+        its token walk: a Future resolved with None when the worker sends none (a DFA over
+        its early limit). None when no compile of it is queued or running."""
+        with self._lock:
+            job = self._active.get(constraint.key_material())
+            return job.dfa if job is not None else None
+
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until the first processes (the workers and the reserve) are warm (True),
         or `timeout`.
@@ -368,6 +377,7 @@ class CompilerPool:
             done.append((waiter.future, outcome))
         job.waiters.clear()
         done.append((job.outcome, outcome))
+        done.append((job.dfa, None))  # no-op if the DFA came
 
     def _expire(self, now: float, done: list) -> None:
         if self._broken:
@@ -567,6 +577,10 @@ class CompilerPool:
                         waiter.since = now
             if sum(p.worker.ready for p in self._procs) >= self.workers + _RESERVE:
                 self._ready.set()
+            return
+        if kind == "dfa":  # ahead of the table: the compile goes on
+            if proc.job is not None:
+                done.append((proc.job.dfa, payload))
             return
         job, proc.job = proc.job, None
         if job is None:

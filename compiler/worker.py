@@ -13,9 +13,10 @@ import logging
 import os
 import time
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,7 +25,15 @@ from gclm.compiler.progress import SLOTS
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import CompileLimitError, ConstraintError, GclmError
 
+if TYPE_CHECKING:
+    from gclm.compiler.token_walk import ByteDfa
+
 log = logging.getLogger("gclm.compiler")
+
+# A byte DFA of at most this many states (1 KiB each) is sent to the pool before the token
+# walk, so that the first request can start on masks walked state by state
+# (compiler/lazy_table.py) while the whole table is compiled.
+EARLY_DFA_MAX_STATES = 16_384
 
 try:
     _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -77,7 +86,11 @@ def _serve(conn: Connection, vocab: TokenVocabulary, limits: CompileLimits, shar
             return
         try:
             table = compile_constraint(
-                constraint, vocab, max_states=limits.max_states, progress=slots
+                constraint,
+                vocab,
+                max_states=limits.max_states,
+                progress=slots,
+                on_dfa=partial(_send_dfa, conn, min(limits.max_states, EARLY_DFA_MAX_STATES)),
             )
             conn.send(("ok", table.to_bytes()))
         except GclmError as e:
@@ -87,6 +100,13 @@ def _serve(conn: Connection, vocab: TokenVocabulary, limits: CompileLimits, shar
         except Exception:  # a bug or an outlines-core failure: report, keep serving
             log.exception("compile failed unexpectedly")
             conn.send(("error", _flatten(unexpected_error())))
+
+
+def _send_dfa(conn: Connection, max_states: int, dfa: ByteDfa) -> None:
+    """Send the byte DFA ahead of the table, unless it is over `max_states` states: then the
+    whole compile may refuse it, and no request may have started on it."""
+    if dfa.next.shape[0] <= max_states:
+        conn.send(("dfa", (dfa.next, dfa.accepting)))
 
 
 def _warm_up(vocab: TokenVocabulary) -> None:

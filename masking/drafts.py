@@ -48,7 +48,7 @@ class Drafter:
             if token == _NONE:
                 break
             nxt = masks.next_state(s, token)
-            if nxt < 0 or masks.dist(nxt) > left - 1:
+            if nxt < 0 or not masks.fits(nxt, left - 1):
                 break
             out.append(token)
             s, left = nxt, left - 1

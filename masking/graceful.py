@@ -72,7 +72,7 @@ import re
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
@@ -80,6 +80,9 @@ import torch
 from gclm.compiler.tables import CompiledTable
 from gclm.masking.graceful_plan import BLANK, TablePlan, Where, on
 from gclm.masking.state import ConstraintState
+
+if TYPE_CHECKING:
+    from gclm.compiler.lazy_table import LazyTable
 
 # Policy names a request may ask for (structured_outputs.budget_policy); the first is the default.
 POLICY_NAMES = ("graceful", "none")
@@ -246,6 +249,16 @@ class GracefulPolicy:
         unspent = self._unspent(avail, plan.ahead[state])
         return self.empty_penalty * unspent if unspent > 0 else 0.0
 
+    def serves_lazily(self, table: LazyTable, budget: int) -> bool:
+        """Whether the request is generous, so that no rule acts and no whole table is
+        needed: every rule acts only in a request with fewer than `generous` spare tokens
+        (budget - d0, see penalties), and the start state's upper bound proves most
+        requests generous without the exact d0."""
+        if budget - int(table.upper[table.initial]) >= self.generous:
+            return True
+        d0 = table.min_tokens
+        return d0 <= 0 or budget - d0 >= self.generous
+
     def adjust(
         self, logits: torch.Tensor, state: ConstraintState, tokens_left: int, budget: int
     ) -> None:
@@ -258,18 +271,13 @@ class GracefulPolicy:
             return
         table = state.table
         if not isinstance(table, CompiledTable):
-            # Every rule acts only in a request with fewer than `generous` spare tokens
-            # (budget - d0, see penalties): the start state's upper bound proves most
-            # requests generous without the exact d0.
-            if budget - int(table.upper[table.initial]) >= self.generous:
-                return
-            d0 = table.min_tokens
-            if d0 <= 0 or budget - d0 >= self.generous:
+            if self.serves_lazily(table, budget):
                 return
             raise TypeError(
-                f"Graceful closure of a tight budget ({budget - d0} spare tokens, under "
-                f"{self.generous:g}) plans over a whole compiled table; this sequence masks "
-                "with a LazyTable. Compile the constraint with compile_constraint."
+                f"Graceful closure of a tight budget ({budget - table.min_tokens} spare "
+                f"tokens, under {self.generous:g}) plans over a whole compiled table; this "
+                "sequence masks with a LazyTable. Compile the constraint with "
+                "compile_constraint."
             )
         sets, pens, blanks, empty = self.penalties(table, state.state, tokens_left, budget)
         if not sets and not blanks and not empty:

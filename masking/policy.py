@@ -8,11 +8,14 @@ allowed one stays allowed, so validity and the budget guarantee remain the mask'
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from gclm.masking.state import ConstraintState
+
+if TYPE_CHECKING:
+    from gclm.compiler.lazy_table import LazyTable
 
 
 class BudgetPolicy(Protocol):
@@ -27,4 +30,10 @@ class BudgetPolicy(Protocol):
             tokens_left: tokens left, counting the one about to be sampled.
             budget: the request's whole budget (max_tokens).
         """
+        ...
+
+    def serves_lazily(self, table: LazyTable, budget: int) -> bool:
+        """Whether it can adjust the rows of a request of `budget` tokens that masks with
+        `table`, a LazyTable (no whole table to plan over): else the request waits for the
+        whole table (compiler/first_mask.py)."""
         ...

@@ -65,7 +65,7 @@ def build_engine(settings: ServerSettings) -> BuiltEngine:
     )
     replace_chat_template(loaded.tokenizer, settings.chat_template)
     vocab = TokenVocabulary.from_tokenizer(loaded.tokenizer)
-    pool, cache = build_compiler(settings, vocab)
+    pool, cache = build_compiler(settings, vocab, first_masks=settings.first_mask == "lazy")
     if not pool.wait_ready(START_TIMEOUT_S):
         log.warning(
             "the compile workers are not ready after %.0f s; serving anyway", START_TIMEOUT_S
@@ -89,9 +89,11 @@ def build_engine(settings: ServerSettings) -> BuiltEngine:
 
 
 def build_compiler(
-    settings: ServerSettings, vocab: TokenVocabulary
+    settings: ServerSettings, vocab: TokenVocabulary, *, first_masks: bool = False
 ) -> tuple[CompilerPool, TableCache]:
-    """The compile workers and the table cache both engines compile through."""
+    """The compile workers and the table cache both engines compile through; with
+    `first_masks`, the cache also hands out LazyTables of compiles in flight
+    (compiler/first_mask.py: the in-process engine serves them, vLLM's workers cannot)."""
     limits = CompileLimits(
         timeout_s=settings.compile_timeout,
         memory_bytes=settings.compile_memory << 20,
@@ -108,9 +110,16 @@ def build_compiler(
         disk_max_bytes=max(1, settings.cache_disk) << 20,
         measure=table_memory,
         limits_tag=repr(limits),
+        first_masks=_first_masks(pool, vocab) if first_masks else None,
     )
     precompile(cache)
     return pool, cache
+
+
+def _first_masks(pool: CompilerPool, vocab: TokenVocabulary) -> Any:
+    from gclm.compiler.first_mask import FirstMasks  # numba: not for vLLM's processes
+
+    return FirstMasks(pool.early_dfa, vocab)
 
 
 def precompile(cache: TableCache) -> None:

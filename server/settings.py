@@ -263,6 +263,14 @@ class ServerSettings:
         "CPU seconds one compile may use, in the background past its request's timeout too; "
         "past it a `400` (`compile_limit`), remembered",
     )
+    first_mask: str = setting(
+        "lazy",
+        COMPILE,
+        "`lazy`: a request with a constraint still compiling starts on masks walked state by "
+        "state from its byte DFA (compiler/first_mask.py), `whole`: it waits for the whole "
+        "table (`--engine vllm` always waits)",
+        choices=("lazy", "whole"),
+    )
     # --- cache: compiled tables ---
     cache_dir: Path = setting(
         None,
@@ -342,6 +350,8 @@ class ServerSettings:
             raise ValueError(
                 f"prefill_thread must be auto, on or off, got {self.prefill_thread!r}."
             )
+        if self.first_mask not in ("lazy", "whole"):
+            raise ValueError(f"first_mask must be lazy or whole, got {self.first_mask!r}.")
         if self.fast_forward not in ("on", "off"):
             raise ValueError(f"fast_forward must be on or off, got {self.fast_forward!r}.")
         for name in (

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.tables import CompiledTable
 from gclm.masking.policy import BudgetPolicy
 from gclm.masking.reasoning import ThinkingSpec
+
+if TYPE_CHECKING:
+    from gclm.compiler.lazy_table import LazyTable
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,9 @@ class GenerationRequest:
 
     prompt_ids: list[int]
     params: SamplingParams
-    table: CompiledTable | None = None  # None: unconstrained
+    # None: unconstrained. A LazyTable (a constraint still compiling) only without a policy
+    # or a thinking phase: those plan over the whole table.
+    table: CompiledTable | LazyTable | None = None
     budget_aware: bool = True  # False: forward-only DFA mask (comparisons only)
     request_id: str = ""
     policy: BudgetPolicy | None = None  # reweights a budget-aware row's masked logits
@@ -167,9 +172,13 @@ class Engine(Protocol[HandleT]):
         has died (its thread or its engine core gone). Cheap: GET /health calls it."""
         ...
 
-    async def compile(self, constraint: Constraint) -> CompiledTable:
+    async def compile(
+        self, constraint: Constraint, *, first_mask: bool = False
+    ) -> CompiledTable | LazyTable:
         """Compile (or fetch from cache) a constraint for this engine's tokenizer.
-        Raises ConstraintError; never blocks the event loop."""
+        Raises ConstraintError; never blocks the event loop. With `first_mask` (the request
+        needs no whole table) an engine may answer a constraint still compiling with its
+        LazyTable (compiler/first_mask.py); one that cannot serve one ignores it."""
         ...
 
     def encode_prompt(self, prompt: str) -> list[int]: ...

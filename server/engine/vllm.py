@@ -44,6 +44,7 @@ from gclm.errors import (
     cut,
 )
 from gclm.masking import ConstraintState, mask_table
+from gclm.masking.masks import is_lazy
 from gclm.masking.reasoning import ReasoningState, ThinkingWatch
 from gclm.server.engine.logprobs import from_vllm
 from gclm.server.engine.protocol import (
@@ -184,7 +185,8 @@ class VllmEngine(TokenizerEngine):
 
     # --- the Engine interface ---
 
-    async def compile(self, constraint: Constraint) -> CompiledTable:
+    async def compile(self, constraint: Constraint, *, first_mask: bool = False) -> CompiledTable:
+        # first_mask is ignored: vLLM's processes mask with tables of their own.
         loop = asyncio.get_running_loop()
         table = await loop.run_in_executor(self._compile_pool, self._prepare, constraint)
         self._constraints[table] = constraint
@@ -199,6 +201,8 @@ class VllmEngine(TokenizerEngine):
         self.check_health()
         self.check_admissible(request)
         table = request.table
+        if is_lazy(table):  # compile() never answers one
+            raise InternalError("vLLM's processes mask with whole tables, not a LazyTable.")
         if len(self._active) >= self.options.max_num_seqs + self.queue_size:
             raise QueueFullError(self.queue_size, retry_after=1.0)
         handle = VllmRequest(request, request.request_id or uuid.uuid4().hex)
@@ -246,9 +250,10 @@ class VllmEngine(TokenizerEngine):
 
         p = request.params
         extra: dict[str, Any] | None = None
-        if request.table is not None:
+        table = request.table
+        if table is not None and not is_lazy(table):  # submit refuses a LazyTable
             extra = {
-                **sampling_extra_args(self._constraints[request.table], request.thinking),
+                **sampling_extra_args(self._constraints[table], request.thinking),
                 BUDGET_AWARE_KEY: int(request.budget_aware),
                 # The app asks for the policy by name; the processor has its own copy.
                 POLICY_KEY: "graceful" if request.policy is not None else "none",

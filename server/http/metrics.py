@@ -248,9 +248,15 @@ class Metrics:
             "Requests whose client left before the response was complete.",
             registry=self.registry,
         )
+        self.first_masks = Counter(
+            "gclm_first_mask_requests",
+            "Requests that started on first masks (a LazyTable) while their constraint "
+            "compiled.",
+            registry=self.registry,
+        )
         self.compile_seconds = Histogram(
             "gclm_compile_seconds",
-            "Time to compile (or fetch from cache) a request's constraint.",
+            "Time to compile (or fetch from cache) a request's first masks or table.",
             buckets=COMPILE_BUCKETS,
             registry=self.registry,
         )

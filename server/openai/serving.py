@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fastapi import Request, Response
 
@@ -29,6 +30,7 @@ from gclm.errors import (
     ModelNotFoundError,
 )
 from gclm.masking import check_budget
+from gclm.masking.masks import is_lazy
 from gclm.masking.reasoning import ThinkingSpec
 from gclm.server.engine.protocol import (
     Engine,
@@ -55,6 +57,9 @@ from gclm.server.openai.reasoning import ReasoningParser, ThinkingControls
 from gclm.server.openai.render import ChoiceOutput, Renderer, Usage
 from gclm.server.openai.tools.prompt import ToolPlan
 from gclm.server.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from gclm.compiler.lazy_table import LazyTable
 
 
 def serving_of(request: Request) -> Serving:
@@ -150,15 +155,23 @@ class Serving:
         self.engine.check_health()  # a dead engine: 503 now, not after compiling
         self.check_admissible(body, len(prompts))
         spec = constraint_spec(body)
-        table = await self.compile(spec, request) if spec is not None else None
-        budget_aware = spec.budget_aware if spec is not None else True
         parser = self.reasoning if self.thinks(body) else None
+        # A thinking phase plans over the whole table; the rest may start on first masks.
+        first_mask = parser is None and self.settings.first_mask == "lazy"
+        table = await self.compile(spec, request, first_mask) if spec is not None else None
+        budget_aware = spec.budget_aware if spec is not None else True
         marker = ThinkingSpec(parser.end_ids) if parser is not None else None
         max_tokens = self.budget(body, table, budget_aware, marker)
         thinking = None
         if parser is not None and isinstance(body, ThinkingControls):
+            assert not is_lazy(table)  # no first masks for a thinking request
             thinking = parser.thinking(body, table, max_tokens)
         policy = self.engine.budget_policy(spec.budget_policy) if spec and budget_aware else None
+        if spec is not None and is_lazy(table) and policy is not None:
+            if not policy.serves_lazily(table, max_tokens):  # a tight budget: it is paced
+                table = await self.compile(spec, request)  # over the whole table
+        if is_lazy(table):
+            self.metrics.first_masks.inc()
         requests = tuple(
             GenerationRequest(
                 prompt_ids=prompt,
@@ -198,28 +211,32 @@ class Serving:
                 code="too_many_choices",
             )
 
-    async def compile(self, spec: ConstraintSpec, request: Request) -> CompiledTable:
-        """The compiled table; a ConstraintError names the parameter the constraint came from.
+    async def compile(
+        self, spec: ConstraintSpec, request: Request, first_mask: bool = False
+    ) -> CompiledTable | LazyTable:
+        """The compiled table (with `first_mask`, a LazyTable of a constraint still
+        compiling may come first); a ConstraintError names the parameter the constraint
+        came from.
 
         The compile time goes to the API key of the first request that gets the table, or
         the error of a compile stopped at its CPU limit (a cached one costs nothing)."""
         started = time.perf_counter()
         try:
-            table = await self.engine.compile(spec.constraint)
+            table = await self.engine.compile(spec.constraint, first_mask=first_mask)
         except ConstraintError as e:
             if isinstance(e, CompileLimitError) and self.compile_charges.first_time(e):
                 charge(request, compile_seconds=e.compile_seconds)
             raise with_param(e, spec.param) from None
         finally:
             self.metrics.compile_seconds.observe(time.perf_counter() - started)
-        if self.compile_charges.first_time(table):
+        if not is_lazy(table) and self.compile_charges.first_time(table):
             charge(request, compile_seconds=table.compile_seconds)
         return table
 
     def budget(
         self,
         body: GenerationBody,
-        table: CompiledTable | None,
+        table: CompiledTable | LazyTable | None,
         budget_aware: bool,
         thinking: ThinkingSpec | None = None,
     ) -> int:
@@ -235,8 +252,15 @@ class Serving:
         if requested is None:
             if table is None:
                 return s.default_max_tokens
-            need = table.min_tokens if thinking is None else thinking.min_tokens(table)
-            return max(s.constrained_max_tokens_floor, s.constrained_max_tokens_factor * need)
+            floor, factor = s.constrained_max_tokens_floor, s.constrained_max_tokens_factor
+            if is_lazy(table) and factor * int(table.upper[table.initial]) <= floor:
+                return floor  # what the exact minimum gives too, without its search
+            if thinking is None:
+                need = table.min_tokens
+            else:  # a thinking request has the whole table (to_plan)
+                assert not is_lazy(table)
+                need = thinking.min_tokens(table)
+            return max(floor, factor * need)
         if table is not None and budget_aware:
             check_budget(table, requested, param, thinking=thinking)
         return requested

@@ -31,9 +31,10 @@ import os
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -46,6 +47,7 @@ from gclm.errors import EngineDeadError, GclmError, InternalError, InvalidReques
 from gclm.masking import allocate_bitmask, mask_table
 from gclm.masking.apply import MaskRow, mask_rows
 from gclm.masking.drafts import Drafter
+from gclm.masking.masks import is_lazy
 from gclm.server.engine.logprobs import token_logprobs
 from gclm.server.engine.protocol import EngineStats, GenerationRequest
 from gclm.server.engine.shared import TokenizerEngine
@@ -58,6 +60,9 @@ from gclm.server.engine.transformers.prefills import Prefills
 from gclm.server.engine.transformers.sampling import sample
 from gclm.server.engine.transformers.sequence import Sequence
 from gclm.server.engine.transformers.side_prefill import SidePrefill
+
+if TYPE_CHECKING:
+    from gclm.compiler.lazy_table import LazyTable
 
 log = logging.getLogger("gclm.engine")
 
@@ -180,14 +185,20 @@ class BatchEngine(TokenizerEngine):
         if self._stopping:
             raise EngineDeadError("the engine was shut down")
 
-    async def compile(self, constraint: Constraint) -> CompiledTable:
+    async def compile(
+        self, constraint: Constraint, *, first_mask: bool = False
+    ) -> CompiledTable | LazyTable:
         loop = asyncio.get_running_loop()
-        future = await loop.run_in_executor(self._lookups, self.cache.fetch, constraint)
+        fetch: Callable[[Constraint], Future[Any]] = (
+            self.cache.fetch_first if first_mask else self.cache.fetch
+        )
+        future = await loop.run_in_executor(self._lookups, fetch, constraint)
         # shield: a client that leaves must not cancel the compile other requests share.
         table = await asyncio.shield(asyncio.wrap_future(future))
-        # Build the mask rows here, not on the engine thread's first step (a cache that
-        # measures with masking.masks.table_memory has built them already).
-        await loop.run_in_executor(self._lookups, mask_table, table)
+        if not is_lazy(table):
+            # Build the mask rows here, not on the engine thread's first step (a cache that
+            # measures with masking.masks.table_memory has built them already).
+            await loop.run_in_executor(self._lookups, mask_table, table)
         return table
 
     def submit(self, request: GenerationRequest) -> Sequence:

@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 import torch
 
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.errors import GclmError
+from gclm.errors import GclmError, InternalError
 from gclm.masking import ConstraintState
+from gclm.masking.masks import is_lazy
 from gclm.masking.reasoning import ReasoningState, ThinkingWatch
 from gclm.server.engine.protocol import (
     ErrorEvent,
@@ -61,6 +62,8 @@ class Sequence:
     def __post_init__(self) -> None:
         req = self.request
         if req.table is not None and req.thinking is not None:
+            if is_lazy(req.table):
+                raise InternalError("A thinking phase plans over the whole table (serving.py).")
             state = ReasoningState(req.table, req.thinking, req.budget_aware)
             self.constraint_state = self.thinking = state
         elif req.table is not None:

@@ -1,0 +1,135 @@
+"""Serving on first masks: a request whose constraint is still compiling generates on its
+LazyTable (compiler/first_mask.py), through the real SDK, on a BatchEngine over a tiny
+random Llama with the embedded vocabulary. The whole compile is held back by the test, so
+the request cannot have used the table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from concurrent.futures import Future
+from typing import Any
+
+import jsonschema
+import pytest
+from harness import openai_client
+
+from gclm.compiler.cache import TableCache
+from gclm.compiler.compile import compile_constraint
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.first_mask import lazy_table
+from gclm.compiler.lazy_table import LazyTable
+from gclm.compiler.regex import to_regex
+from gclm.compiler.tables import CompiledTable
+from gclm.compiler.token_walk import byte_dfa
+from gclm.server.app import create_app
+from gclm.server.engine.transformers.engine import BatchEngine
+from gclm.server.settings import ServerSettings
+
+pytestmark = pytest.mark.anyio
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}},
+    "required": ["n"],
+    "additionalProperties": False,
+}
+FORMAT: Any = {"type": "json_schema", "json_schema": {"name": "N", "schema": SCHEMA}}
+MESSAGES: Any = [{"role": "user", "content": "A number, please."}]
+
+
+class HeldCompiles:
+    """Compiles that land when the test says so; first masks at once, from the byte DFA."""
+
+    def __init__(self, vocab: Any) -> None:
+        self.vocab = vocab
+        self.pending: dict[str, tuple[Constraint, Future[CompiledTable]]] = {}
+
+    def compile(self, constraint: Constraint) -> Future[CompiledTable]:
+        future: Future[CompiledTable] = Future()
+        self.pending[constraint.key_material()] = (constraint, future)
+        return future
+
+    def first_masks(self, constraint: Constraint) -> Future[LazyTable | None]:
+        future: Future[LazyTable | None] = Future()
+        future.set_result(lazy_table(byte_dfa(to_regex(constraint).regex), self.vocab))
+        return future
+
+    def land_all(self) -> None:
+        for constraint, future in self.pending.values():
+            future.set_result(compile_constraint(constraint, self.vocab))
+        self.pending.clear()
+
+
+@pytest.fixture
+def held(embedded_tokenizer, embedded_vocab, tiny_llama, tmp_path):
+    compiles = HeldCompiles(embedded_vocab)
+    model = tiny_llama(
+        vocab_size=embedded_vocab.size,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=1024,
+        eos_token_id=embedded_tokenizer.eos_token_id,
+    )
+    cache = TableCache(
+        compiles.compile, embedded_vocab.fingerprint, first_masks=compiles.first_masks
+    )
+    engine = BatchEngine(
+        model, embedded_tokenizer, model_id="tiny", vocab=embedded_vocab, cache=cache
+    )
+    app = create_app(engine, ServerSettings(cache_dir=tmp_path))
+    yield app, compiles
+    compiles.land_all()
+    engine.shutdown()
+
+
+def first_mask_requests(app: Any) -> float:
+    return app.state.serving.metrics.first_masks._value.get()
+
+
+async def test_a_new_schema_is_answered_before_its_table_is_compiled(held) -> None:
+    app, compiles = held
+    async with openai_client(app) as client:
+        done = await client.chat.completions.create(
+            model="tiny", messages=MESSAGES, response_format=FORMAT, max_tokens=64, seed=1
+        )
+        assert compiles.pending, "the whole compile is still held back"
+        jsonschema.validate(json.loads(done.choices[0].message.content or ""), SCHEMA)
+        assert done.choices[0].finish_reason == "stop"
+        assert first_mask_requests(app) == 1
+        # Streamed, and without max_tokens (the default budget from the upper bound).
+        stream = await client.chat.completions.create(
+            model="tiny", messages=MESSAGES, response_format=FORMAT, stream=True, seed=2
+        )
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        jsonschema.validate(json.loads(text), SCHEMA)
+        assert first_mask_requests(app) == 2
+        # Once the table is compiled, it answers.
+        compiles.land_all()
+        again = await client.chat.completions.create(
+            model="tiny", messages=MESSAGES, response_format=FORMAT, max_tokens=64, seed=3
+        )
+        jsonschema.validate(json.loads(again.choices[0].message.content or ""), SCHEMA)
+        assert first_mask_requests(app) == 2
+
+
+async def test_a_tight_budget_waits_for_the_whole_table(held) -> None:
+    """Graceful closure paces a tight budget over the whole table: such a request waits
+    for it, and its minimum is the exact one either way."""
+    app, compiles = held
+    async with openai_client(app) as client:
+        request = asyncio.ensure_future(
+            client.chat.completions.create(
+                model="tiny", messages=MESSAGES, response_format=FORMAT, max_tokens=12, seed=1
+            )
+        )
+        await asyncio.sleep(0.5)
+        assert not request.done()
+        compiles.land_all()
+        done = await asyncio.wait_for(request, 60)
+    jsonschema.validate(json.loads(done.choices[0].message.content or ""), SCHEMA)
+    assert first_mask_requests(app) == 0
