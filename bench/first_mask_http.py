@@ -1,15 +1,17 @@
 """What a new schema adds to the first token over HTTP, on a warm server.
 
     python -m bench.first_mask_http [--schemas DIR] [--limit N] [--models embedded 200k]
-                                    [--max-tokens N] [--json PATH]
+                                    [--modes whole lazy] [--max-tokens N] [--json PATH]
 
-For each model (the embedded one, and bench/o200k.py's 200k-vocabulary directory) one
-`gclm serve` is started and warmed with one request. Then, per schema of the MaskBench
+For each model (the embedded one, and bench/o200k.py's 200k-vocabulary directory) and each
+`--first-mask` mode (`whole`: the request waits for the whole table, as before first masks;
+`lazy`: the default, it starts on the byte DFA's LazyTable) one `gclm serve` is started,
+with a cold table cache, and warmed with one request. Then, per schema of the MaskBench
 corpus (sorted by name, the first --limit), a streamed /v1/completions with `guided_json` set
 to the schema, sent twice in a row: the first time the server has not seen the schema, the
 second time its table is cached. The stream is closed at the first token. Reported: p50 /
 p90 / p99 over the schemas of (first token, new schema) minus (first token, cached), and
-the schemas the server refused (a 400) or failed.
+the schemas the server refused (a 400) or failed; and, per model, lazy's p50 over whole's.
 
 Shared 2-core machine: one run, quote medians.
 """
@@ -55,12 +57,12 @@ def first_token_s(client: httpx.Client, schema: Any, max_tokens: int) -> float:
     raise RuntimeError("the stream ended without a token")
 
 
-def run_model(model: str, paths: list[Path], max_tokens: int) -> dict[str, Any]:
-    extra: tuple[str, ...] = ()
+def run_model(model: str, mode: str, paths: list[Path], max_tokens: int) -> dict[str, Any]:
+    extra: tuple[str, ...] = ("--first-mask", mode)
     if model == "200k":
         from bench.o200k import build
 
-        extra = ("--model", str(build()))
+        extra += ("--model", str(build()))
     rows: list[dict[str, Any]] = []
     with GclmServer(max_batch=4, extra_args=extra) as server:
         with httpx.Client(base_url=server.url, timeout=300.0) as client:
@@ -92,22 +94,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--models", nargs="+", choices=("embedded", "200k"), default=["embedded", "200k"]
     )
+    parser.add_argument("--modes", nargs="+", choices=("whole", "lazy"), default=["whole", "lazy"])
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     paths = schema_files(args.schemas, args.limit)
     result: dict[str, Any] = {"bench": "first_mask_http", "num_schemas": len(paths), "models": {}}
     for model in args.models:
-        entry = run_model(model, paths, args.max_tokens)
-        result["models"][model] = entry
-        a = entry["added_ms"]
-        print(
-            f"{model}: a new schema adds p50 {a['p50']:.0f} / p90 {a['p90']:.0f} / "
-            f"p99 {a['p99']:.0f} ms to the first token (cached first token "
-            f"{entry['cached_first_token_ms_p50']:.0f} ms); refused or failed: "
-            f"{entry['refused_or_failed']}",
-            flush=True,
-        )
+        modes = result["models"][model] = {}
+        for mode in args.modes:
+            entry = modes[mode] = run_model(model, mode, paths, args.max_tokens)
+            a = entry["added_ms"]
+            print(
+                f"{model}, --first-mask {mode}: a new schema adds p50 {a['p50']:.0f} / "
+                f"p90 {a['p90']:.0f} / p99 {a['p99']:.0f} ms to the first token (cached first "
+                f"token {entry['cached_first_token_ms_p50']:.0f} ms); refused or failed: "
+                f"{entry['refused_or_failed']}",
+                flush=True,
+            )
+        if {"whole", "lazy"} <= modes.keys():
+            lazy, whole = modes["lazy"]["added_ms"], modes["whole"]["added_ms"]
+            ratios = {q: lazy[q] / whole[q] if whole[q] > 0 else None for q in lazy}
+            modes["lazy_over_whole"] = ratios
+            print(
+                f"{model}: lazy / whole, added first-token time: "
+                + ", ".join(f"{q} {r:.2f}x" for q, r in ratios.items() if r is not None),
+                flush=True,
+            )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1))
