@@ -3,7 +3,8 @@
 `BatchEngine` (transformers) and `VllmEngine` differ in how they generate; everything a
 request meets before that (the chat template, the prompt's length in characters, the
 checks that refuse a request no engine could serve) and after it (a handle's queue of
-events, the table cache's and compile pool's gauges) is written once, here.
+events, the table cache's and compile pool's gauges through the engine's Constraints) is
+written once, here.
 """
 
 from __future__ import annotations
@@ -13,14 +14,12 @@ from collections.abc import AsyncIterator, Mapping
 from functools import cached_property
 from typing import Any, Protocol
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.pool import CompilerPool
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import InvalidRequestError
 from gclm.masking import check_budget
-from gclm.masking.graceful import GracefulPolicy
 from gclm.masking.policy import BudgetPolicy
 from gclm.server.engine.chat_template import encode_chat, render_chat, renders_tools
+from gclm.server.engine.constraints import Constraints
 from gclm.server.engine.logprobs import TokenNames
 from gclm.server.engine.protocol import (
     EngineStats,
@@ -55,8 +54,7 @@ class TokenizerEngine:
 
     tokenizer: Any
     vocab: TokenVocabulary
-    cache: TableCache
-    compiler: CompilerPool | None  # only read for /metrics: the cache submits to it
+    constraints: Constraints  # tables, compiles, mask rows, budget policies
     context_length: int
 
     def stream(self, handle: QueuedHandle) -> AsyncIterator[StreamEvent]:
@@ -85,13 +83,9 @@ class TokenizerEngine:
         """Each token id's text and bytes, as logprobs show them."""
         return TokenNames(self.vocab.token_bytes, self.tokenizer.convert_ids_to_tokens)
 
-    @cached_property
-    def _graceful(self) -> GracefulPolicy:
-        return GracefulPolicy.for_vocab(self.vocab.token_bytes)
-
     def budget_policy(self, name: str) -> BudgetPolicy | None:
         """The graceful policy for this vocabulary (one per engine), or None for "none"."""
-        return self._graceful if name == "graceful" else None
+        return self.constraints.budget_policy(name)
 
     @cached_property
     def _longest_token(self) -> int:
@@ -149,11 +143,9 @@ class TokenizerEngine:
         """This engine's stats, with the table cache and compile pool read the same way for
         every engine: a hit is a constraint served without compiling (from memory, from
         disk, or a remembered failure), a miss one that was compiled."""
-        s = self.cache.stats
+        s = self.constraints.cache.stats
         gauges: dict[str, float] = dict(counters or {})
-        gauges.update(self.cache.gauges())
-        if self.compiler is not None:
-            gauges.update(self.compiler.gauges())
+        gauges.update(self.constraints.gauges())
         return EngineStats(
             queue_depth=queue_depth,
             batch_size=batch_size,

@@ -26,7 +26,6 @@ import logging
 import os
 import uuid
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,9 +42,10 @@ from gclm.errors import (
     QueueFullError,
     cut,
 )
-from gclm.masking import ConstraintState, mask_table
+from gclm.masking import ConstraintState
 from gclm.masking.masks import is_lazy
 from gclm.masking.reasoning import ReasoningState, ThinkingWatch
+from gclm.server.engine.constraints import Constraints
 from gclm.server.engine.logprobs import from_vllm
 from gclm.server.engine.protocol import (
     EngineStats,
@@ -152,12 +152,13 @@ class VllmEngine(TokenizerEngine):
         self.tokenizer = tokenizer
         self.model_id = model_id
         self.vocab = vocab
-        self.cache = cache
-        self.compiler = compiler  # only read for /metrics: the cache submits to it
+        # Whole tables only: vLLM's processes mask with tables of their own.
+        self.constraints = Constraints(
+            vocab, cache, compiler, threads=compile_threads, first_masks=False
+        )
         self.queue_size = queue_size
         self.context_length = 0  # vLLM's max_model_len, known once started
-        self._compile_pool = ThreadPoolExecutor(compile_threads, thread_name_prefix="gclm-compile")
-        self._constraints: weakref.WeakKeyDictionary[CompiledTable, Constraint] = (
+        self._constraint_of: weakref.WeakKeyDictionary[CompiledTable, Constraint] = (
             weakref.WeakKeyDictionary()
         )
         self._active: set[VllmRequest] = set()
@@ -186,15 +187,9 @@ class VllmEngine(TokenizerEngine):
     # --- the Engine interface ---
 
     async def compile(self, constraint: Constraint, *, first_mask: bool = False) -> CompiledTable:
-        # first_mask is ignored: vLLM's processes mask with tables of their own.
-        loop = asyncio.get_running_loop()
-        table = await loop.run_in_executor(self._compile_pool, self._prepare, constraint)
-        self._constraints[table] = constraint
-        return table
-
-    def _prepare(self, constraint: Constraint) -> CompiledTable:
-        table = self.cache.get(constraint)
-        mask_table(table)
+        table = await self.constraints.table(constraint)  # first_mask: none here
+        assert not is_lazy(table)
+        self._constraint_of[table] = constraint
         return table
 
     def submit(self, request: GenerationRequest) -> VllmRequest:
@@ -238,7 +233,7 @@ class VllmEngine(TokenizerEngine):
         if self._llm is not None:
             self._llm.shutdown()
             self._llm = None
-        self._compile_pool.shutdown(wait=False, cancel_futures=True)
+        self.constraints.close()
 
     # --- one request ---
 
@@ -253,7 +248,7 @@ class VllmEngine(TokenizerEngine):
         table = request.table
         if table is not None and not is_lazy(table):  # submit refuses a LazyTable
             extra = {
-                **sampling_extra_args(self._constraints[table], request.thinking),
+                **sampling_extra_args(self._constraint_of[table], request.thinking),
                 BUDGET_AWARE_KEY: int(request.budget_aware),
                 # The app asks for the policy by name; the processor has its own copy.
                 POLICY_KEY: "graceful" if request.policy is not None else "none",

@@ -250,8 +250,7 @@ class Metrics:
         )
         self.first_masks = Counter(
             "gclm_first_mask_requests",
-            "Requests that started on first masks (a LazyTable) while their constraint "
-            "compiled.",
+            "Requests that started on first masks (a LazyTable) while their constraint compiled.",
             registry=self.registry,
         )
         self.compile_seconds = Histogram(

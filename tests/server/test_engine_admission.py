@@ -34,7 +34,7 @@ def request(engine: BatchEngine, content: str) -> GenerationRequest:
     return GenerationRequest(
         prompt_ids=engine.tokenizer.encode(text),
         params=SamplingParams(max_tokens=40, temperature=0.0),
-        table=engine.cache.get(Constraint.json_schema(SCHEMA)),
+        table=engine.constraints.cache.get(Constraint.json_schema(SCHEMA)),
     )
 
 

@@ -121,7 +121,7 @@ def test_a_step_target_shrinks_the_chunks_only_while_streams_decode(
         whole.tokenizer,
         model_id="tiny",
         vocab=whole.vocab,
-        cache=whole.cache,
+        cache=whole.constraints.cache,
         max_batch=4,
         kv_memory=16 << 20,
         draft_tokens=0,

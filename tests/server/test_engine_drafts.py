@@ -66,7 +66,7 @@ def requests(tokenizer, table, seeds: list[int | None], max_tokens: int = 80):
 @torch.no_grad()
 def test_drafts_change_nothing_but_the_number_of_forward_passes(engines):
     built, tokenizer = engines
-    table = built[0].cache.get(Constraint.json_schema(SCHEMA))
+    table = built[0].constraints.cache.get(Constraint.json_schema(SCHEMA))
     results, passes, kept = {}, {}, {}
     for drafts, engine in built.items():
         before = engine.stats()

@@ -54,7 +54,7 @@ def generate(engine: BatchEngine, request: GenerationRequest) -> tuple[str, str]
 
 
 def test_policy_steers_inside_the_mask(engine, embedded_tokenizer) -> None:
-    table = engine.cache.get(Constraint.choice([" alpha", " beta"]))
+    table = engine.constraints.cache.get(Constraint.choice([" alpha", " beta"]))
     prompt = embedded_tokenizer.encode("Pick:")
     outputs = set()
     for word in (" alpha", " beta"):
@@ -75,7 +75,7 @@ def test_policy_steers_inside_the_mask(engine, embedded_tokenizer) -> None:
 
 
 def test_policy_cannot_unmask_and_is_skipped_without_a_budget(engine, embedded_tokenizer):
-    table = engine.cache.get(Constraint.regex("[0-9]{2}"))
+    table = engine.constraints.cache.get(Constraint.regex("[0-9]{2}"))
     letter = embedded_tokenizer.encode("x")[0]  # never allowed by the mask
     policy = Prefer(letter)
     request = GenerationRequest(

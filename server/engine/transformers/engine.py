@@ -31,8 +31,6 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -44,10 +42,10 @@ from gclm.compiler.pool import CompilerPool
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import EngineDeadError, GclmError, InternalError, InvalidRequestError
-from gclm.masking import allocate_bitmask, mask_table
+from gclm.masking import allocate_bitmask
 from gclm.masking.apply import MaskRow, mask_rows
 from gclm.masking.drafts import Drafter
-from gclm.masking.masks import is_lazy
+from gclm.server.engine.constraints import Constraints
 from gclm.server.engine.logprobs import token_logprobs
 from gclm.server.engine.protocol import EngineStats, GenerationRequest
 from gclm.server.engine.shared import TokenizerEngine
@@ -119,8 +117,9 @@ class BatchEngine(TokenizerEngine):
         self.tokenizer = tokenizer
         self.model_id = model_id
         self.vocab = vocab
-        self.cache = cache
-        self.compiler = compiler  # only read for /metrics: the cache submits to it
+        # Cache lookups (a disk read, building mask rows) run on the service's threads;
+        # compiles never do, so a cached table is not kept waiting behind them.
+        self.constraints = Constraints(vocab, cache, compiler, threads=lookup_threads)
         self.queue_size = queue_size
         self.device = next(model.parameters()).device
         if max_batched_tokens is not None and max_batched_tokens < 1:
@@ -145,9 +144,6 @@ class BatchEngine(TokenizerEngine):
         self.draft_tokens = draft_tokens
         self._bitmask = allocate_bitmask(self.max_batch, vocab.size)  # [max_batch, W]
         self._drafter = Drafter(vocab.token_bytes)
-        # Cache lookups (a disk read, building mask rows) run here; compiles never do, so a
-        # cached table is not kept waiting behind them (compiler/pool.py runs compiles).
-        self._lookups = ThreadPoolExecutor(lookup_threads, thread_name_prefix="gclm-lookup")
         self._queue = AdmissionQueue(self.max_batch, queue_size)
         self._running: list[Sequence] = []
         self._kv = KVStore(model, self.max_batch)
@@ -188,18 +184,7 @@ class BatchEngine(TokenizerEngine):
     async def compile(
         self, constraint: Constraint, *, first_mask: bool = False
     ) -> CompiledTable | LazyTable:
-        loop = asyncio.get_running_loop()
-        fetch: Callable[[Constraint], Future[Any]] = (
-            self.cache.fetch_first if first_mask else self.cache.fetch
-        )
-        future = await loop.run_in_executor(self._lookups, fetch, constraint)
-        # shield: a client that leaves must not cancel the compile other requests share.
-        table = await asyncio.shield(asyncio.wrap_future(future))
-        if not is_lazy(table):
-            # Build the mask rows here, not on the engine thread's first step (a cache that
-            # measures with masking.masks.table_memory has built them already).
-            await loop.run_in_executor(self._lookups, mask_table, table)
-        return table
+        return await self.constraints.table(constraint, first_mask=first_mask)
 
     def submit(self, request: GenerationRequest) -> Sequence:
         self.check_admissible(request)
@@ -253,7 +238,7 @@ class BatchEngine(TokenizerEngine):
             self._stopping = True
             self._wake.notify()
         self._thread.join(timeout=10)
-        self._lookups.shutdown(wait=False, cancel_futures=True)
+        self.constraints.close()
         self._prefills.shutdown()
 
     # --- the engine thread ---

@@ -1,0 +1,95 @@
+"""The engine's constraint service: one per engine, for both engines.
+
+It holds what turns a request's constraint into what its rows mask with: the table cache
+(compiler/cache.py) and the compile pool behind it, the threads that look tables up and build
+their mask rows off the event loop and off the engine's thread, and the budget policies of
+the vocabulary. An engine's `compile` is `table`; its /metrics gauges come from `gauges`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from gclm.compiler.cache import TableCache
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.pool import CompilerPool
+from gclm.compiler.tables import CompiledTable
+from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.masking import mask_table
+from gclm.masking.graceful import GracefulPolicy
+from gclm.masking.masks import is_lazy
+from gclm.masking.policy import BudgetPolicy
+
+if TYPE_CHECKING:
+    from gclm.compiler.lazy_table import LazyTable
+
+
+class Constraints:
+    """Tables for one vocabulary: looked up, compiled, their mask rows built.
+
+    Args:
+        vocab: the engine's vocabulary.
+        cache: the table cache (it submits to `pool`).
+        pool: the compile workers, read only for their gauges (None: the cache compiles
+            some other way, as in tests).
+        threads: lookups at once (a disk hit reads its file in one).
+        first_masks: whether this engine's rows can mask with a LazyTable (the in-process
+            engine; vLLM's processes mask with whole tables of their own).
+    """
+
+    def __init__(
+        self,
+        vocab: TokenVocabulary,
+        cache: TableCache,
+        pool: CompilerPool | None = None,
+        *,
+        threads: int = 4,
+        first_masks: bool = True,
+    ) -> None:
+        self.vocab = vocab
+        self.cache = cache
+        self.pool = pool
+        self.first_masks = first_masks
+        self._lookups = ThreadPoolExecutor(threads, thread_name_prefix="gclm-lookup")
+
+    async def table(
+        self, constraint: Constraint, *, first_mask: bool = False
+    ) -> CompiledTable | LazyTable:
+        """The constraint's table, its mask rows built; with `first_mask` (and an engine
+        that serves them), a LazyTable while it compiles (TableCache.fetch_first). Raises
+        the compile's ConstraintError; never blocks the event loop."""
+        loop = asyncio.get_running_loop()
+        lazy = first_mask and self.first_masks
+        fetch: Callable[[Constraint], Future[Any]] = (
+            self.cache.fetch_first if lazy else self.cache.fetch
+        )
+        future = await loop.run_in_executor(self._lookups, fetch, constraint)
+        # shield: a client that leaves must not cancel the compile other requests share.
+        table = await asyncio.shield(asyncio.wrap_future(future))
+        if not is_lazy(table):
+            # Build the mask rows here, not on the engine thread's first step (a cache that
+            # measures with masking.masks.table_memory has built them already).
+            await loop.run_in_executor(self._lookups, mask_table, table)
+        return table
+
+    @cached_property
+    def _graceful(self) -> GracefulPolicy:
+        return GracefulPolicy.for_vocab(self.vocab.token_bytes)
+
+    def budget_policy(self, name: str) -> BudgetPolicy | None:
+        """The graceful policy for this vocabulary (one per engine), or None for "none"."""
+        return self._graceful if name == "graceful" else None
+
+    def gauges(self) -> dict[str, float]:
+        """The table cache's and the compile pool's gauges, for /metrics."""
+        gauges: dict[str, float] = dict(self.cache.gauges())
+        if self.pool is not None:
+            gauges.update(self.pool.gauges())
+        return gauges
+
+    def close(self) -> None:
+        self._lookups.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,71 @@
+"""The engine's constraint service (server/engine/constraints.py): tables with their mask rows,
+first masks only for an engine that serves them, policies and gauges."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+import pytest
+
+from gclm.compiler.cache import TableCache
+from gclm.compiler.compile import compile_constraint
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.first_mask import lazy_table
+from gclm.compiler.lazy_table import LazyTable
+from gclm.compiler.regex import to_regex
+from gclm.compiler.tables import CompiledTable
+from gclm.compiler.token_walk import byte_dfa
+from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.masking.graceful import GracefulPolicy
+from gclm.masking.masks import _CACHE as MASK_TABLES
+from gclm.server.engine.constraints import Constraints
+
+pytestmark = pytest.mark.anyio
+
+BYTES = TokenVocabulary(
+    (*(bytes([b]) for b in range(256)), b"ab", None), eos_token_id=257, scheme="plain"
+)
+AB = Constraint.regex("(ab){1,4}")
+
+
+def held_cache() -> tuple[TableCache, list[Future[CompiledTable]]]:
+    """A cache whose compiles never land unless the test lands them, with first masks."""
+    held: list[Future[CompiledTable]] = []
+
+    def compile_fn(constraint: Constraint) -> Future[CompiledTable]:
+        held.append(Future())
+        return held[-1]
+
+    def first_masks(constraint: Constraint) -> Future[LazyTable | None]:
+        future: Future[LazyTable | None] = Future()
+        future.set_result(lazy_table(byte_dfa(to_regex(constraint).regex), BYTES))
+        return future
+
+    return TableCache(compile_fn, BYTES.fingerprint, first_masks=first_masks), held
+
+
+async def test_a_table_comes_with_its_mask_rows() -> None:
+    service = Constraints(BYTES, TableCache(lambda c: compile_constraint(c, BYTES), "v"))
+    table = await service.table(AB)
+    assert isinstance(table, CompiledTable) and table in MASK_TABLES
+    service.close()
+
+
+async def test_first_masks_only_where_the_engine_serves_them() -> None:
+    cache, held = held_cache()
+    lazy = await Constraints(BYTES, cache).table(AB, first_mask=True)
+    assert isinstance(lazy, LazyTable)
+    # An engine without first masks (vLLM's) waits for the table, asked or not.
+    whole_only = Constraints(BYTES, cache, first_masks=False)
+    table = compile_constraint(AB, BYTES)
+    held[0].set_result(table)
+    assert await whole_only.table(AB, first_mask=True) is table
+
+
+def test_policies_and_gauges() -> None:
+    service = Constraints(BYTES, TableCache(lambda c: compile_constraint(c, BYTES), "v"))
+    assert isinstance(service.budget_policy("graceful"), GracefulPolicy)
+    assert service.budget_policy("graceful") is service.budget_policy("graceful")
+    assert service.budget_policy("none") is None
+    assert service.gauges()["table_cache_entries"] == 0  # no pool: the cache's gauges only
+    service.close()
