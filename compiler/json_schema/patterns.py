@@ -113,6 +113,15 @@ FORMATS: dict[str, str] = {
     # Its integer written without a 0 after its first digit: jsonschema 4.26's checker
     # rejects "406/a" (it reads a 0 followed by a digit as a leading zero).
     "relative-json-pointer": rf"(?:0|[1-9][1-9]{{0,8}})(?:#|{_JSON_POINTER})",
+    # An ASCII address is an internationalized one too (RFC 6531 extends RFC 5321's).
+    "idn-email": r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~\-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~\-]+)*@"
+    + _LABEL
+    + r"(?:\."
+    + _LABEL
+    + r"){1,3}",
+    # A regex of literal characters only (no metacharacter, no escape): it matches itself,
+    # in ECMA-262 and in every other dialect a validator compiles it with.
+    "regex": r"[A-Za-z0-9 _,:;=@%/'!<>\-]*",
 }
 # Formats that format-checking validators (Draft 2019-09/2020-12's format vocabulary) check.
 # One of these that is not in FORMATS is refused, never ignored: ignoring it would let an

@@ -99,6 +99,8 @@ VALID_FORMATS = {
     "iri-reference": ["docs/index.html"],
     "json-pointer": ["", "/a/b", "/a~1b/~0", "/é"],
     "relative-json-pointer": ["0", "1/a", "2#"],
+    "idn-email": ["a.b+c@example.co.uk"],
+    "regex": ["", "abc", "id: 42, name=x/y"],
 }
 
 INVALID_FORMATS = {
@@ -110,6 +112,8 @@ INVALID_FORMATS = {
     "json-pointer": ["a", "/~2"],
     # jsonschema 4.26's checker reads a 0 after a digit as a leading zero ("406/a", "10#").
     "relative-json-pointer": ["01", "-1", "/a", "406/a", "10#"],
+    "idn-email": ["no-at-sign"],
+    "regex": ["a(", "[x", "a+", "\\d", "^a$", "x{2}"],  # metacharacters: none is written
 }
 
 
@@ -158,3 +162,18 @@ def test_format_with_unfoldable_lengths_is_refused_not_ignored():
     # A bound the format already implies is kept.
     regex = string_regex({"type": "string", "format": "date", "maxLength": 10}, "")
     assert re.fullmatch(regex, '"2024-01-31"')
+
+
+def test_regex_format_values_are_regexes_to_a_format_checker():
+    """Every character the `regex` format writes, alone and in a row, is a regex that
+    jsonschema's format checker (Python's `re`) accepts and that matches itself."""
+    import jsonschema
+
+    regex = re.compile(string_regex({"type": "string", "format": "regex"}, ""))
+    alphabet = [chr(c) for c in range(0x20, 0x7F) if regex.fullmatch(json.dumps(chr(c)))]
+    assert "a" in alphabet and "(" not in alphabet and "\\" not in alphabet
+    text = "".join(alphabet)
+    assert re.fullmatch(re.compile(text), text) and regex.fullmatch(json.dumps(text))
+    checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
+    for value in [text, *alphabet]:
+        jsonschema.validate(value, {"format": "regex"}, format_checker=checker)
