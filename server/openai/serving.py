@@ -13,6 +13,7 @@ disconnects, streaming or not, has its sequences cancelled at once.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
@@ -161,14 +162,18 @@ class Serving:
         table = await self.compile(spec, request, first_mask) if spec is not None else None
         budget_aware = spec.budget_aware if spec is not None else True
         marker = ThinkingSpec(parser.end_ids) if parser is not None else None
-        max_tokens = self.budget(body, table, budget_aware, marker)
+        if is_lazy(table):  # a LazyTable may search its exact minimum: off the event loop
+            max_tokens = await asyncio.to_thread(self.budget, body, table, budget_aware)
+        else:
+            max_tokens = self.budget(body, table, budget_aware, marker)
         thinking = None
         if parser is not None and isinstance(body, ThinkingControls):
             assert not is_lazy(table)  # no first masks for a thinking request
             thinking = parser.thinking(body, table, max_tokens)
         policy = self.engine.budget_policy(spec.budget_policy) if spec and budget_aware else None
         if spec is not None and is_lazy(table) and policy is not None:
-            if not policy.serves_lazily(table, max_tokens):  # a tight budget: it is paced
+            lazily = await asyncio.to_thread(policy.serves_lazily, table, max_tokens)
+            if not lazily:  # a tight budget: it is paced
                 table = await self.compile(spec, request)  # over the whole table
         if is_lazy(table):
             self.metrics.first_masks.inc()

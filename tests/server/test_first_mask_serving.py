@@ -12,6 +12,7 @@ from concurrent.futures import Future
 from typing import Any
 
 import jsonschema
+import openai
 import pytest
 from harness import openai_client
 
@@ -133,3 +134,17 @@ async def test_a_tight_budget_waits_for_the_whole_table(held) -> None:
         done = await asyncio.wait_for(request, 60)
     jsonschema.validate(json.loads(done.choices[0].message.content or ""), SCHEMA)
     assert first_mask_requests(app) == 0
+
+
+async def test_a_budget_below_the_minimum_is_a_400_naming_it_before_the_table(held) -> None:
+    """The LazyTable searches the exact minimum (off the event loop): the whole table's."""
+    app, compiles = held
+    async with openai_client(app) as client:
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.chat.completions.create(
+                model="tiny", messages=MESSAGES, response_format=FORMAT, max_tokens=2
+            )
+    assert compiles.pending, "answered before the whole compile"
+    minimum = compile_constraint(Constraint.json_schema(SCHEMA), compiles.vocab).min_tokens
+    assert f"needs {minimum} tokens" in caught.value.message
+    assert caught.value.param == "max_tokens"
