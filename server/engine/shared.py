@@ -18,6 +18,7 @@ from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import InvalidRequestError
 from gclm.masking import check_budget
 from gclm.masking.policy import BudgetPolicy
+from gclm.masking.state import ConstraintState
 from gclm.server.engine.chat_template import encode_chat, render_chat, renders_tools
 from gclm.server.engine.constraints import Constraints
 from gclm.server.engine.logprobs import TokenNames
@@ -28,6 +29,15 @@ from gclm.server.engine.protocol import (
     GenerationRequest,
     StreamEvent,
 )
+
+
+def out_of_budget(state: ConstraintState | None) -> tuple[str, bool]:
+    """The finish_reason and budget_cut of an output whose budget ran out, one rule for
+    both engines: "stop" where the constrained output is complete (the budget ran out
+    exactly at its end), else "length"; cut unless the constraint allowed nothing more."""
+    if state is None:
+        return "length", True
+    return ("stop" if state.is_accepting else "length"), state.mask_table.has_tokens(state.state)
 
 
 class QueuedHandle(Protocol):

@@ -56,7 +56,7 @@ from gclm.server.engine.protocol import (
     TokenEvent,
     TokenLogprob,
 )
-from gclm.server.engine.shared import TokenizerEngine
+from gclm.server.engine.shared import TokenizerEngine, out_of_budget
 from gclm.server.engine.thinking import ThinkingSplit
 from gclm.server.settings import check_vllm_options
 
@@ -309,8 +309,7 @@ class VllmEngine(TokenizerEngine):
         finally:
             self._active.discard(handle)
         finish = self._finish_reason(handle, reason)
-        state = handle.state
-        cut = reason == "length" and (state is None or state.mask_table.has_tokens(state.state))
+        cut = reason == "length" and out_of_budget(handle.state)[1]
         thought = None
         if handle.split is not None:
             tail = handle.split.flush()
@@ -330,6 +329,14 @@ class VllmEngine(TokenizerEngine):
         return (eos, reason) if isinstance(reason, int) else (eos,)
 
     @staticmethod
+    def _finish_reason(handle: VllmRequest, reason: str | None) -> str:
+        if reason == "abort":
+            return "cancelled"
+        if reason == "length":  # vLLM's max_tokens: gclm's rule for a budget run out
+            return out_of_budget(handle.state)[0]
+        return reason or "stop"
+
+    @staticmethod
     def _send_split(
         handle: VllmRequest,
         sampled: Any,
@@ -346,15 +353,6 @@ class VllmEngine(TokenizerEngine):
             handle.send(TokenEvent(part.text, ids_part, lp, reasoning=part.reasoning))
         if len(sampled) > len(ids) and handle.state is not None:
             handle.state.advance(sampled[-1])  # the EOS: the constrained answer ends here
-
-    @staticmethod
-    def _finish_reason(handle: VllmRequest, reason: str | None) -> str:
-        state = handle.state
-        if reason == "abort":
-            return "cancelled"
-        if state is not None and reason == "length" and state.is_accepting:
-            return "stop"  # complete by construction: the budget ran out exactly at the end
-        return reason or "stop"
 
 
 def _as_gclm_error(e: Exception) -> GclmError:

@@ -20,6 +20,7 @@ from gclm.server.engine.protocol import (
     TokenEvent,
     TokenLogprob,
 )
+from gclm.server.engine.shared import out_of_budget
 from gclm.server.engine.thinking import MarkerHold
 from gclm.server.engine.transformers.detokenize import TextStream
 
@@ -98,11 +99,10 @@ class Sequence:
                 return self.finish("stop")
             self._take(token, logprob)
             self._push(token, was_thinking)
-            if c.must_stop(self.tokens_left):
-                cut = self.tokens_left <= 0 and c.mask_table.has_tokens(c.state)
-                return self.finish("stop", budget_cut=cut)
-            if self.tokens_left <= 0:  # budget-unaware only: it can run out mid-output
-                return self.finish("stop" if c.is_accepting else "length", budget_cut=True)
+            if self.tokens_left <= 0:  # mid-output only when budget-unaware
+                return self.finish(*out_of_budget(c))
+            if c.must_stop(self.tokens_left):  # complete, and no token could continue it
+                return self.finish("stop")
             return False
         if token in eos_ids:
             return self.finish("stop")
@@ -113,7 +113,7 @@ class Sequence:
         if self.text.stopped:
             return self.finish("stop")
         if self.tokens_left <= 0:
-            return self.finish("length", budget_cut=True)
+            return self.finish(*out_of_budget(None))
         return False
 
     def finish(self, reason: str, budget_cut: bool = False) -> bool:
