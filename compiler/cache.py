@@ -221,15 +221,14 @@ class TableCache:
         key = self.key(constraint)
         with self._lock:
             lazy = self._lazy.get(key)
-            fresh = lazy is None
-            if fresh:
-                lazy = self._first_masks(constraint)
-                if lazy is None:
-                    return whole  # type: ignore[return-value]
-                self._lazy[key] = lazy
-        if fresh:
+        if lazy is None:
+            lazy = self._first_masks(constraint)  # outside the lock: it asks the pool
+            if lazy is None:
+                return whole  # type: ignore[return-value]
+            with self._lock:
+                lazy = self._lazy.setdefault(key, lazy)
             whole.add_done_callback(lambda _: self._forget_lazy(key, lazy))
-        return _first_of(lazy, whole)  # type: ignore[arg-type]
+        return _first_of(lazy, whole)
 
     def _forget_lazy(self, key: str, lazy: Future[LazyTable | None] | None) -> None:
         with self._lock:
@@ -453,6 +452,8 @@ def _first_of(
         else:
             if result is None:  # no LazyTable for this constraint
                 return
+            if source is lazy and result.compiled is None:
+                result.compiled = whole  # the compile it stands in for (its cost: serving.py)
             outcome = result
         try:
             if isinstance(outcome, BaseException):

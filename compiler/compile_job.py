@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -84,13 +85,14 @@ class Job:
         return max(MIN_RETRY_S, end - now)
 
 
-def settle(future: Future[CompiledTable], outcome: object) -> None:
-    """Resolve `future` with a table or an exception, unless a waiter cancelled it."""
+def settle(future: Future[Any], outcome: object) -> None:
+    """Resolve `future` with a table (or a DFA) or an exception, unless a waiter cancelled
+    it."""
     try:
         if isinstance(outcome, BaseException):
             future.set_exception(outcome)
         else:
-            future.set_result(outcome)  # type: ignore[arg-type]
+            future.set_result(outcome)
     except InvalidStateError:  # cancelled, or already answered
         pass
 

@@ -16,16 +16,20 @@ error then answers the request).
 from __future__ import annotations
 
 import logging
+import threading
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.lazy_table import LazyTable
 from gclm.compiler.tables import UNREACHABLE
-from gclm.compiler.token_walk import ByteDfa, token_trie
+from gclm.compiler.token_walk import ByteDfa, byte_dfa
 from gclm.compiler.vocabulary import TokenVocabulary
 
 log = logging.getLogger("gclm.compiler")
+
+SENTINEL_FREE_WARM_UP = "[a-z]{1,3}"  # a regex whose byte DFA takes no time to build
 
 
 class FirstMasks:
@@ -42,13 +46,23 @@ class FirstMasks:
         self.vocab = vocab
         # One thread: a LazyTable's bounds take a millisecond or so; never the pool's thread.
         self._builder = ThreadPoolExecutor(1, thread_name_prefix="gclm-first-mask")
-        self._builder.submit(token_trie, vocab)  # the vocabulary's trie, once, up front
+        # One LazyTable per compile, however many requests join it, by its DFA's future
+        # (held by the compile's Job while it runs).
+        self._built: weakref.WeakKeyDictionary[Future[Any], Future[LazyTable | None]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+        self._builder.submit(_warm_up, vocab)
 
     def __call__(self, constraint: Constraint) -> Future[LazyTable | None] | None:
         dfa = self._early_dfa(constraint)
         if dfa is None:
             return None
-        out: Future[LazyTable | None] = Future()
+        with self._lock:
+            out = self._built.get(dfa)
+            if out is not None:
+                return out
+            out = self._built[dfa] = Future()
         dfa.add_done_callback(lambda f: self._builder.submit(self._build, f, out))
         return out
 
@@ -62,6 +76,17 @@ class FirstMasks:
 
     def close(self) -> None:
         self._builder.shutdown(wait=False, cancel_futures=True)
+
+
+def _warm_up(vocab: TokenVocabulary) -> None:
+    """The vocabulary's trie and the compiled walks, before the first request: else its
+    first state's walk would compile them on the engine's thread, stalling the batch."""
+    try:
+        table = lazy_table(byte_dfa(SENTINEL_FREE_WARM_UP), vocab)
+        if table is not None:
+            table.forward_row(table.initial)
+    except Exception:  # not fatal: the first request pays for it instead
+        log.exception("could not warm up the first masks")
 
 
 def lazy_table(dfa: ByteDfa, vocab: TokenVocabulary) -> LazyTable | None:

@@ -34,6 +34,7 @@ scratch arrays, so they run under a lock; the compiled walk releases the GIL.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numba as nb
@@ -41,7 +42,7 @@ import numpy as np
 
 from gclm.compiler.byte_bounds import byte_bounds, single_byte_tokens
 from gclm.compiler.numba_cache import cache_per_version
-from gclm.compiler.tables import UNREACHABLE
+from gclm.compiler.tables import UNREACHABLE, CompiledTable
 from gclm.compiler.token_sets import words_for
 from gclm.compiler.token_walk import ByteDfa, TokenTrie, token_trie
 from gclm.compiler.vocabulary import TokenVocabulary
@@ -109,6 +110,9 @@ class LazyTable:
         eos_only.view(np.uint32)[self.eos_token_id >> 5] |= np.uint32(1 << (self.eos_token_id & 31))
         eos_only.flags.writeable = False
         self._eos_only = eos_only
+        # The whole table's compile this LazyTable stands in for, when the table cache
+        # handed it out ahead of it (TableCache.fetch_first).
+        self.compiled: Future[CompiledTable] | None = None
 
     # -- what a state allows ----------------------------------------------------------------
 

@@ -162,6 +162,8 @@ class CompilerPool:
         slow_after_s: a compile running this long is demoted (None: a tenth of the timeout,
             at least 0.5 s).
         max_slow: demoted compiles at once (None: 4 x workers).
+        early_dfa: workers send each compile's byte DFA ahead of its table (`early_dfa`,
+            for first masks: compiler/first_mask.py); else `early_dfa`'s futures get None.
     """
 
     def __init__(
@@ -174,8 +176,10 @@ class CompilerPool:
         slow_after_s: float | None = None,
         max_slow: int | None = None,
         start_timeout_s: float = START_TIMEOUT_S,
+        early_dfa: bool = False,
     ):
         self.vocab = vocab
+        self.sends_dfas = early_dfa
         self.limits = limits or CompileLimits()
         self.workers = default_workers() if workers is None else workers
         self.queue_size = queue_size
@@ -309,6 +313,7 @@ class CompilerPool:
             for waiter in job.waiters:
                 settle(waiter.future, shut)
             settle(job.outcome, shut)
+            settle(job.dfa, None)
         self._wake_r.close()
         self._wake_w.close()
 
@@ -544,7 +549,7 @@ class CompilerPool:
             proc = idle.pop(0)
             proc.worker.progress[:] = 0  # the last compile's: this one's is written after
             try:
-                proc.worker.conn.send(job.constraint)
+                proc.worker.conn.send((job.constraint, self.sends_dfas))
             except OSError:  # the process died while idle: requeue the job
                 self._retire(proc)
                 self._jobs.appendleft(job)

@@ -65,8 +65,9 @@ class CompileLimits:
 
 
 def _serve(conn: Connection, vocab: TokenVocabulary, limits: CompileLimits, shared: Any) -> None:
-    """Worker main loop: receive a Constraint, send back table bytes or an error; report
-    each compile's progress in `shared` (compiler/progress.py's slots)."""
+    """Worker main loop: receive (Constraint, whether to send its byte DFA ahead), send back
+    table bytes or an error; report each compile's progress in `shared` (compiler/progress.py's
+    slots)."""
     slots = np.frombuffer(shared, dtype=np.int64)
     try:
         import resource
@@ -81,16 +82,17 @@ def _serve(conn: Connection, vocab: TokenVocabulary, limits: CompileLimits, shar
     conn.send(("ready", None))
     while True:
         try:
-            constraint = conn.recv()
+            constraint, early_dfa = conn.recv()
         except EOFError:
             return
+        early = min(limits.max_states, EARLY_DFA_MAX_STATES)
         try:
             table = compile_constraint(
                 constraint,
                 vocab,
                 max_states=limits.max_states,
                 progress=slots,
-                on_dfa=partial(_send_dfa, conn, min(limits.max_states, EARLY_DFA_MAX_STATES)),
+                on_dfa=partial(_send_dfa, conn, early) if early_dfa else None,
             )
             conn.send(("ok", table.to_bytes()))
         except GclmError as e:

@@ -100,7 +100,11 @@ def build_compiler(
         cpu_s=settings.compile_cpu_limit,
     )
     pool = CompilerPool(
-        vocab, limits, workers=settings.compile_workers or None, queue_size=settings.compile_queue
+        vocab,
+        limits,
+        workers=settings.compile_workers or None,
+        queue_size=settings.compile_queue,
+        early_dfa=first_masks,
     )
     cache = TableCache(
         pool.submit,

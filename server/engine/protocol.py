@@ -66,8 +66,8 @@ class GenerationRequest:
 
     prompt_ids: list[int]
     params: SamplingParams
-    # None: unconstrained. A LazyTable (a constraint still compiling) only without a policy
-    # or a thinking phase: those plan over the whole table.
+    # None: unconstrained. A LazyTable (a constraint still compiling) never with a thinking
+    # phase, and with a policy only where it serves lazily (BudgetPolicy.serves_lazily).
     table: CompiledTable | LazyTable | None = None
     budget_aware: bool = True  # False: forward-only DFA mask (comparisons only)
     request_id: str = ""

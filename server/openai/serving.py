@@ -14,11 +14,13 @@ disconnects, streaming or not, has its sequences cancelled at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncGenerator
+from concurrent.futures import Future
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Request, Response
 
@@ -234,9 +236,28 @@ class Serving:
             raise with_param(e, spec.param) from None
         finally:
             self.metrics.compile_seconds.observe(time.perf_counter() - started)
-        if not is_lazy(table) and self.compile_charges.first_time(table):
-            charge(request, compile_seconds=table.compile_seconds)
+        if not is_lazy(table):
+            if self.compile_charges.first_time(table):
+                charge(request, compile_seconds=table.compile_seconds)
+        elif table.compiled is not None and self.compile_charges.first_time(table):
+            # The first request on first masks pays for the compile when it ends.
+            loop = asyncio.get_running_loop()
+            table.compiled.add_done_callback(
+                lambda done: _on_loop(loop, self._charge_compiled, request, done)
+            )
         return table
+
+    def _charge_compiled(self, request: Request, compiled: Future[CompiledTable]) -> None:
+        """Charge `request` for the compile its first masks stood in for, once it ended."""
+        if compiled.cancelled():
+            return
+        error = compiled.exception()
+        if error is None:
+            table = compiled.result()
+            if self.compile_charges.first_time(table):
+                charge(request, compile_seconds=table.compile_seconds)
+        elif isinstance(error, CompileLimitError) and self.compile_charges.first_time(error):
+            charge(request, compile_seconds=error.compile_seconds)
 
     def budget(
         self,
@@ -410,3 +431,9 @@ class EventFold:
     def usage(self) -> Usage:
         usage = Usage.of(self.plan.prompt_tokens, self.completion_tokens, self.cached_tokens)
         return usage.with_reasoning_tokens(self.reasoning_tokens)
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
+    """Run `fn(*args)` on `loop` from another thread; not at all once the loop is closed."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(fn, *args)

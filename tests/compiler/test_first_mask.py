@@ -152,7 +152,7 @@ def test_the_pool_sends_the_byte_dfa_ahead_of_the_table(embedded_vocab) -> None:
         "additionalProperties": False,
     }
     constraint = Constraint.json_schema(schema)
-    pool = CompilerPool(embedded_vocab, CompileLimits(timeout_s=120), workers=1)
+    pool = CompilerPool(embedded_vocab, CompileLimits(timeout_s=120), workers=1, early_dfa=True)
     try:
         first = FirstMasks(pool.early_dfa, embedded_vocab)
         table_future = pool.submit(constraint)
@@ -174,7 +174,9 @@ def test_the_pool_sends_the_byte_dfa_ahead_of_the_table(embedded_vocab) -> None:
 def test_a_dfa_over_the_state_limit_is_not_sent(embedded_vocab) -> None:
     """The whole compile refuses it; so no request may start on it."""
     constraint = Constraint.json_schema({"type": "string", "maxLength": 50})
-    pool = CompilerPool(embedded_vocab, CompileLimits(timeout_s=120, max_states=20), workers=1)
+    pool = CompilerPool(
+        embedded_vocab, CompileLimits(timeout_s=120, max_states=20), workers=1, early_dfa=True
+    )
     try:
         table_future = pool.submit(constraint)
         dfa = pool.early_dfa(constraint)
@@ -182,5 +184,19 @@ def test_a_dfa_over_the_state_limit_is_not_sent(embedded_vocab) -> None:
         assert dfa.result(timeout=120) is None
         with pytest.raises(CompileLimitError):
             table_future.result(timeout=120)
+    finally:
+        pool.close()
+
+
+def test_a_pool_without_early_dfas_sends_none(embedded_vocab) -> None:
+    """`--first-mask whole` and vLLM's frontend: no DFA crosses the pipe."""
+    constraint = Constraint.json_schema({"type": "string", "maxLength": 5})
+    pool = CompilerPool(embedded_vocab, CompileLimits(timeout_s=120), workers=1)
+    try:
+        table_future = pool.submit(constraint)
+        dfa = pool.early_dfa(constraint)
+        assert dfa is not None
+        table_future.result(timeout=120)
+        assert dfa.result(timeout=5) is None
     finally:
         pool.close()

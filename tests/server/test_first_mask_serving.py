@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from concurrent.futures import Future
 from typing import Any
 
+import httpx
 import jsonschema
 import openai
 import pytest
-from harness import openai_client
+from harness import http_client, openai_client
 
 from gclm.compiler.cache import TableCache
 from gclm.compiler.compile import compile_constraint
@@ -148,3 +150,39 @@ async def test_a_budget_below_the_minimum_is_a_400_naming_it_before_the_table(he
     minimum = compile_constraint(Constraint.json_schema(SCHEMA), compiles.vocab).min_tokens
     assert f"needs {minimum} tokens" in caught.value.message
     assert caught.value.param == "max_tokens"
+
+
+async def test_the_first_request_on_first_masks_pays_for_the_compile(held, tmp_path) -> None:
+    """Its API key is charged the compile's seconds when the table lands; a request that
+    then finds the table cached pays nothing (as without first masks)."""
+    app, compiles = held
+    keys = tmp_path / "keys"
+    keys.write_text("sk-dave name=dave\nsk-carol name=carol\n")
+    app = create_app(
+        app.state.serving.engine, ServerSettings(cache_dir=tmp_path, api_keys_file=keys)
+    )
+    ask: Any = {"model": "tiny", "messages": MESSAGES, "response_format": FORMAT, "max_tokens": 64}
+    async with openai_client(app, api_key="sk-dave") as dave, http_client(app) as http:
+        await dave.chat.completions.create(**ask)
+        assert compiles.pending and first_mask_requests(app) == 1
+        assert await charged(http, "dave") is None  # the compile has not ended
+        constraint, future = next(iter(compiles.pending.values()))
+        compiles.pending.clear()
+        table = compile_constraint(constraint, compiles.vocab)
+        future.set_result(table)
+        for _ in range(100):  # the charge lands on the event loop after the table
+            if await charged(http, "dave") is not None:
+                break
+            await asyncio.sleep(0.02)
+        async with openai_client(app, api_key="sk-carol") as carol:
+            await carol.chat.completions.create(**ask)
+        assert await charged(http, "dave") == pytest.approx(table.compile_seconds)
+        assert await charged(http, "carol") is None
+    assert first_mask_requests(app) == 1
+
+
+async def charged(http: httpx.AsyncClient, key: str) -> float | None:
+    """`key`'s gclm_key_compile_seconds on /metrics (None: never charged)."""
+    metrics = await http.get("/metrics", headers={"authorization": "Bearer sk-carol"})
+    found = re.search(rf'^gclm_key_compile_seconds_total{{key="{key}"}} (\S+)$', metrics.text, re.M)
+    return float(found.group(1)) if found else None
