@@ -200,3 +200,19 @@ def test_a_pool_without_early_dfas_sends_none(embedded_vocab) -> None:
         assert dfa.result(timeout=5) is None
     finally:
         pool.close()
+
+
+def test_one_lazy_table_per_compile_however_many_ask() -> None:
+    """FirstMasks builds one LazyTable per compile's DFA, also for requests that join the
+    compile after the first one's wait ended (a 429 at its timeout, say)."""
+    dfa: Future = Future()
+    first = FirstMasks(lambda constraint: dfa, BYTES)
+    try:
+        a, b = first(NUMBER), first(NUMBER)
+        assert a is b
+        expected = dfa_of(NUMBER)
+        dfa.set_result((expected.next, expected.accepting))
+        lazy = a.result(timeout=30)
+        assert isinstance(lazy, LazyTable) and first(NUMBER).result(timeout=5) is lazy
+    finally:
+        first.close()
