@@ -56,7 +56,8 @@ _NEGATIVE_OVERHEAD = 1024
 # A compile function returns the table, or a Future of it (compiler/pool.py's `submit`).
 CompileFn = Callable[[Constraint], "CompiledTable | Future[CompiledTable]"]
 # Masks for a constraint whose compile is in flight, ahead of its table: a Future of a
-# LazyTable (None when there is none to be had), or None (compiler/first_mask.py).
+# LazyTable, the same one for every call during one compile (None when there is none to be
+# had), or None (compiler/first_mask.py).
 FirstMasksFn = Callable[[Constraint], "Future[LazyTable | None] | None"]
 
 
@@ -100,8 +101,8 @@ class TableCache:
         measure: bytes a cached table holds (default: `table.nbytes`); called outside the
             lock, at insertion and on later hits, so that it may build what it counts.
         limits_tag: the compile limits, as text: part of a remembered failure's disk key.
-        first_masks: LazyTables of compiles in flight, for `fetch_first` (None: it waits
-            for the table, as `fetch` does).
+        first_masks: LazyTables of compiles in flight, one per compile, for `fetch_first`
+            (None: it waits for the table, as `fetch` does).
     """
 
     def __init__(
@@ -142,7 +143,6 @@ class TableCache:
         self._inflight: dict[str, Future[CompiledTable]] = {}
         self._background: set[str] = set()  # keys whose compile goes on with nobody waiting
         self._first_masks = first_masks
-        self._lazy: dict[str, Future[LazyTable | None]] = {}  # by key, while it compiles
         # Finishes compiles (disk write, measuring) off the compile pool's thread.
         self._finisher = ThreadPoolExecutor(2, thread_name_prefix="gclm-cache")
 
@@ -213,27 +213,15 @@ class TableCache:
     def fetch_first(self, constraint: Constraint) -> Future[CompiledTable | LazyTable]:
         """What `fetch` answers, or sooner, while the constraint compiles, a LazyTable of its
         byte DFA: the same masks, walked as generation reaches states (one walk for the
-        first mask). Requests that arrive during one compile share one LazyTable; the
-        table, once compiled, is cached and answers every later request."""
+        first mask). `first_masks` gives requests that arrive during one compile one
+        LazyTable; the table, once compiled, is cached and answers every later request."""
         whole = self.fetch(constraint)
         if whole.done() or self._first_masks is None:
             return whole  # type: ignore[return-value]
-        key = self.key(constraint)
-        with self._lock:
-            lazy = self._lazy.get(key)
+        lazy = self._first_masks(constraint)
         if lazy is None:
-            lazy = self._first_masks(constraint)  # outside the lock: it asks the pool
-            if lazy is None:
-                return whole  # type: ignore[return-value]
-            with self._lock:
-                lazy = self._lazy.setdefault(key, lazy)
-            whole.add_done_callback(lambda _: self._forget_lazy(key, lazy))
+            return whole  # type: ignore[return-value]
         return _first_of(lazy, whole)
-
-    def _forget_lazy(self, key: str, lazy: Future[LazyTable | None] | None) -> None:
-        with self._lock:
-            if self._lazy.get(key) is lazy:
-                del self._lazy[key]
 
     def gauges(self) -> dict[str, int]:
         """Memory and disk use, for /metrics. Measures every entry again first: mask rows

@@ -29,7 +29,7 @@ from gclm.compiler.vocabulary import TokenVocabulary
 
 log = logging.getLogger("gclm.compiler")
 
-SENTINEL_FREE_WARM_UP = "[a-z]{1,3}"  # a regex whose byte DFA takes no time to build
+_WARM_UP_REGEX = "[a-z]{1,3}"  # a regex whose byte DFA takes no time to build
 
 
 class FirstMasks:
@@ -82,7 +82,7 @@ def _warm_up(vocab: TokenVocabulary) -> None:
     """The vocabulary's trie and the compiled walks, before the first request: else its
     first state's walk would compile them on the engine's thread, stalling the batch."""
     try:
-        table = lazy_table(byte_dfa(SENTINEL_FREE_WARM_UP), vocab)
+        table = lazy_table(byte_dfa(_WARM_UP_REGEX), vocab)
         if table is not None:
             table.forward_row(table.initial)
     except Exception:  # not fatal: the first request pays for it instead

@@ -37,8 +37,6 @@ class Constraints:
         pool: the compile workers, read only for their gauges (None: the cache compiles
             some other way, as in tests).
         threads: lookups at once (a disk hit reads its file in one).
-        first_masks: whether this engine's rows can mask with a LazyTable (the in-process
-            engine; vLLM's processes mask with whole tables of their own).
     """
 
     def __init__(
@@ -48,24 +46,22 @@ class Constraints:
         pool: CompilerPool | None = None,
         *,
         threads: int = 4,
-        first_masks: bool = True,
     ) -> None:
         self.vocab = vocab
         self.cache = cache
         self.pool = pool
-        self.first_masks = first_masks
         self._lookups = ThreadPoolExecutor(threads, thread_name_prefix="gclm-lookup")
 
     async def table(
         self, constraint: Constraint, *, first_mask: bool = False
     ) -> CompiledTable | LazyTable:
-        """The constraint's table, its mask rows built; with `first_mask` (and an engine
-        that serves them), a LazyTable while it compiles (TableCache.fetch_first). Raises
-        the compile's ConstraintError; never blocks the event loop."""
+        """The constraint's table, its mask rows built; with `first_mask`, a LazyTable
+        while it compiles where the cache makes them (TableCache.fetch_first: the
+        in-process engine's, with `--first-mask lazy`). Raises the compile's
+        ConstraintError; never blocks the event loop."""
         loop = asyncio.get_running_loop()
-        lazy = first_mask and self.first_masks
         fetch: Callable[[Constraint], Future[Any]] = (
-            self.cache.fetch_first if lazy else self.cache.fetch
+            self.cache.fetch_first if first_mask else self.cache.fetch
         )
         future = await loop.run_in_executor(self._lookups, fetch, constraint)
         # shield: a client that leaves must not cancel the compile other requests share.

@@ -152,10 +152,9 @@ class VllmEngine(TokenizerEngine):
         self.tokenizer = tokenizer
         self.model_id = model_id
         self.vocab = vocab
-        # Whole tables only: vLLM's processes mask with tables of their own.
-        self.constraints = Constraints(
-            vocab, cache, compiler, threads=compile_threads, first_masks=False
-        )
+        # Whole tables only (compile asks for no first masks): vLLM's processes mask with
+        # tables of their own.
+        self.constraints = Constraints(vocab, cache, compiler, threads=compile_threads)
         self.queue_size = queue_size
         self.context_length = 0  # vLLM's max_model_len, known once started
         self._constraint_of: weakref.WeakKeyDictionary[CompiledTable, Constraint] = (

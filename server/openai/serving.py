@@ -159,9 +159,9 @@ class Serving:
         self.check_admissible(body, len(prompts))
         spec = constraint_spec(body)
         parser = self.reasoning if self.thinks(body) else None
-        # A thinking phase plans over the whole table; the rest may start on first masks.
-        first_mask = parser is None and self.settings.first_mask == "lazy"
-        table = await self.compile(spec, request, first_mask) if spec is not None else None
+        # A thinking phase plans over the whole table; the rest may start on first masks
+        # (where the engine's cache makes them: --first-mask lazy, server/launch.py).
+        table = await self.compile(spec, request, parser is None) if spec is not None else None
         budget_aware = spec.budget_aware if spec is not None else True
         marker = ThinkingSpec(parser.end_ids) if parser is not None else None
         if is_lazy(table):  # a LazyTable may search its exact minimum: off the event loop
@@ -231,14 +231,12 @@ class Serving:
         try:
             table = await self.engine.compile(spec.constraint, first_mask=first_mask)
         except ConstraintError as e:
-            if isinstance(e, CompileLimitError) and self.compile_charges.first_time(e):
-                charge(request, compile_seconds=e.compile_seconds)
+            self._charge_compile(request, e)
             raise with_param(e, spec.param) from None
         finally:
             self.metrics.compile_seconds.observe(time.perf_counter() - started)
         if not is_lazy(table):
-            if self.compile_charges.first_time(table):
-                charge(request, compile_seconds=table.compile_seconds)
+            self._charge_compile(request, table)
         elif table.compiled is not None and self.compile_charges.first_time(table):
             # The first request on first masks pays for the compile when it ends.
             loop = asyncio.get_running_loop()
@@ -247,17 +245,17 @@ class Serving:
             )
         return table
 
+    def _charge_compile(self, request: Request, outcome: CompiledTable | BaseException) -> None:
+        """Charge `request` the seconds of a table, or of a compile stopped at its CPU
+        limit, unless another request was charged them already."""
+        if isinstance(outcome, CompiledTable | CompileLimitError):
+            if self.compile_charges.first_time(outcome):
+                charge(request, compile_seconds=outcome.compile_seconds)
+
     def _charge_compiled(self, request: Request, compiled: Future[CompiledTable]) -> None:
-        """Charge `request` for the compile its first masks stood in for, once it ended."""
-        if compiled.cancelled():
-            return
-        error = compiled.exception()
-        if error is None:
-            table = compiled.result()
-            if self.compile_charges.first_time(table):
-                charge(request, compile_seconds=table.compile_seconds)
-        elif isinstance(error, CompileLimitError) and self.compile_charges.first_time(error):
-            charge(request, compile_seconds=error.compile_seconds)
+        """`_charge_compile` for the compile a request's first masks stood in for."""
+        if not compiled.cancelled():
+            self._charge_compile(request, compiled.exception() or compiled.result())
 
     def budget(
         self,

@@ -52,7 +52,8 @@ class HeldCompile:
 
 
 class HeldMasks:
-    """A first_masks function whose LazyTables arrive when the test says so."""
+    """A first_masks function whose LazyTables arrive when the test says so: one per
+    constraint, as FirstMasks gives one per compile."""
 
     def __init__(self) -> None:
         self.asked: list[Constraint] = []
@@ -60,9 +61,7 @@ class HeldMasks:
 
     def __call__(self, constraint: Constraint) -> Future[LazyTable | None]:
         self.asked.append(constraint)
-        future: Future[LazyTable | None] = Future()
-        self.futures[constraint.key_material()] = future
-        return future
+        return self.futures.setdefault(constraint.key_material(), Future())
 
     def land(self, constraint: Constraint) -> LazyTable:
         lazy = LazyTable(dfa_of(constraint), BYTES)
@@ -78,14 +77,14 @@ def test_first_masks_come_before_the_table_and_the_table_is_kept() -> None:
     assert not first.done()
     lazy = masks.land(NUMBER)
     assert first.result(timeout=5) is lazy and joined.result(timeout=5) is lazy
-    assert len(masks.asked) == 1  # one LazyTable for every request of one compile
+    assert len(masks.asked) == 2  # asked for each request while the table compiles
     # Its first mask is the whole table's.
     table = compiles.land(NUMBER)
     whole = ConstraintState(table).allowed_row(64)
     assert np.array_equal(ConstraintState(lazy).allowed_row(64), whole)
     # Once the table is compiled it answers, at once; no more first masks are made.
     assert cache.fetch_first(NUMBER).result(timeout=5) is table
-    assert len(masks.asked) == 1
+    assert len(masks.asked) == 2
 
 
 def test_the_table_answers_when_it_comes_first() -> None:

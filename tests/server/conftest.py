@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from fake_engine import FakeEngine
 from fastapi import FastAPI
@@ -83,26 +85,31 @@ def float32_engine(embedded_vocab):
 
 @pytest.fixture(scope="session")
 def tiny_batch_engine(embedded_tokenizer, embedded_vocab, tiny_llama):
-    """Builds a BatchEngine on a one-layer random Llama over the embedded vocabulary (the
-    caller shuts it down); compiles in process."""
+    """`tiny_batch_engine(cache=None, **config)` builds a BatchEngine on a one-layer random
+    Llama over the embedded vocabulary (`config`: LlamaConfig fields that differ; the caller
+    shuts it down); `cache` None: compiles in process."""
     from gclm.compiler.cache import TableCache
     from gclm.compiler.compile import compile_constraint
     from gclm.server.engine.transformers.engine import BatchEngine
 
-    def build() -> BatchEngine:
+    def build(cache: TableCache | None = None, **config: Any) -> BatchEngine:
+        shape = {
+            "hidden_size": 16,
+            "intermediate_size": 32,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "max_position_embeddings": 256,
+        }
         model = tiny_llama(
             vocab_size=embedded_vocab.size,
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            max_position_embeddings=256,
             eos_token_id=embedded_tokenizer.eos_token_id,
+            **(shape | config),
         )
-        cache = TableCache(
-            lambda c: compile_constraint(c, embedded_vocab), embedded_vocab.fingerprint
-        )
+        if cache is None:
+            cache = TableCache(
+                lambda c: compile_constraint(c, embedded_vocab), embedded_vocab.fingerprint
+            )
         return BatchEngine(
             model, embedded_tokenizer, model_id="tiny", vocab=embedded_vocab, cache=cache
         )

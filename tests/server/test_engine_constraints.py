@@ -3,6 +3,7 @@ first masks only for an engine that serves them, policies and gauges."""
 
 from __future__ import annotations
 
+import asyncio
 from concurrent.futures import Future
 
 import pytest
@@ -51,15 +52,19 @@ async def test_a_table_comes_with_its_mask_rows() -> None:
     service.close()
 
 
-async def test_first_masks_only_where_the_engine_serves_them() -> None:
+async def test_first_masks_only_when_asked() -> None:
     cache, held = held_cache()
-    lazy = await Constraints(BYTES, cache).table(AB, first_mask=True)
+    service = Constraints(BYTES, cache)
+    lazy = await service.table(AB, first_mask=True)
     assert isinstance(lazy, LazyTable)
-    # An engine without first masks (vLLM's) waits for the table, asked or not.
-    whole_only = Constraints(BYTES, cache, first_masks=False)
+    # Not asked (vLLM's engine never asks): the table, once compiled, with its mask rows.
+    waiting = asyncio.ensure_future(service.table(AB))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
     table = compile_constraint(AB, BYTES)
     held[0].set_result(table)
-    assert await whole_only.table(AB, first_mask=True) is table
+    assert await waiting is table and table in MASK_TABLES
+    service.close()
 
 
 def test_policies_and_gauges() -> None:

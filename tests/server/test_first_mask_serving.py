@@ -27,7 +27,6 @@ from gclm.compiler.regex import to_regex
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.token_walk import byte_dfa
 from gclm.server.app import create_app
-from gclm.server.engine.transformers.engine import BatchEngine
 from gclm.server.settings import ServerSettings
 
 pytestmark = pytest.mark.anyio
@@ -66,24 +65,13 @@ class HeldCompiles:
 
 
 @pytest.fixture
-def held(embedded_tokenizer, embedded_vocab, tiny_llama, tmp_path):
+def held(embedded_vocab, tiny_batch_engine, tmp_path):
     compiles = HeldCompiles(embedded_vocab)
-    model = tiny_llama(
-        vocab_size=embedded_vocab.size,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=1024,
-        eos_token_id=embedded_tokenizer.eos_token_id,
-    )
     cache = TableCache(
         compiles.compile, embedded_vocab.fingerprint, first_masks=compiles.first_masks
     )
-    engine = BatchEngine(
-        model, embedded_tokenizer, model_id="tiny", vocab=embedded_vocab, cache=cache
-    )
+    # Room for the default budget of a constrained request (512) after the prompt.
+    engine = tiny_batch_engine(cache, max_position_embeddings=1024)
     app = create_app(engine, ServerSettings(cache_dir=tmp_path))
     yield app, compiles
     compiles.land_all()
