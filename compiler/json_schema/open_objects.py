@@ -56,10 +56,12 @@ def open_object_regex(entries: list[tuple[str, str, bool]], extra: str, ws: str)
     first_required = next((i for i, (_, req) in enumerate(written) if req), None)
     last_first = len(written) - 1 if first_required is None else first_required
     # The first entry written: a declared one up to the first required, or an extra key.
-    starts = [written[k][0] + tail(k + 1) + others for k in range(last_first + 1)]
+    # The extra keys' loop is written once after the declared entries (not once per first
+    # entry): each copy of it is a copy of its states in the automaton.
+    starts = [written[k][0] + tail(k + 1) for k in range(last_first + 1)]
+    body = "(?:" + "|".join(starts) + ")" + others
     if first_required is None:
-        starts.append(other + others)
-    body = "(?:" + "|".join(starts) + ")" + ("?" if first_required is None else "")
+        body = f"(?:{body}|{other}{others})?"
     return rf"\{{{ws}{body}{ws}\}}"
 
 
@@ -75,7 +77,12 @@ def counted_object_regex(entries: dict[str, str], choices: list[list[str]], ws: 
 
 
 def other_key_regex(names: list[str]) -> str:
-    """A JSON string of raw characters (no escapes) that is none of `names`, quotes in."""
+    """A JSON string of raw characters (no escapes) that is none of `names`, quotes in.
+
+    Two walks of the names' trie: one that leaves it (a character no name has there, then
+    any raw characters: one loop shared by every exit, so the automaton holds it once) and
+    one that stops inside it where no name ends.
+    """
     trie: dict[str, Any] = {}
     for name in names:
         if any(c in '"\\' or ord(c) < 0x20 for c in name):
@@ -84,14 +91,36 @@ def other_key_regex(names: list[str]) -> str:
         for c in name:
             node = node.setdefault(c, {})
         node[""] = {}  # the name ends here
-    return '"' + _not_in(trie) + '"'
+    stops = _stops(trie)
+    ascii_names = all(c.isascii() for c in _chars(trie))
+    # With ASCII names, a string with any other character is none of them: it leaves the
+    # trie at that character, written once here rather than at every node.
+    leaves = f"{_exits(trie, ascii_names)}[^{_RAW}]*"
+    if ascii_names:
+        leaves += f"|[^{_RAW}\\x80-\\U0010FFFF]*[^\\x00-\\x7F][^{_RAW}]*"
+    return '"(?:' + leaves + ("" if stops is None else "|" + stops) + ')"'
 
 
-def _not_in(node: dict[str, Any]) -> str:
-    """Raw strings that do not spell a name ending below `node` (its prefix already read)."""
+def _chars(node: dict[str, Any]) -> set[str]:
+    return {c for c in node if c}.union(*(_chars(v) for v in node.values()))
+
+
+def _exits(node: dict[str, Any], ascii_only: bool) -> str:
+    """The raw strings that leave the trie below `node`, up to their first character that
+    no name has there (an ASCII one if `ascii_only`)."""
     children = [c for c in node if c]
     excluded = "".join(escape_literal(c) for c in children)
-    parts = [f"[^{_RAW}{excluded}][^{_RAW}]*"]
-    parts += [escape_literal(c) + _not_in(node[c]) for c in children]
-    # Stopping here is allowed unless a name ends here.
-    return "(?:" + "|".join(parts) + ")" + ("" if "" in node else "?")
+    top = "\\x80-\\U0010FFFF" if ascii_only else ""
+    parts = [f"[^{_RAW}{top}{excluded}]"]
+    parts += [escape_literal(c) + _exits(node[c], ascii_only) for c in children]
+    return "(?:" + "|".join(parts) + ")"
+
+
+def _stops(node: dict[str, Any]) -> str | None:
+    """The strings that end inside the trie below `node` where no name ends; None: none."""
+    parts = [] if "" in node else [""]
+    for c in (c for c in node if c):
+        below = _stops(node[c])
+        if below is not None:
+            parts.append(escape_literal(c) + below)
+    return None if not parts else "(?:" + "|".join(parts) + ")"

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from json_accepts import accepts, accepts_text
 
 from gclm.compiler.json_schema.open_objects import other_key_regex
+from gclm.compiler.token_walk import byte_dfa
 
 # MaskBench Snowplow---sp_180: a newsletter object that allows other keys.
 NEWSLETTER = {
@@ -64,6 +65,21 @@ def test_other_key_is_any_raw_string_but_the_names(name):
     text = json.dumps(name, ensure_ascii=False)
     raw = not any(c in '"\\' or ord(c) < 0x20 for c in name)
     assert (re.fullmatch(other_key_regex(NAMES), text) is not None) == (raw and name not in NAMES)
+
+
+@given(st.text(alphabet="néa\u4e2d", max_size=4))
+def test_other_key_with_non_ascii_names(name):
+    names = ["né", "中a", "a"]
+    text = json.dumps(name, ensure_ascii=False)
+    assert (re.fullmatch(other_key_regex(names), text) is not None) == (name not in names)
+
+
+def test_other_key_automaton_stays_small():
+    # One loop of raw characters shared by every exit from the names' trie: a few states
+    # per character of the names, not a copy of the UTF-8 string automaton each.
+    names = ["enable", "password", "remote_url", "username"]
+    states = byte_dfa(other_key_regex(names)).next.shape[0]
+    assert states < 2 * sum(len(n) for n in names) + 20
 
 
 def test_a_forbidden_declared_name_keeps_the_object_closed():
