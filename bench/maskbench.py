@@ -1,7 +1,8 @@
 """MaskBench's accept/reject check: gclm, llguidance and XGrammar side by side on one schema set.
 
     python -m bench.maskbench [--half tune|report|all] [--limit N] [--only TEXT ...]
-                              [--engines gclm llguidance xgrammar] [--timeout S] [--json PATH]
+                              [--engines gclm gclm-spec llguidance xgrammar]
+                              [--timeout S] [--json PATH]
 
 For each schema of ../shared/jsonschemabench (MaskBench's dev split: a `schema` and `tests`,
 each test a `data` instance marked `valid` by two JSON Schema validators), each engine
@@ -19,7 +20,9 @@ either serialization is; so a valid instance needs one accepted, an invalid one 
 rejected. Tokens are the tokenizer's own encoding of the text (no special tokens).
 
 Engines: gclm compiles with compile_constraint (regex, outlines-core Index, tables; the
-server's state limit); llguidance 1.x builds an LLMatcher (spec defaults); XGrammar compiles
+server's state limit), with the server's default `--additional-properties declared`, and
+gclm-spec the same with `spec` (other keys after the declared ones where a schema leaves
+additionalProperties unsaid); llguidance 1.x builds an LLMatcher (spec defaults); XGrammar compiles
 with `strict_mode=False` (spec defaults for additionalProperties) and `any_whitespace=True`.
 Each engine runs in its own worker process, killed and restarted when a schema goes over
 the limit. Compile time is the engine's compile call alone, for the schemas it compiled.
@@ -48,7 +51,7 @@ from typing import Any
 import numpy as np
 
 DEFAULT_SCHEMAS = Path(__file__).resolve().parents[1].parent / "shared" / "jsonschemabench"
-ENGINES = ("gclm", "llguidance", "xgrammar")
+ENGINES = ("gclm", "gclm-spec", "llguidance", "xgrammar")
 OUTCOMES = ("pass", "compile_error", "timeout", "validation_error", "invalidation_error")
 START_TIMEOUT_S = 900.0  # a worker's imports and tokenizer load; minutes on a loaded machine
 
@@ -88,7 +91,7 @@ class Engine:
 
     def __init__(self, name: str, tokenizer: Any):
         self.name, self.eos = name, tokenizer.eos_token_id
-        if name == "gclm":
+        if name.startswith("gclm"):
             from gclm.compiler.vocabulary import TokenVocabulary
 
             self.vocab = TokenVocabulary.from_tokenizer(tokenizer)
@@ -106,12 +109,13 @@ class Engine:
 
     def compile(self, schema: Any) -> Any:
         """What `accepts` needs; raises on a schema the engine refuses."""
-        if self.name == "gclm":
+        if self.name.startswith("gclm"):
             from gclm.compiler.compile import compile_constraint
             from gclm.compiler.constraint import Constraint
             from gclm.compiler.worker import CompileLimits
 
-            constraint = Constraint.json_schema(schema)
+            objects = "spec" if self.name == "gclm-spec" else "declared"
+            constraint = Constraint.json_schema(schema, additional_properties=objects)
             return compile_constraint(constraint, self.vocab, max_states=CompileLimits().max_states)
         if self.name == "llguidance":
             import llguidance
@@ -127,7 +131,7 @@ class Engine:
 
     def accepts(self, compiled: Any, tokens: list[int]) -> bool:
         """Whether the token list is a complete output of the compiled schema."""
-        if self.name == "gclm":
+        if self.name.startswith("gclm"):
             state = compiled.initial
             for token in tokens:
                 state = compiled.next_state(state, token)

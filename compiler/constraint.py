@@ -17,6 +17,13 @@ DEFAULT_WHITESPACE = r"[ ]?"
 KINDS = ("json_schema", "json_object", "regex", "grammar", "choice")
 # The keys of a structured-outputs dict, each naming one kind of constraint.
 STRUCTURED_KEYS = ("json", "regex", "choice", "grammar")
+# A structured-outputs dict's option beside "json" (vLLM's name): true keeps objects to
+# their declared properties, false lets other keys follow them.
+DISABLE_ADDITIONAL_KEY = "disable_additional_properties"
+# Where a JSON Schema object with declared properties leaves additionalProperties unsaid:
+# "declared" generates the declared properties only; "spec" also accepts other keys after
+# them, with any value, as the specification allows (a larger automaton: docs/json-schema.md).
+ADDITIONAL_PROPERTIES = ("declared", "spec")
 # The syntaxes of a grammar (OpenAI's custom tools name these two).
 GRAMMAR_SYNTAXES = ("lark", "regex")
 
@@ -31,19 +38,32 @@ class Constraint:
     - regex: `spec` is the pattern
     - grammar: `spec` is the Lark grammar's text (compiler/grammar/)
     - choice: `spec` is the JSON list of choices
+
+    `additional_properties` (json_schema only) is one of ADDITIONAL_PROPERTIES.
     """
 
     kind: str
     spec: str
     whitespace: str = DEFAULT_WHITESPACE
+    additional_properties: str = "declared"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ConstraintError(f"Unknown constraint kind {self.kind!r}; use one of {KINDS}.")
+        if self.additional_properties not in ADDITIONAL_PROPERTIES:
+            raise ConstraintError(
+                f"additional_properties must be one of {', '.join(ADDITIONAL_PROPERTIES)}, "
+                f"got {self.additional_properties!r}."
+            )
+        if self.additional_properties != "declared" and self.kind != "json_schema":
+            raise ConstraintError("additional_properties applies to a JSON Schema only.")
 
     @classmethod
     def json_schema(
-        cls, schema: dict[str, Any] | bool | str, whitespace: str = DEFAULT_WHITESPACE
+        cls,
+        schema: dict[str, Any] | bool | str,
+        whitespace: str = DEFAULT_WHITESPACE,
+        additional_properties: str = "declared",
     ) -> Constraint:
         if isinstance(schema, str):
             try:
@@ -62,7 +82,7 @@ class Constraint:
             raise ConstraintError(
                 f"A JSON Schema must be an object (or true/false), got {type(schema).__name__}."
             )
-        return cls("json_schema", canonical_json(schema), whitespace)
+        return cls("json_schema", canonical_json(schema), whitespace, additional_properties)
 
     @classmethod
     def json_object(cls, whitespace: str = DEFAULT_WHITESPACE) -> Constraint:
@@ -105,7 +125,24 @@ class Constraint:
 
     def key_material(self) -> str:
         """Canonical text that identifies this constraint (for the cache key)."""
-        return json.dumps([self.kind, self.spec, self.whitespace], ensure_ascii=False)
+        key = [self.kind, self.spec, self.whitespace]
+        if self.additional_properties != "declared":  # the default keeps its old keys
+            key.append(self.additional_properties)
+        return json.dumps(key, ensure_ascii=False)
+
+    def as_spec(self) -> dict[str, Any]:
+        """This constraint as the dict parse_constraint reads back (the whitespace is passed
+        beside it): what crosses to vLLM's engine core in `extra_args`."""
+        if self.kind == "json_object":
+            return {"type": "json_object"}
+        if self.kind == "json_schema":
+            spec: dict[str, Any] = {"json": json.loads(self.spec)}
+            if self.additional_properties != "declared":
+                spec[DISABLE_ADDITIONAL_KEY] = False
+            return spec
+        if self.kind == "choice":
+            return {"choice": json.loads(self.spec)}
+        return {self.kind: self.spec}  # regex, grammar
 
 
 def canonical_json(value: Any) -> str:
@@ -114,7 +151,10 @@ def canonical_json(value: Any) -> str:
 
 
 def parse_constraint(
-    spec: Mapping[str, Any] | Constraint, *, whitespace: str = DEFAULT_WHITESPACE
+    spec: Mapping[str, Any] | Constraint,
+    *,
+    whitespace: str = DEFAULT_WHITESPACE,
+    additional_properties: str = "declared",
 ) -> Constraint:
     """The one reader of constraint dicts, for the HTTP layer, the transformers adapter and
     the CLI alike.
@@ -123,7 +163,8 @@ def parse_constraint(
     ..., "schema": {...}}}` or `{"type": "json_object"}`), a structured-outputs dict with
     exactly one of `{"json": schema}`, `{"regex": pattern}`, `{"choice": [...]}`,
     `{"grammar": lark_text}`, or a Constraint (returned as is). `whitespace` applies to
-    JSON constraints.
+    JSON constraints; `additional_properties` to JSON Schemas, unless a structured-outputs
+    dict says `"disable_additional_properties": true` ("declared") or false ("spec").
 
     Raises:
         ConstraintError: anything else; its `param` is the key inside `spec` that is wrong
@@ -137,9 +178,9 @@ def parse_constraint(
             'such as {"type": "json_object"} or {"regex": "..."}.'
         )
     if "type" in spec:
-        return _response_format(spec, whitespace)
+        return _response_format(spec, whitespace, additional_properties)
     keys = [k for k in STRUCTURED_KEYS if spec.get(k) is not None]
-    unknown = sorted(set(spec) - set(STRUCTURED_KEYS))
+    unknown = sorted(set(spec) - {*STRUCTURED_KEYS, DISABLE_ADDITIONAL_KEY})
     if unknown:
         raise ConstraintError(
             f"Unknown constraint key {quote(unknown[0])}: use exactly one of "
@@ -155,9 +196,21 @@ def parse_constraint(
         )
     key = keys[0]
     value = spec[key]
+    disable = spec.get(DISABLE_ADDITIONAL_KEY)
+    if disable is not None:
+        if not isinstance(disable, bool):
+            raise ConstraintError(
+                f"{DISABLE_ADDITIONAL_KEY} must be true or false.", param=DISABLE_ADDITIONAL_KEY
+            )
+        if key != "json":
+            raise ConstraintError(
+                f"{DISABLE_ADDITIONAL_KEY} applies to a JSON Schema (json), not to {key}.",
+                param=DISABLE_ADDITIONAL_KEY,
+            )
+        additional_properties = "declared" if disable else "spec"
     try:
         if key == "json":
-            return Constraint.json_schema(value, whitespace)
+            return Constraint.json_schema(value, whitespace, additional_properties)
         if key == "regex":
             return Constraint.regex(value)
         if key == "grammar":
@@ -168,7 +221,9 @@ def parse_constraint(
         raise
 
 
-def _response_format(spec: Mapping[str, Any], whitespace: str) -> Constraint:
+def _response_format(
+    spec: Mapping[str, Any], whitespace: str, additional_properties: str
+) -> Constraint:
     kind = spec["type"]
     if kind == "json_object":
         return Constraint.json_object(whitespace)
@@ -187,7 +242,7 @@ def _response_format(spec: Mapping[str, Any], whitespace: str) -> Constraint:
             code="missing_required_parameter",
         )
     try:
-        return Constraint.json_schema(body["schema"], whitespace)
+        return Constraint.json_schema(body["schema"], whitespace, additional_properties)
     except ConstraintError as e:
         e.param = "json_schema.schema"
         raise

@@ -84,7 +84,9 @@ def json_regex(c: Constraint, limits: SchemaLimits | None = None) -> RegexResult
     if c.kind != "json_schema":
         raise ValueError(f"json_regex takes a JSON constraint, not {c.kind!r}")
     limits = limits or SchemaLimits()
-    schema, rewrites = normalize_schema(json.loads(c.spec), limits)
+    schema, rewrites = normalize_schema(
+        json.loads(c.spec), limits, additional_properties=c.additional_properties
+    )
     try:
         regex: str | None = schema_regex(schema, c.whitespace)
     except CompileLimitError:
@@ -94,7 +96,9 @@ def json_regex(c: Constraint, limits: SchemaLimits | None = None) -> RegexResult
     ):
         # Deeper free-form objects cost too much here: nest them as `{}` values instead.
         shallow = replace(limits, free_object_depth=limits.any_depth)
-        schema, rewrites = normalize_schema(json.loads(c.spec), shallow)
+        schema, rewrites = normalize_schema(
+            json.loads(c.spec), shallow, additional_properties=c.additional_properties
+        )
         regex = None
     if regex is None:
         regex = schema_regex(schema, c.whitespace)

@@ -439,24 +439,13 @@ def sampling_extra_args(
     """`extra_args` / `vllm_xargs` that ask GclmLogitsProcessor for `constraint` (after
     `thinking`, for a request that thinks first)."""
     if isinstance(constraint, Constraint):
-        spec: Any = _as_dict(constraint)
+        spec: Any = constraint.as_spec()
     else:
         spec = dict(constraint)
     extra = {EXTRA_ARGS_KEY: json.dumps(spec, ensure_ascii=False)}
     if thinking is not None:
         extra[THINKING_KEY] = json.dumps({"end_ids": list(thinking.end_ids), "cap": thinking.cap})
     return extra
-
-
-def _as_dict(constraint: Constraint) -> dict[str, Any]:
-    """A Constraint back as the dict parse_constraint reads (whitespace is the default's)."""
-    if constraint.kind == "json_schema":
-        return {"json": json.loads(constraint.spec)}
-    if constraint.kind == "json_object":
-        return {"type": "json_object"}
-    if constraint.kind == "regex":
-        return {"regex": constraint.spec}
-    return {"choice": json.loads(constraint.spec)}
 
 
 _start_frontend_on_load()

@@ -271,6 +271,15 @@ class ServerSettings:
         "table (`--engine vllm` always waits)",
         choices=("lazy", "whole"),
     )
+    additional_properties: str = setting(
+        "declared",
+        COMPILE,
+        "JSON Schema objects with declared properties and no `additionalProperties`: "
+        "`declared` generates the declared properties only, `spec` also accepts other keys "
+        "after them, as the specification allows (larger automata, slower compiles); a "
+        "request's `structured_outputs.disable_additional_properties` decides for itself",
+        choices=("declared", "spec"),
+    )
     # --- cache: compiled tables ---
     cache_dir: Path = setting(
         None,
@@ -352,6 +361,11 @@ class ServerSettings:
             )
         if self.first_mask not in ("lazy", "whole"):
             raise ValueError(f"first_mask must be lazy or whole, got {self.first_mask!r}.")
+        if self.additional_properties not in ("declared", "spec"):
+            raise ValueError(
+                "additional_properties must be declared or spec, got "
+                f"{self.additional_properties!r}."
+            )
         if self.fast_forward not in ("on", "off"):
             raise ValueError(f"fast_forward must be on or off, got {self.fast_forward!r}.")
         for name in (

@@ -111,13 +111,19 @@ ANNOTATIONS = {
 
 
 def normalize_schema(
-    schema: dict[str, Any] | bool, limits: SchemaLimits | None = None
+    schema: dict[str, Any] | bool,
+    limits: SchemaLimits | None = None,
+    *,
+    additional_properties: str = "declared",
 ) -> tuple[dict[str, Any], list[str]]:
     """Rewrite `schema` into outlines-core's faithful subset.
 
     Args:
         schema: a JSON Schema (Draft 4 to 2020-12), as parsed JSON.
         limits: nesting, recursion and length bounds (see SchemaLimits).
+        additional_properties: where an object with declared properties leaves
+            additionalProperties unsaid, "declared" generates those only, "spec" lets other
+            keys follow them (as the specification allows; compiler/constraint.py).
 
     Returns:
         (normalised schema, rewrites): the schema, self-contained (no `$ref`), and one
@@ -128,6 +134,7 @@ def normalize_schema(
         ConstraintError: a malformed schema, or one that no value satisfies.
     """
     normalizer = Normalizer(schema, limits or SchemaLimits())
+    normalizer.open_objects = additional_properties == "spec"
     node = normalizer.schema(schema, "")
     if node is None:
         raise ConstraintError("No JSON value satisfies this JSON Schema; check its constraints.")
@@ -142,6 +149,7 @@ class Normalizer:
         self.limits = limits
         self.any_depth = limits.any_depth
         self.free_object_depth = limits.free_object_depth
+        self.open_objects = False  # other keys after the declared, where none are said
         self.max_recursion = limits.max_recursion
         self.rewrites: dict[str, None] = {}  # ordered set of lines
         self.stack: list[str] = []  # ref targets being expanded

@@ -35,6 +35,7 @@ class Subschemas(Protocol):
 
     any_depth: int
     free_object_depth: int
+    open_objects: bool  # additionalProperties unsaid: other keys may follow the declared
     prover: Prover
 
     def schema(self, s: Any, ptr: str) -> Node | None:
@@ -169,13 +170,14 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
     }
     if key_patterns and extra is not None:
         out["keyPatterns"] = key_patterns
-    # An explicit `additionalProperties` (true or a schema) beside declared properties:
-    # keys other than the declared ones may follow them. Not with patterns, propertyNames,
+    # An explicit `additionalProperties` (true or a schema) beside declared properties, or
+    # none said under `open_objects` (the request's additional_properties "spec"): keys
+    # other than the declared ones may follow them. Not with patterns, propertyNames,
     # property counts or dependencies (an extra key could be a trigger), which one regex of
     # extra keys cannot honour, nor when a declared name is never generated (`"a": false`:
     # an extra key must not be it).
     if (
-        "additionalProperties" in s
+        ("additionalProperties" in s or self.open_objects)
         and extra is not None
         and props
         and set(props) == set(declared)

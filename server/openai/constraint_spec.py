@@ -36,8 +36,11 @@ class ConstraintSpec:
     budget_policy: str = "graceful"  # masking.graceful.POLICY_NAMES
 
 
-def constraint_spec(request: GenerationBody) -> ConstraintSpec | None:
-    """The constraint `request` asks for, or None for free text.
+def constraint_spec(
+    request: GenerationBody, additional_properties: str = "declared"
+) -> ConstraintSpec | None:
+    """The constraint `request` asks for, or None for free text. `additional_properties`
+    is the server's default for JSON Schemas (compiler/constraint.py).
 
     Raises InvalidRequestError when more than one source sets a constraint (tools beside a
     JSON `response_format` / `text.format` are one constraint: see `_tools_with_format`),
@@ -50,21 +53,23 @@ def constraint_spec(request: GenerationBody) -> ConstraintSpec | None:
     names = [name for name, _ in given]
     if len(given) == 2 and "tools" in names and set(names) & set(FORMAT_SOURCES):
         fmt_source, fmt = given[1 - names.index("tools")]
-        return _tools_with_format(sources["tools"], fmt_source, fmt)
+        return _tools_with_format(sources["tools"], fmt_source, fmt, additional_properties)
     if len(given) > 1:
         raise InvalidRequestError(
             f"Both {given[0][0]} and {given[1][0]} ask for a constraint; set only one.",
             param=given[1][0],
             code="conflicting_parameters",
         )
-    return _spec(*given[0])
+    return _spec(*given[0], additional_properties)
 
 
 # The sources that constrain a text answer and may stand beside `tools`, as on OpenAI.
 FORMAT_SOURCES = ("response_format", "text.format")
 
 
-def _tools_with_format(plan: ToolPlan, source: str, fmt: Any) -> ConstraintSpec:
+def _tools_with_format(
+    plan: ToolPlan, source: str, fmt: Any, additional_properties: str
+) -> ConstraintSpec:
     """The constraint of tools that may be called beside a JSON format for the text answer.
 
     The format is read and turned into its regex whatever tool_choice is, so a format gclm
@@ -72,7 +77,7 @@ def _tools_with_format(plan: ToolPlan, source: str, fmt: Any) -> ConstraintSpec:
     branch of the tools' regex, while under "required" or a named function the output is a
     call, which the format does not govern.
     """
-    text = _spec(source, fmt).constraint
+    text = _spec(source, fmt, additional_properties).constraint
     try:
         text_regex = json_regex(text).regex
     except ConstraintError as e:  # raised here, not cached: its param can be set
@@ -80,16 +85,16 @@ def _tools_with_format(plan: ToolPlan, source: str, fmt: Any) -> ConstraintSpec:
         raise
     if plan.mode == "auto":
         plan = replace(plan, text_regex=text_regex)
-    return _spec("tools", plan)
+    return _spec("tools", plan, additional_properties)
 
 
-def _spec(source: str, value: Any) -> ConstraintSpec:
+def _spec(source: str, value: Any, additional_properties: str) -> ConstraintSpec:
     """The constraint of one source; ConstraintError names the parameter that is wrong."""
     body, budget_aware = _READERS[source](value)
     policy = value.budget_policy if isinstance(value, StructuredOutputs) else "graceful"
     nested = source in ("response_format", "structured_outputs", "text.format")
     try:
-        constraint = parse_constraint(body)
+        constraint = parse_constraint(body, additional_properties=additional_properties)
     except ConstraintError as e:
         inner = e.param or ""
         if source == "text.format":  # read as a response_format; name text.format's own keys

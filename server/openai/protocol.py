@@ -96,6 +96,10 @@ class StructuredOutputs(_Strict):
     budget_aware: StrictBool = True
     # How spare tokens are spent when the budget is tight (masking/graceful.py).
     budget_policy: Literal["graceful", "none"] = "graceful"
+    # vLLM's option, for `json`: true generates an object's declared properties only where
+    # its schema leaves additionalProperties unsaid, false accepts other keys after them;
+    # unset: the server's --additional-properties.
+    disable_additional_properties: StrictBool | None = None
 
 
 class StreamOptions(BaseModel):

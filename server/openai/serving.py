@@ -157,7 +157,7 @@ class Serving:
         """
         self.engine.check_health()  # a dead engine: 503 now, not after compiling
         self.check_admissible(body, len(prompts))
-        spec = constraint_spec(body)
+        spec = constraint_spec(body, self.settings.additional_properties)
         parser = self.reasoning if self.thinks(body) else None
         # A thinking phase plans over the whole table; the rest may start on first masks
         # (where the engine's cache makes them: --first-mask lazy, server/launch.py).

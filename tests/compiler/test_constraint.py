@@ -67,3 +67,50 @@ def test_parse_constraint_whitespace_applies_to_json_only():
     assert parse_constraint({"json": SCHEMA}, whitespace=" ?").whitespace == " ?"
     assert parse_constraint({"type": "json_object"}, whitespace=" ?").whitespace == " ?"
     assert parse_constraint({"regex": "a+"}, whitespace=" ?") == Constraint.regex("a+")
+
+
+def test_additional_properties_is_the_json_schemas_option():
+    default = parse_constraint({"json": SCHEMA})
+    assert default.additional_properties == "declared"
+    spec = parse_constraint({"json": SCHEMA}, additional_properties="spec")
+    assert spec.additional_properties == "spec"
+    assert spec.key_material() != default.key_material()  # two tables, two cache entries
+    # The dict's own option decides over the caller's default.
+    assert (
+        parse_constraint(
+            {"json": SCHEMA, "disable_additional_properties": True}, additional_properties="spec"
+        )
+        == default
+    )
+    assert parse_constraint({"json": SCHEMA, "disable_additional_properties": False}) == spec
+    rf = {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}}
+    assert parse_constraint(rf, additional_properties="spec") == spec
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"regex": "a+", "disable_additional_properties": True},
+        {"json": SCHEMA, "disable_additional_properties": "yes"},
+    ],
+)
+def test_disable_additional_properties_errors_name_it(bad):
+    with pytest.raises(ConstraintError) as caught:
+        parse_constraint(bad)
+    assert caught.value.param == "disable_additional_properties"
+
+
+@pytest.mark.parametrize(
+    "constraint",
+    [
+        Constraint.json_schema(SCHEMA),
+        Constraint.json_schema(SCHEMA, additional_properties="spec"),
+        Constraint.json_object(),
+        Constraint.regex("[0-9]{2}"),
+        Constraint.choice(["yes", "no"]),
+        Constraint.grammar('start: "a" | "b"'),
+    ],
+)
+def test_as_spec_reads_back_as_the_same_constraint(constraint):
+    # What crosses to vLLM's engine core: every kind, the grammar one included.
+    assert parse_constraint(json.loads(json.dumps(constraint.as_spec()))) == constraint

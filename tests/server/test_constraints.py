@@ -10,10 +10,14 @@ from fake_engine import FakeEngine
 from fastapi import FastAPI
 from harness import openai_client
 
+from gclm.server.app import create_app
+from gclm.server.settings import ServerSettings
+
 pytestmark = pytest.mark.anyio
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+RF = {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}
 
 
 async def chat(app: FastAPI, **kwargs):  # type: ignore[no-untyped-def]
@@ -180,3 +184,36 @@ async def test_conflicting_or_incomplete_constraints(
         await chat(app, **kwargs)
     assert caught.value.param == param
     assert engine.compiles == [] and engine.submits == []
+
+
+@pytest.mark.parametrize(
+    ("server", "extra", "expected"),
+    [
+        ("declared", {"structured_outputs": {"json": SCHEMA}}, "declared"),
+        ("spec", {"structured_outputs": {"json": SCHEMA}}, "spec"),
+        ("spec", {"response_format": RF}, "spec"),
+        (
+            "spec",
+            {"structured_outputs": {"json": SCHEMA, "disable_additional_properties": True}},
+            "declared",
+        ),
+        (
+            "declared",
+            {"structured_outputs": {"json": SCHEMA, "disable_additional_properties": False}},
+            "spec",
+        ),
+    ],
+)
+async def test_additional_properties_from_the_server_or_the_request(
+    engine: FakeEngine, tmp_path, server: str, extra: dict, expected: str
+) -> None:
+    app = create_app(engine, ServerSettings(cache_dir=tmp_path, additional_properties=server))
+    await chat(app, extra_body=extra)
+    assert [c.additional_properties for c in engine.compiles] == [expected]
+
+
+async def test_disable_additional_properties_on_a_regex_is_a_400(app: FastAPI) -> None:
+    so = {"regex": "a+", "disable_additional_properties": True}
+    with pytest.raises(openai.BadRequestError) as caught:
+        await chat(app, extra_body={"structured_outputs": so})
+    assert caught.value.body["param"] == "structured_outputs.disable_additional_properties"

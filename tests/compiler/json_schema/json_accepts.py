@@ -10,11 +10,13 @@ from gclm.compiler.constraint import Constraint
 from gclm.compiler.regex import to_regex
 
 
-def accepts_text(schema: Any, text: str) -> bool:
+def accepts_text(schema: Any, text: str, additional_properties: str = "declared") -> bool:
     """`text` matches `schema`'s regex."""
-    return re.fullmatch(to_regex(Constraint.json_schema(schema)).regex, text) is not None
+    constraint = Constraint.json_schema(schema, additional_properties=additional_properties)
+    return re.fullmatch(to_regex(constraint).regex, text) is not None
 
 
-def accepts(schema: Any, value: Any) -> bool:
+def accepts(schema: Any, value: Any, additional_properties: str = "declared") -> bool:
     """`value`, serialized as compact JSON, matches `schema`'s regex."""
-    return accepts_text(schema, json.dumps(value, separators=(",", ":")))
+    text = json.dumps(value, separators=(",", ":"))
+    return accepts_text(schema, text, additional_properties)

@@ -94,3 +94,13 @@ def test_a_forbidden_declared_name_keeps_the_object_closed():
 def test_dependencies_keep_the_object_closed():
     schema = {**NEWSLETTER, "dependentRequired": {"trigger": ["id"]}}
     assert not accepts(schema, {"send_id": "b", "trigger": 1})
+
+
+def test_spec_mode_accepts_other_keys_where_none_are_said():
+    schema = {k: v for k, v in NEWSLETTER.items() if k != "additionalProperties"}
+    spec = {"additional_properties": "spec"}
+    assert accepts(schema, {"id": "a", "extra": "c", "more": [1, None]}, **spec)
+    assert accepts(schema, {"other": {"x": 1}}, **spec)
+    assert not accepts_text(schema, '{"id":"a","id":1}', **spec)  # never a declared name
+    closed = {**schema, "additionalProperties": False}
+    assert not accepts(closed, {"id": "a", "extra": "c"}, **spec)  # said false: closed
