@@ -22,7 +22,7 @@ STRUCTURED_KEYS = ("json", "regex", "choice", "grammar")
 DISABLE_ADDITIONAL_KEY = "disable_additional_properties"
 # Where a JSON Schema object with declared properties leaves additionalProperties unsaid:
 # "declared" generates the declared properties only; "spec" also accepts other keys after
-# them, with any value, as the specification allows (a larger automaton: docs/json-schema.md).
+# them, with any value, as the specification allows (a larger automaton: docs/schema.md).
 ADDITIONAL_PROPERTIES = ("declared", "spec")
 # The syntaxes of a grammar (OpenAI's custom tools name these two).
 GRAMMAR_SYNTAXES = ("lark", "regex")

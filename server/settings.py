@@ -20,6 +20,7 @@ from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from gclm.compiler.constraint import ADDITIONAL_PROPERTIES
 from gclm.paths import default_cache_dir
 
 ENV_PREFIX = "GCLM_"
@@ -278,7 +279,7 @@ class ServerSettings:
         "`declared` generates the declared properties only, `spec` also accepts other keys "
         "after them, as the specification allows (larger automata, slower compiles); a "
         "request's `structured_outputs.disable_additional_properties` decides for itself",
-        choices=("declared", "spec"),
+        choices=ADDITIONAL_PROPERTIES,
     )
     # --- cache: compiled tables ---
     cache_dir: Path = setting(
@@ -361,10 +362,10 @@ class ServerSettings:
             )
         if self.first_mask not in ("lazy", "whole"):
             raise ValueError(f"first_mask must be lazy or whole, got {self.first_mask!r}.")
-        if self.additional_properties not in ("declared", "spec"):
+        if self.additional_properties not in ADDITIONAL_PROPERTIES:
             raise ValueError(
-                "additional_properties must be declared or spec, got "
-                f"{self.additional_properties!r}."
+                f"additional_properties must be one of {', '.join(ADDITIONAL_PROPERTIES)}, "
+                f"got {self.additional_properties!r}."
             )
         if self.fast_forward not in ("on", "off"):
             raise ValueError(f"fast_forward must be on or off, got {self.fast_forward!r}.")

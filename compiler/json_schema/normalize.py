@@ -133,8 +133,9 @@ def normalize_schema(
         UnsupportedSchemaError: a keyword that cannot be honoured (keyword and pointer).
         ConstraintError: a malformed schema, or one that no value satisfies.
     """
-    normalizer = Normalizer(schema, limits or SchemaLimits())
-    normalizer.open_objects = additional_properties == "spec"
+    normalizer = Normalizer(
+        schema, limits or SchemaLimits(), open_objects=additional_properties == "spec"
+    )
     node = normalizer.schema(schema, "")
     if node is None:
         raise ConstraintError("No JSON value satisfies this JSON Schema; check its constraints.")
@@ -144,12 +145,12 @@ def normalize_schema(
 class Normalizer:
     """One pass over one schema: resolves refs, records rewrites, builds nodes."""
 
-    def __init__(self, root: Any, limits: SchemaLimits):
+    def __init__(self, root: Any, limits: SchemaLimits, *, open_objects: bool = False):
         self.root = root
         self.limits = limits
         self.any_depth = limits.any_depth
         self.free_object_depth = limits.free_object_depth
-        self.open_objects = False  # other keys after the declared, where none are said
+        self.open_objects = open_objects  # other keys after the declared, where none said
         self.max_recursion = limits.max_recursion
         self.rewrites: dict[str, None] = {}  # ordered set of lines
         self.stack: list[str] = []  # ref targets being expanded
