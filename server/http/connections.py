@@ -12,6 +12,12 @@ max_connections)` is uvicorn's h11 protocol with one timer per connection:
 - body: from the end of the headers to the end of the body; past it the connection is
   closed, which the app sees as the client leaving (one log line, a 499 in /metrics).
 
+A timer that runs late (the server's loop was busy past the deadline) gives the
+connection one more turn of the loop before it closes it: bytes that arrived in time may
+still be unread: on uvloop, timers that fall due during a slow input callback run before
+the loop polls for input again, and such a stall would cut off a client that did nothing
+wrong.
+
 One log line per connection closed. It also caps the connections: past `max_connections`
 open (or as many requests in flight) a request gets a 503 in the OpenAI error shape with
 Retry-After (`too_many_connections`), where uvicorn's own `limit_concurrency` would answer a
@@ -43,6 +49,11 @@ _TIMEOUT_BODY = (
 )
 
 
+# How late a timer may run before the connection is given one more turn of the loop (and
+# how long that turn may take).
+LATE_S = 0.1
+
+
 def guarded_h11(
     header_timeout: float, body_timeout: float, max_connections: int
 ) -> type[asyncio.Protocol]:
@@ -60,6 +71,8 @@ def guarded_h11(
     class GuardedH11Protocol(H11Protocol):
         _timer: asyncio.TimerHandle | None = None
         _waiting_for: str | None = None
+        _deadline = 0.0  # the loop's time the running timer is due
+        _excused = False  # whether it has been given its turn after running late
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
@@ -108,11 +121,18 @@ def guarded_h11(
                 self._timer = None
             self._waiting_for = part
             if part is not None:
-                self._timer = self.loop.call_later(limits[part], self._expire, part)
+                self._deadline = self.loop.time() + limits[part]
+                self._excused = False
+                self._timer = self.loop.call_at(self._deadline, self._expire, part)
 
         def _expire(self, part: str) -> None:
             self._timer = None
             if self.transport.is_closing():
+                return
+            if not self._excused and self.loop.time() - self._deadline > LATE_S:
+                # The loop, not the client, was slow: read what has arrived first.
+                self._excused = True
+                self._timer = self.loop.call_later(LATE_S, self._expire, part)
                 return
             client = "{}:{}".format(*self.client) if self.client else "?"
             logger.info(

@@ -136,7 +136,7 @@ def test_validate_params_refuses_bad_constraints(processor: gv.GclmLogitsProcess
     with pytest.raises(ValueError, match="not JSON"):
         gv.GclmLogitsProcessor.validate_params(bad)
     with pytest.raises(ValueError, match="Unknown constraint key .lark."):
-        gv.GclmLogitsProcessor.validate_params(params(8, {"lark": "start: \"x\""}))
+        gv.GclmLogitsProcessor.validate_params(params(8, {"lark": 'start: "x"'}))
 
 
 def test_the_graceful_policy_runs_in_vllm_unless_a_request_turns_it_off(

@@ -17,10 +17,11 @@ from gclm.server.settings import ServerSettings
 
 
 @contextmanager
-def serving(app: ASGIApp, settings: ServerSettings) -> Iterator[int]:
-    """Serve `app` with `settings`' connection limits; yields the port."""
+def serving(app: ASGIApp, settings: ServerSettings, loop: str = "auto") -> Iterator[int]:
+    """Serve `app` with `settings`' connection limits on uvicorn's `loop` (auto: uvloop
+    where installed); yields the port."""
     settings_here = ServerSettings(**{**settings.__dict__, "port": 0})
-    server = uvicorn.Server(server_config(app, settings_here, log_config=None))
+    server = uvicorn.Server(server_config(app, settings_here, log_config=None, loop=loop))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

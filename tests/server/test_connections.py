@@ -4,6 +4,7 @@ server/http/errors.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -129,3 +130,35 @@ def test_connections_past_the_cap_get_an_openai_shaped_503(tmp_path) -> None:
     assert set(error) == {"message", "type", "param", "code"}
     assert (error["type"], error["code"]) == ("server_error", "too_many_connections")
     assert "--max-connections" in error["message"]
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_headers_that_arrived_in_time_are_read_after_the_loop_stalls(tmp_path, loop) -> None:
+    """The server's loop is busy (a callback blocks it 1.5 s) across a connection's header
+    deadline, and the headers arrived before it: the request is served. On uvloop the
+    timer runs before the next poll for input, and closed such a connection with a 408."""
+    pytest.importorskip(loop)
+    stall_r, stall_w = socket.socketpair()
+
+    def stall() -> None:  # an input callback that takes its time, as a busy server's may
+        stall_r.recv(1)
+        time.sleep(1.5)
+
+    async def app(scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/arm":
+            asyncio.get_running_loop().add_reader(stall_r.fileno(), stall)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    settings = ServerSettings(cache_dir=tmp_path, header_timeout=0.5)
+    with stall_r, stall_w, serving(app, settings, loop=loop) as port:
+        assert httpx.get(f"http://127.0.0.1:{port}/arm", timeout=5).status_code == 200
+        with connect(port) as sock:
+            time.sleep(0.2)  # accepted: its header timer runs
+            stall_w.send(b"x")  # the loop blocks from now until 1.5 s past its deadline
+            time.sleep(0.1)
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:80]
