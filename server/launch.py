@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib.util
 import logging
@@ -20,6 +21,7 @@ from gclm.compiler.worker import CompileLimits
 from gclm.errors import CompilerBusyError
 from gclm.masking.masks import table_memory
 from gclm.server.engine.transformers.engine import DRAFT_TOKENS, BatchEngine
+from gclm.server.http.loop_watch import watch_loop
 from gclm.server.openai.reasoning import ReasoningParser
 from gclm.server.settings import ServerSettings
 
@@ -248,11 +250,15 @@ def serve(settings: ServerSettings) -> None:
     async def lifespan(_app: object) -> AsyncIterator[None]:
         # uvicorn re-raises SIGTERM after its own shutdown, so a `finally` around run()
         # never runs then; the lifespan's exit does.
+        watch = None
         try:
             await engine.start()  # on the serving loop (vLLM's AsyncLLM needs it)
             log.info("%s engine started", "vLLM" if settings.engine == "vllm" else "transformers")
+            watch = asyncio.get_running_loop().create_task(watch_loop())
             yield
         finally:
+            if watch is not None:
+                watch.cancel()
             built.close()
 
     try:
