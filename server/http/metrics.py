@@ -255,7 +255,10 @@ class Metrics:
         )
         self.compile_seconds = Histogram(
             "gclm_compile_seconds",
-            "Time to compile (or fetch from cache) a request's first masks or table.",
+            (
+                "Time a constrained request waited for its constraint: the compile (or cache"
+                " fetch) of its first masks or table, and its budget check; once a request."
+            ),
             buckets=COMPILE_BUCKETS,
             registry=self.registry,
         )

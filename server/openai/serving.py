@@ -34,6 +34,7 @@ from gclm.errors import (
 )
 from gclm.masking import check_budget
 from gclm.masking.masks import is_lazy
+from gclm.masking.policy import BudgetPolicy
 from gclm.masking.reasoning import ThinkingSpec
 from gclm.server.engine.protocol import (
     Engine,
@@ -159,24 +160,13 @@ class Serving:
         self.check_admissible(body, len(prompts))
         spec = constraint_spec(body, self.settings.additional_properties)
         parser = self.reasoning if self.thinks(body) else None
-        # A thinking phase plans over the whole table; the rest may start on first masks
-        # (where the engine's cache makes them: --first-mask lazy, server/launch.py).
-        table = await self.compile(spec, request, parser is None) if spec is not None else None
+        started = time.perf_counter()
+        try:
+            table, max_tokens, thinking, policy = await self.constrain(request, body, spec, parser)
+        finally:
+            if spec is not None:  # once a request, whichever tables it waited for
+                self.metrics.compile_seconds.observe(time.perf_counter() - started)
         budget_aware = spec.budget_aware if spec is not None else True
-        marker = ThinkingSpec(parser.end_ids) if parser is not None else None
-        if is_lazy(table):  # a LazyTable may search its exact minimum: off the event loop
-            max_tokens = await asyncio.to_thread(self.budget, body, table, budget_aware)
-        else:
-            max_tokens = self.budget(body, table, budget_aware, marker)
-        thinking = None
-        if parser is not None and isinstance(body, ThinkingControls):
-            assert not is_lazy(table)  # no first masks for a thinking request
-            thinking = parser.thinking(body, table, max_tokens)
-        policy = self.engine.budget_policy(spec.budget_policy) if spec and budget_aware else None
-        if spec is not None and is_lazy(table) and policy is not None:
-            lazily = await asyncio.to_thread(policy.serves_lazily, table, max_tokens)
-            if not lazily:  # a tight budget: it is paced
-                table = await self.compile(spec, request)  # over the whole table
         if is_lazy(table):
             self.metrics.first_masks.inc()
         requests = tuple(
@@ -205,6 +195,35 @@ class Serving:
             output=output,
         )
 
+    async def constrain(
+        self,
+        request: Request,
+        body: GenerationBody,
+        spec: ConstraintSpec | None,
+        parser: ReasoningParser | None,
+    ) -> tuple[CompiledTable | LazyTable | None, int, ThinkingSpec | None, BudgetPolicy | None]:
+        """The request's table (first masks, or the whole table where its budget needs it),
+        its max_tokens, its thinking spec and its budget policy."""
+        # A thinking phase plans over the whole table; the rest may start on first masks
+        # (where the engine's cache makes them: --first-mask lazy, server/launch.py).
+        table = await self.compile(spec, request, parser is None) if spec is not None else None
+        budget_aware = spec.budget_aware if spec is not None else True
+        marker = ThinkingSpec(parser.end_ids) if parser is not None else None
+        if is_lazy(table):  # a LazyTable may search its exact minimum: off the event loop
+            max_tokens = await asyncio.to_thread(self.budget, body, table, budget_aware)
+        else:
+            max_tokens = self.budget(body, table, budget_aware, marker)
+        thinking = None
+        if parser is not None and isinstance(body, ThinkingControls):
+            assert not is_lazy(table)  # no first masks for a thinking request
+            thinking = parser.thinking(body, table, max_tokens)
+        policy = self.engine.budget_policy(spec.budget_policy) if spec and budget_aware else None
+        if spec is not None and is_lazy(table) and policy is not None:
+            lazily = await asyncio.to_thread(policy.serves_lazily, table, max_tokens)
+            if not lazily:  # a tight budget: it is paced
+                table = await self.compile(spec, request)  # over the whole table
+        return table, max_tokens, thinking, policy
+
     def check_admissible(self, body: GenerationBody, prompts: int) -> None:
         """A 400 for a request that no amount of waiting lets in: more choices (n x prompts)
         than the whole queue holds. A 429 would have its client retry forever."""
@@ -227,14 +246,11 @@ class Serving:
 
         The compile time goes to the API key of the first request that gets the table, or
         the error of a compile stopped at its CPU limit (a cached one costs nothing)."""
-        started = time.perf_counter()
         try:
             table = await self.engine.compile(spec.constraint, first_mask=first_mask)
         except ConstraintError as e:
             self._charge_compile(request, e)
             raise with_param(e, spec.param) from None
-        finally:
-            self.metrics.compile_seconds.observe(time.perf_counter() - started)
         if not is_lazy(table):
             self._charge_compile(request, table)
         elif table.compiled is not None and self.compile_charges.first_time(table):

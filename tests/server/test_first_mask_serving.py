@@ -82,6 +82,11 @@ def first_mask_requests(app: Any) -> float:
     return app.state.serving.metrics.first_masks._value.get()
 
 
+def compile_waits(app: Any) -> float | None:
+    """How many requests gclm_compile_seconds has seen."""
+    return app.state.serving.metrics.registry.get_sample_value("gclm_compile_seconds_count")
+
+
 async def test_a_new_schema_is_answered_before_its_table_is_compiled(held) -> None:
     app, compiles = held
     async with openai_client(app) as client:
@@ -106,6 +111,7 @@ async def test_a_new_schema_is_answered_before_its_table_is_compiled(held) -> No
         )
         jsonschema.validate(json.loads(again.choices[0].message.content or ""), SCHEMA)
         assert first_mask_requests(app) == 2
+        assert compile_waits(app) == 3
 
 
 async def test_a_tight_budget_waits_for_the_whole_table(held) -> None:
@@ -124,6 +130,8 @@ async def test_a_tight_budget_waits_for_the_whole_table(held) -> None:
         done = await asyncio.wait_for(request, 60)
     jsonschema.validate(json.loads(done.choices[0].message.content or ""), SCHEMA)
     assert first_mask_requests(app) == 0
+    # One wait, first masks then the whole table: observed once.
+    assert compile_waits(app) == 1
 
 
 async def test_a_budget_below_the_minimum_is_a_400_naming_it_before_the_table(held) -> None:
