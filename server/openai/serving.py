@@ -27,6 +27,7 @@ from fastapi import Request, Response
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import (
     CompileLimitError,
+    CompilerBusyError,
     ConstraintError,
     GclmError,
     InvalidRequestError,
@@ -269,9 +270,20 @@ class Serving:
                 charge(request, compile_seconds=outcome.compile_seconds)
 
     def _charge_compiled(self, request: Request, compiled: Future[CompiledTable]) -> None:
-        """`_charge_compile` for the compile a request's first masks stood in for."""
-        if not compiled.cancelled():
-            self._charge_compile(request, compiled.exception() or compiled.result())
+        """`_charge_compile` for the compile a request's first masks stood in for (on the
+        event loop)."""
+        if compiled.cancelled():
+            return
+        error = compiled.exception()
+        if isinstance(error, CompilerBusyError) and error.compiling is not None:
+            # Past the pool's deadline the compile went on in the background; the request,
+            # already served, pays for it when it ends.
+            loop = asyncio.get_running_loop()
+            error.compiling.add_done_callback(
+                lambda done: _on_loop(loop, self._charge_compiled, request, done)
+            )
+            return
+        self._charge_compile(request, error or compiled.result())
 
     def budget(
         self,

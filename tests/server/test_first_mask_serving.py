@@ -26,6 +26,7 @@ from gclm.compiler.lazy_table import LazyTable
 from gclm.compiler.regex import to_regex
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.token_walk import byte_dfa
+from gclm.errors import CompilerBusyError
 from gclm.server.app import create_app
 from gclm.server.settings import ServerSettings
 
@@ -173,6 +174,40 @@ async def test_the_first_request_on_first_masks_pays_for_the_compile(held, tmp_p
         async with openai_client(app, api_key="sk-carol") as carol:
             await carol.chat.completions.create(**ask)
         assert await charged(http, "dave") == pytest.approx(table.compile_seconds)
+        assert await charged(http, "carol") is None
+    assert first_mask_requests(app) == 1
+
+
+async def test_a_compile_sent_to_the_background_is_charged_to_the_request_it_served(
+    held, tmp_path
+) -> None:
+    """The pool's deadline passes while the request's first masks serve it (a 429 to the
+    cache, the compile going on): its key pays when the background compile ends."""
+    app, compiles = held
+    keys = tmp_path / "keys"
+    keys.write_text("sk-dave name=dave\nsk-carol name=carol\n")
+    app = create_app(
+        app.state.serving.engine, ServerSettings(cache_dir=tmp_path, api_keys_file=keys)
+    )
+    ask: Any = {"model": "tiny", "messages": MESSAGES, "response_format": FORMAT, "max_tokens": 64}
+    async with openai_client(app, api_key="sk-dave") as dave, http_client(app) as http:
+        await dave.chat.completions.create(**ask)
+        assert compiles.pending and first_mask_requests(app) == 1
+        constraint, future = next(iter(compiles.pending.values()))
+        compiles.pending.clear()
+        background: Future[CompiledTable] = Future()
+        future.set_exception(CompilerBusyError("past its deadline", compiling=background))
+        await asyncio.sleep(0.1)
+        assert await charged(http, "dave") is None  # the compile has not ended
+        table = compile_constraint(constraint, compiles.vocab)
+        background.set_result(table)
+        for _ in range(100):  # the charge lands on the event loop after the table
+            if await charged(http, "dave") is not None:
+                break
+            await asyncio.sleep(0.02)
+        assert await charged(http, "dave") == pytest.approx(table.compile_seconds)
+        async with openai_client(app, api_key="sk-carol") as carol:
+            await carol.chat.completions.create(**ask)  # the landed table, cached
         assert await charged(http, "carol") is None
     assert first_mask_requests(app) == 1
 
