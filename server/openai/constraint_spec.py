@@ -90,6 +90,8 @@ def _tools_with_format(
 
 def _spec(source: str, value: Any, additional_properties: str) -> ConstraintSpec:
     """The constraint of one source; ConstraintError names the parameter that is wrong."""
+    if source == "tools":  # the functions' parameters follow the server's rule too
+        value = replace(value, additional_properties=additional_properties)
     body, budget_aware = _READERS[source](value)
     policy = value.budget_policy if isinstance(value, StructuredOutputs) else "graceful"
     nested = source in ("response_format", "structured_outputs", "text.format")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import openai
 import pytest
@@ -11,6 +12,7 @@ from fastapi import FastAPI
 from harness import openai_client
 
 from gclm.server.app import create_app
+from gclm.server.openai.tools.prompt import OPENER
 from gclm.server.settings import ServerSettings
 
 pytestmark = pytest.mark.anyio
@@ -217,3 +219,21 @@ async def test_disable_additional_properties_on_a_regex_is_a_400(app: FastAPI) -
     with pytest.raises(openai.BadRequestError) as caught:
         await chat(app, extra_body={"structured_outputs": so})
     assert caught.value.body["param"] == "structured_outputs.disable_additional_properties"
+
+
+@pytest.mark.parametrize("server", ["declared", "spec"])
+async def test_tool_parameters_follow_the_server_rule(engine: FakeEngine, tmp_path, server) -> None:
+    """A function whose parameters leave additionalProperties unsaid takes other keys in its
+    arguments under --additional-properties spec, and only the declared ones by default."""
+    app = create_app(engine, ServerSettings(cache_dir=tmp_path, additional_properties=server))
+    tools = [{"type": "function", "function": {"name": "f", "parameters": SCHEMA}}]
+    await chat(app, tools=tools, tool_choice="required")
+    [constraint] = engine.compiles
+    assert constraint.kind == "regex"
+
+    def call(arguments: str) -> bool:
+        text = OPENER + '[{"name": "f", "arguments": ' + arguments + "}]"
+        return re.fullmatch(constraint.spec, text) is not None
+
+    assert call('{"a": 1}')
+    assert call('{"a": 1, "b": "x"}') is (server == "spec")

@@ -265,6 +265,9 @@ class ToolPlan:
     custom_param: str = "tools[{i}].custom.format.grammar"
     # Where each function, then each custom tool, is in `tools` (None: in that order).
     index: tuple[int, ...] | None = None
+    # What a function's object without additionalProperties takes (compiler/constraint.py's
+    # ADDITIONAL_PROPERTIES): the server's --additional-properties.
+    additional_properties: str = "declared"
 
     @property
     def calls_allowed(self) -> bool:
@@ -281,7 +284,14 @@ class ToolPlan:
         branches = []
         if self.tools:
             branches.append(
-                calls_regex(self.tools, self.parallel, self.parameters_param, self.max_calls, index)
+                calls_regex(
+                    self.tools,
+                    self.parallel,
+                    self.parameters_param,
+                    self.max_calls,
+                    index,
+                    self.additional_properties,
+                )
             )
         for i, c in enumerate(self.customs):
             name = escape_literal(f"{c.name}\n")
@@ -366,14 +376,18 @@ def calls_regex(
     parameters_param: str = "tools[{i}].function.parameters",
     max_calls: int | None = None,
     index: tuple[int, ...] | None = None,
+    additional_properties: str = "declared",
 ) -> str:
     """A JSON array of calls (one, or one or more, at most `max_calls`), each in gclm's
-    fixed layout. `index`: where each function is in the request's tools (for errors)."""
+    fixed layout. `index`: where each function is in the request's tools (for errors);
+    `additional_properties`: normalize_schema's, for every function's parameters."""
     branches = []
     for i, f in enumerate(functions):
         params = f.parameters if f.parameters is not None else NO_PARAMETERS
         try:
-            schema, _ = normalize_schema(params, TOOL_LIMITS)
+            schema, _ = normalize_schema(
+                params, TOOL_LIMITS, additional_properties=additional_properties
+            )
             args = schema_regex(schema, r"[ ]?")
         except ConstraintError as e:
             raise ConstraintError(
