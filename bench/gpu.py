@@ -180,7 +180,7 @@ async def run_arm(
 
     arm = Arm()
     gate = asyncio.Semaphore(batch)
-    policy = engine.budget_policy("graceful")
+    policy = engine.constraints.budget_policy("graceful")
 
     async def one(prompt: list[int], constraint: tuple[CompiledTable, dict[str, Any]] | None):
         async with gate:
@@ -330,11 +330,11 @@ async def bench(args: argparse.Namespace, report: dict[str, Any]) -> None:
     try:
         compiled = []
         for schema in SCHEMAS:
-            table = await engine.compile(Constraint.json_schema(schema))
+            table = await engine.constraints.compile(Constraint.json_schema(schema))
             check_budget(table, args.max_tokens)  # BudgetTooSmallError names the minimum
             compiled.append((table, schema))
-        chats = [engine.render_chat([{"role": "user", "content": p}]) for p in PROMPTS]
-        ids = [engine.encode_prompt(c) for c in chats]
+        chats = [engine.prompts.render_chat([{"role": "user", "content": p}]) for p in PROMPTS]
+        ids = [engine.prompts.encode_prompt(c) for c in chats]
         top = max(args.batches)
         # Warm-up: the largest batch once, so the KV buffers have grown before timing.
         warm = [ids[i % len(ids)] for i in range(top)]

@@ -11,8 +11,8 @@ shuffled with a fixed seed, then one file from each subset in turn until K are p
 file's half is fixed by its name alone (`half_of`); the graceful policy was tuned on the
 tuning half, and the reporting half is what the README quotes.
 
-Every schema is compiled with `engine.compile`; the ones that fail count against coverage
-and are left out of every arm. For each compiled schema with shortest output `min_tokens`,
+Every schema is compiled with `engine.constraints.compile`; the ones that fail count against
+coverage and are left out of every arm. For each compiled schema with shortest output `min_tokens`,
 the budget levels are min, min+2, min+5, 16, 32 and 64, keeping those >= min_tokens (levels
 that land on the same budget run once and count for each). At each budget, with the same
 chat prompt (the schema's JSON, cut at --schema-chars characters, and a request for one
@@ -390,7 +390,7 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
         failures: dict[str, str] = {}
         for name, schema in schemas:
             try:
-                compiled[name] = await engine.compile(Constraint.json_schema(schema))
+                compiled[name] = await engine.constraints.compile(Constraint.json_schema(schema))
             except Exception as e:  # noqa: BLE001 - a failed compile is a coverage figure
                 failures[name] = f"{type(e).__name__}: {e}"
         print(f"compiled {len(compiled)}/{len(schemas)} schemas", file=sys.stderr)
@@ -403,8 +403,8 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
         jobs: list[Job] = []
         for name, schema in schemas:
             if name in compiled:
-                text = engine.render_chat(prompt_messages(schema, args.schema_chars))
-                ids = engine.encode_prompt(text)
+                text = engine.prompts.render_chat(prompt_messages(schema, args.schema_chars))
+                ids = engine.prompts.encode_prompt(text)
                 jobs += make_jobs(name, compiled[name], ids, samples, args.arms, args.levels)
         started = time.perf_counter()
         done = [0]

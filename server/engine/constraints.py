@@ -3,7 +3,8 @@
 It holds what turns a request's constraint into what its rows mask with: the table cache
 (compiler/cache.py) and the compile pool behind it, the threads that look tables up and build
 their mask rows off the event loop and off the engine's thread, and the budget policies of
-the vocabulary. An engine's `compile` is `table`; its /metrics gauges come from `gauges`.
+the vocabulary: it implements gclm.server.engine.protocol.ConstraintService. An engine's
+/metrics gauges come from `gauges`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class Constraints:
         pool: the compile workers, read only for their gauges (None: the cache compiles
             some other way, as in tests).
         threads: lookups at once (a disk hit reads its file in one).
+        first_masks: whether `compile` may answer with a LazyTable (False: whole tables
+            only, for an engine whose masks are made elsewhere, as vLLM's).
     """
 
     def __init__(
@@ -46,22 +49,24 @@ class Constraints:
         pool: CompilerPool | None = None,
         *,
         threads: int = 4,
+        first_masks: bool = True,
     ) -> None:
         self.vocab = vocab
         self.cache = cache
         self.pool = pool
+        self.first_masks = first_masks
         self._lookups = ThreadPoolExecutor(threads, thread_name_prefix="gclm-lookup")
 
-    async def table(
+    async def compile(
         self, constraint: Constraint, *, first_mask: bool = False
     ) -> CompiledTable | LazyTable:
-        """The constraint's table, its mask rows built; with `first_mask`, a LazyTable
-        while it compiles where the cache makes them (TableCache.fetch_first: the
-        in-process engine's, with `--first-mask lazy`). Raises the compile's
-        ConstraintError; never blocks the event loop."""
+        """The constraint's table, its mask rows built; with `first_mask` (and
+        `first_masks`), a LazyTable while it compiles where the cache makes them
+        (TableCache.fetch_first: the in-process engine's, with `--first-mask lazy`). Raises
+        the compile's ConstraintError; never blocks the event loop."""
         loop = asyncio.get_running_loop()
         fetch: Callable[[Constraint], Future[Any]] = (
-            self.cache.fetch_first if first_mask else self.cache.fetch
+            self.cache.fetch_first if first_mask and self.first_masks else self.cache.fetch
         )
         future = await loop.run_in_executor(self._lookups, fetch, constraint)
         # shield: a client that leaves must not cancel the compile other requests share.

@@ -74,6 +74,8 @@ class GenerationRequest:
     policy: BudgetPolicy | None = None  # reweights a budget-aware row's masked logits
     # A reasoning phase before the output (masking/reasoning.py); None: no thinking.
     thinking: ThinkingSpec | None = None
+    # What `table` was compiled from: vLLM's engine core compiles it again from this.
+    constraint: Constraint | None = None
 
 
 @dataclass(frozen=True)
@@ -155,31 +157,8 @@ class Handle(Protocol):
 HandleT = TypeVar("HandleT", bound=Handle)
 
 
-class Engine(Protocol[HandleT]):
-    model_id: str
-
-    async def start(self) -> None:
-        """Make the engine ready to serve; awaited once on the serving event loop, before
-        the first request."""
-        ...
-
-    def shutdown(self) -> None:
-        """Stop serving and free the engine's threads and processes. Idempotent."""
-        ...
-
-    def check_health(self) -> None:
-        """Return when the engine serves; raise EngineDeadError (503), saying why, once it
-        has died (its thread or its engine core gone). Cheap: GET /health calls it."""
-        ...
-
-    async def compile(
-        self, constraint: Constraint, *, first_mask: bool = False
-    ) -> CompiledTable | LazyTable:
-        """Compile (or fetch from cache) a constraint for this engine's tokenizer.
-        Raises ConstraintError; never blocks the event loop. With `first_mask` (the request
-        needs no whole table) an engine may answer a constraint still compiling with its
-        LazyTable (compiler/first_mask.py); one that cannot serve one ignores it."""
-        ...
+class Prompts(Protocol):
+    """The served model's tokenizer and chat template: text and messages to prompt ids."""
 
     def encode_prompt(self, prompt: str) -> list[int]: ...
 
@@ -199,9 +178,54 @@ class Engine(Protocol[HandleT]):
         (chat_template.renders_tools); otherwise gclm writes them into the messages."""
         ...
 
+
+class ConstraintService(Protocol):
+    """The engine's tables and budget policies, for its vocabulary
+    (server/engine/constraints.py)."""
+
+    async def compile(
+        self, constraint: Constraint, *, first_mask: bool = False
+    ) -> CompiledTable | LazyTable:
+        """Compile (or fetch from cache) a constraint for this engine's tokenizer.
+        Raises ConstraintError; never blocks the event loop. With `first_mask` (the request
+        needs no whole table) it may answer a constraint still compiling with its
+        LazyTable (compiler/first_mask.py); an engine that cannot serve one never does."""
+        ...
+
     def budget_policy(self, name: str) -> BudgetPolicy | None:
         """The BudgetPolicy called `name` (masking.graceful.POLICY_NAMES) for this engine's
         vocabulary; None for "none"."""
+        ...
+
+
+class Engine(Protocol[HandleT]):
+    """Seven methods; what a request meets before generation is in `prompts` and
+    `constraints`."""
+
+    model_id: str
+
+    @property
+    def prompts(self) -> Prompts:
+        """The served model's tokenizer and chat template."""
+        ...
+
+    @property
+    def constraints(self) -> ConstraintService:
+        """The engine's tables and budget policies."""
+        ...
+
+    async def start(self) -> None:
+        """Make the engine ready to serve; awaited once on the serving event loop, before
+        the first request."""
+        ...
+
+    def shutdown(self) -> None:
+        """Stop serving and free the engine's threads and processes. Idempotent."""
+        ...
+
+    def check_health(self) -> None:
+        """Return when the engine serves; raise EngineDeadError (503), saying why, once it
+        has died (its thread or its engine core gone). Cheap: GET /health calls it."""
         ...
 
     def submit(self, request: GenerationRequest) -> HandleT:

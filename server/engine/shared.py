@@ -10,14 +10,13 @@ written once, here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from functools import cached_property
 from typing import Any, Protocol
 
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import InvalidRequestError
 from gclm.masking import check_budget
-from gclm.masking.policy import BudgetPolicy
 from gclm.masking.state import ConstraintState
 from gclm.server.engine.chat_template import encode_chat, render_chat, renders_tools
 from gclm.server.engine.constraints import Constraints
@@ -56,19 +55,24 @@ async def until_done(events: asyncio.Queue[StreamEvent]) -> AsyncIterator[Stream
             return
 
 
-class TokenizerEngine:
-    """The Engine methods both real engines share; each sets these attributes itself.
+class TokenizerPrompts:
+    """Implements gclm.server.engine.protocol.Prompts with a Hugging Face tokenizer and its
+    chat template, refusing (400) a text longer than the model's context could hold before
+    tokenizing it.
 
-    `context_length` is the model's context in tokens (vLLM's is known once started).
+    Args:
+        tokenizer: the served model's tokenizer.
+        vocab: its vocabulary (the longest token bounds a token's characters).
+        context_length: the model's context in tokens, asked each time (vLLM's is known
+            once started).
     """
 
-    tokenizer: Any
-    vocab: TokenVocabulary
-    constraints: Constraints  # tables, compiles, mask rows, budget policies
-    context_length: int
-
-    def stream(self, handle: QueuedHandle) -> AsyncIterator[StreamEvent]:
-        return until_done(handle.events)
+    def __init__(
+        self, tokenizer: Any, vocab: TokenVocabulary, context_length: Callable[[], int]
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.vocab = vocab
+        self.context_length = context_length
 
     def encode_prompt(self, prompt: str) -> list[int]:
         self._check_chars(len(prompt), "prompt")
@@ -89,15 +93,6 @@ class TokenizerEngine:
         return renders_tools(self.tokenizer)
 
     @cached_property
-    def token_names(self) -> TokenNames:
-        """Each token id's text and bytes, as logprobs show them."""
-        return TokenNames(self.vocab.token_bytes, self.tokenizer.convert_ids_to_tokens)
-
-    def budget_policy(self, name: str) -> BudgetPolicy | None:
-        """The graceful policy for this vocabulary (one per engine), or None for "none"."""
-        return self.constraints.budget_policy(name)
-
-    @cached_property
     def _longest_token(self) -> int:
         return max((len(b) for b in self.vocab.token_bytes if b), default=1)
 
@@ -106,16 +101,37 @@ class TokenizerEngine:
         """No token spells more than `_longest_token` bytes (nor characters), so a text
         longer than this has more tokens than the context holds: refused before it is
         tokenized."""
-        return self.context_length * self._longest_token
+        return self.context_length() * self._longest_token
 
     def _check_chars(self, chars: int, param: str) -> None:
         if chars > self.max_prompt_chars:
             raise InvalidRequestError(
                 f"The {param} has {chars:,} characters, more than fit in the model's context "
-                f"of {self.context_length} tokens. Shorten it.",
+                f"of {self.context_length()} tokens. Shorten it.",
                 param=param,
                 code="context_length_exceeded",
             )
+
+
+class TokenizerEngine:
+    """The Engine methods both real engines share; each sets these attributes itself.
+
+    `context_length` is the model's context in tokens (vLLM's is known once started).
+    """
+
+    tokenizer: Any
+    vocab: TokenVocabulary
+    prompts: TokenizerPrompts
+    constraints: Constraints  # tables, compiles, mask rows, budget policies
+    context_length: int
+
+    def stream(self, handle: QueuedHandle) -> AsyncIterator[StreamEvent]:
+        return until_done(handle.events)
+
+    @cached_property
+    def token_names(self) -> TokenNames:
+        """Each token id's text and bytes, as logprobs show them."""
+        return TokenNames(self.vocab.token_bytes, self.tokenizer.convert_ids_to_tokens)
 
     def check_admissible(self, request: GenerationRequest) -> None:
         """Refuse (400) a request no engine could serve: an empty prompt, a token id outside

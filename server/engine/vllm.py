@@ -25,14 +25,11 @@ import asyncio
 import logging
 import os
 import uuid
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 from gclm.compiler.cache import TableCache
-from gclm.compiler.constraint import Constraint
 from gclm.compiler.pool import CompilerPool
-from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import (
     EngineDeadError,
@@ -56,7 +53,7 @@ from gclm.server.engine.protocol import (
     TokenEvent,
     TokenLogprob,
 )
-from gclm.server.engine.shared import TokenizerEngine, out_of_budget
+from gclm.server.engine.shared import TokenizerEngine, TokenizerPrompts, out_of_budget
 from gclm.server.engine.thinking import ThinkingSplit
 from gclm.server.settings import check_vllm_options
 
@@ -152,14 +149,13 @@ class VllmEngine(TokenizerEngine):
         self.tokenizer = tokenizer
         self.model_id = model_id
         self.vocab = vocab
-        # Whole tables only (compile asks for no first masks): vLLM's processes mask with
-        # tables of their own.
-        self.constraints = Constraints(vocab, cache, compiler, threads=compile_threads)
+        # Whole tables only: vLLM's processes mask with tables of their own.
+        self.constraints = Constraints(
+            vocab, cache, compiler, threads=compile_threads, first_masks=False
+        )
         self.queue_size = queue_size
         self.context_length = 0  # vLLM's max_model_len, known once started
-        self._constraint_of: weakref.WeakKeyDictionary[CompiledTable, Constraint] = (
-            weakref.WeakKeyDictionary()
-        )
+        self.prompts = TokenizerPrompts(tokenizer, vocab, lambda: self.context_length)
         self._active: set[VllmRequest] = set()
         self._llm: Any = None
         self._shut = False
@@ -184,12 +180,6 @@ class VllmEngine(TokenizerEngine):
             raise EngineDeadError(f"vLLM's engine core died: {self._llm.dead_error!r}")
 
     # --- the Engine interface ---
-
-    async def compile(self, constraint: Constraint, *, first_mask: bool = False) -> CompiledTable:
-        table = await self.constraints.table(constraint)  # first_mask: none here
-        assert not is_lazy(table)
-        self._constraint_of[table] = constraint
-        return table
 
     def submit(self, request: GenerationRequest) -> VllmRequest:
         self.check_health()
@@ -246,8 +236,10 @@ class VllmEngine(TokenizerEngine):
         extra: dict[str, Any] | None = None
         table = request.table
         if table is not None and not is_lazy(table):  # submit refuses a LazyTable
+            if request.constraint is None:
+                raise InternalError("A constrained request reached vLLM without its constraint.")
             extra = {
-                **sampling_extra_args(self._constraint_of[table], request.thinking),
+                **sampling_extra_args(request.constraint, request.thinking),
                 BUDGET_AWARE_KEY: int(request.budget_aware),
                 # The app asks for the policy by name; the processor has its own copy.
                 POLICY_KEY: "graceful" if request.policy is not None else "none",

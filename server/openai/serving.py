@@ -179,6 +179,7 @@ class Serving:
                 policy=policy,
                 thinking=thinking,
                 request_id=f"{request_id}-{p * body.n + i}",
+                constraint=spec.constraint if spec is not None else None,
             )
             for p, prompt in enumerate(prompts)
             for i in range(body.n)
@@ -218,7 +219,11 @@ class Serving:
         if parser is not None and isinstance(body, ThinkingControls):
             assert not is_lazy(table)  # no first masks for a thinking request
             thinking = parser.thinking(body, table, max_tokens)
-        policy = self.engine.budget_policy(spec.budget_policy) if spec and budget_aware else None
+        policy = (
+            self.engine.constraints.budget_policy(spec.budget_policy)
+            if spec and budget_aware
+            else None
+        )
         if spec is not None and is_lazy(table) and policy is not None:
             lazily = await asyncio.to_thread(policy.serves_lazily, table, max_tokens)
             if not lazily:  # a tight budget: it is paced
@@ -248,7 +253,7 @@ class Serving:
         The compile time goes to the API key of the first request that gets the table, or
         the error of a compile stopped at its CPU limit (a cached one costs nothing)."""
         try:
-            table = await self.engine.compile(spec.constraint, first_mask=first_mask)
+            table = await self.engine.constraints.compile(spec.constraint, first_mask=first_mask)
         except ConstraintError as e:
             self._charge_compile(request, e)
             raise with_param(e, spec.param) from None

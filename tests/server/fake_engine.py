@@ -101,7 +101,8 @@ class FakeHandle:
 
 
 class FakeEngine:
-    """Implements gclm.server.engine.protocol.Engine from a script.
+    """Implements gclm.server.engine.protocol.Engine from a script, and its Prompts and
+    ConstraintService itself (`prompts` and `constraints` are the engine).
 
     Args:
         script: tokens per request (default: multi-byte free text, or JSON when constrained).
@@ -144,6 +145,7 @@ class FakeEngine:
         self._ids = itertools.count()
         self.started = False
         self.dead: str | None = None  # set by kill(): why the engine died
+        self.prompts = self.constraints = self
 
     async def start(self) -> None:
         self.started = True

@@ -47,7 +47,7 @@ def held_cache() -> tuple[TableCache, list[Future[CompiledTable]]]:
 
 async def test_a_table_comes_with_its_mask_rows() -> None:
     service = Constraints(BYTES, TableCache(lambda c: compile_constraint(c, BYTES), "v"))
-    table = await service.table(AB)
+    table = await service.compile(AB)
     assert isinstance(table, CompiledTable) and table in MASK_TABLES
     service.close()
 
@@ -55,15 +55,28 @@ async def test_a_table_comes_with_its_mask_rows() -> None:
 async def test_first_masks_only_when_asked() -> None:
     cache, held = held_cache()
     service = Constraints(BYTES, cache)
-    lazy = await service.table(AB, first_mask=True)
+    lazy = await service.compile(AB, first_mask=True)
     assert isinstance(lazy, LazyTable)
-    # Not asked (vLLM's engine never asks): the table, once compiled, with its mask rows.
-    waiting = asyncio.ensure_future(service.table(AB))
+    # Not asked: the table, once compiled, with its mask rows.
+    waiting = asyncio.ensure_future(service.compile(AB))
     await asyncio.sleep(0.05)
     assert not waiting.done()
     table = compile_constraint(AB, BYTES)
     held[0].set_result(table)
     assert await waiting is table and table in MASK_TABLES
+    service.close()
+
+
+async def test_whole_tables_only_for_an_engine_that_masks_elsewhere() -> None:
+    """vLLM's engine: asked for first masks, it waits for the table all the same."""
+    cache, held = held_cache()
+    service = Constraints(BYTES, cache, first_masks=False)
+    waiting = asyncio.ensure_future(service.compile(AB, first_mask=True))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    table = compile_constraint(AB, BYTES)
+    held[0].set_result(table)
+    assert await waiting is table
     service.close()
 
 

@@ -72,7 +72,7 @@ async def generate(engine: BatchEngine, request: GenerationRequest) -> tuple[str
 def test_single_token_markers_think_then_answer_at_every_budget(thinking_engine) -> None:
     engine, parser = thinking_engine
     assert len(parser.end_ids) == 1  # `</think>` is one added token
-    table = asyncio.run(engine.compile(Constraint.json_schema(SCHEMA)))
+    table = asyncio.run(engine.constraints.compile(Constraint.json_schema(SCHEMA)))
     spec = ThinkingSpec(parser.end_ids)
     minimum = spec.min_tokens(table)
     assert minimum == table.min_tokens + 1

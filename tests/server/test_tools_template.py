@@ -16,7 +16,7 @@ from harness import openai_client
 
 from gclm.server.app import create_app
 from gclm.server.engine.chat_template import render_chat, renders_tools
-from gclm.server.engine.shared import TokenizerEngine
+from gclm.server.engine.shared import TokenizerPrompts
 from gclm.server.openai.tools.prompt import (
     OPENER,
     ToolDef,
@@ -68,9 +68,8 @@ def test_which_templates_render_tools(template: Any, expected: bool) -> None:
 
 
 def test_the_embedded_model_falls_back(embedded_tokenizer) -> None:
-    engine = TokenizerEngine()
-    engine.tokenizer = embedded_tokenizer
-    assert engine.renders_tools is False  # SmolLM2's ChatML template knows no tools
+    prompts = TokenizerPrompts(embedded_tokenizer, None, lambda: 2048)  # type: ignore[arg-type]
+    assert prompts.renders_tools is False  # SmolLM2's ChatML template knows no tools
 
 
 def test_a_tool_template_writes_tools_calls_and_results(embedded_tokenizer) -> None:

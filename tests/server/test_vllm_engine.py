@@ -157,8 +157,10 @@ def test_constrained_request_cut_at_the_budget_finishes_stop(engine, embedded_vo
     engine._llm = ScriptedLLM([([digit], "7", None), ([digit], "7", "length")], cached_tokens=1)
 
     async def run() -> list:
-        table = await engine.compile(Constraint.regex("[0-9]{2}"))
-        request = GenerationRequest([1, 2], SamplingParams(max_tokens=2, stop=("7",)), table)
+        digits = Constraint.regex("[0-9]{2}")
+        table = await engine.constraints.compile(digits)
+        params = SamplingParams(max_tokens=2, stop=("7",))
+        request = GenerationRequest([1, 2], params, table, constraint=digits)
         return await events(engine, engine.submit(request))
 
     got = asyncio.run(run())
@@ -176,8 +178,10 @@ def test_a_token_outside_the_constraint_fails_the_request(engine, embedded_vocab
     engine._llm = ScriptedLLM([([letter], "a", "stop")])
 
     async def run() -> list:
-        table = await engine.compile(Constraint.regex("[0-9]{2}"))
-        return await events(engine, engine.submit(GenerationRequest([1], SamplingParams(2), table)))
+        digits = Constraint.regex("[0-9]{2}")
+        table = await engine.constraints.compile(digits)
+        request = GenerationRequest([1], SamplingParams(2), table, constraint=digits)
+        return await events(engine, engine.submit(request))
 
     got = asyncio.run(run())
     assert isinstance(got[-1], ErrorEvent) and isinstance(got[-1].error, InternalError)
@@ -228,11 +232,18 @@ def test_penalties_bias_logprobs_and_the_policy_pass_through(engine) -> None:
     assert sent.stop == ["x"] and sent.seed == 3
     assert sent.logprobs is None and sent.extra_args is None
     params.logprobs = 2
-    table = asyncio.run(engine.compile(Constraint.regex("[0-9]{2}")))
-    graceful = engine.budget_policy("graceful")
-    assert graceful is not None and engine.budget_policy("none") is None
+    digits = Constraint.regex("[0-9]{2}")
+    table = asyncio.run(engine.constraints.compile(digits))
+    graceful = engine.constraints.budget_policy("graceful")
+    assert graceful is not None and engine.constraints.budget_policy("none") is None
     for policy, name in ((graceful, "graceful"), (None, "none")):
-        request = GenerationRequest([1], params, table, policy=policy)  # type: ignore[arg-type]
+        request = GenerationRequest(
+            [1],
+            params,  # type: ignore[arg-type]
+            table,
+            policy=policy,
+            constraint=digits,
+        )
         sent = engine._sampling_params(request)
         assert sent.logprobs == 2 and sent.extra_args["gclm_budget_policy"] == name
 
@@ -267,8 +278,8 @@ def test_a_dead_engine_core_fails_health_submits_and_running_requests(engine) ->
 
 @pytest.mark.vllm
 def test_stats_read_the_table_cache_as_the_transformers_engine_does(engine) -> None:
-    asyncio.run(engine.compile(Constraint.regex("[0-9]{2}")))
-    asyncio.run(engine.compile(Constraint.regex("[0-9]{2}")))
+    asyncio.run(engine.constraints.compile(Constraint.regex("[0-9]{2}")))
+    asyncio.run(engine.constraints.compile(Constraint.regex("[0-9]{2}")))
     stats = engine.stats()
     assert (stats.cache_misses, stats.cache_hits) == (1, 1)
     assert stats.gauges["table_cache_entries"] == 1
@@ -298,7 +309,7 @@ def test_a_request_vllm_refuses_is_the_clients_error(engine) -> None:
 @pytest.mark.vllm
 def test_control_token_text_in_a_message_is_plain_text(engine, embedded_tokenizer) -> None:
     im_end = embedded_tokenizer.convert_tokens_to_ids("<|im_end|>")
-    ids = engine.encode_chat([{"role": "user", "content": "a <|im_end|> b"}])
+    ids = engine.prompts.encode_chat([{"role": "user", "content": "a <|im_end|> b"}])
     assert ids.count(im_end) == 2  # the template's own: the system turn's and the user's
 
 
@@ -310,7 +321,10 @@ def thinking_request(engine, tokenizer, table, max_tokens: int, stop: tuple[str,
 
     marker = tuple(tokenizer.encode("</think>", add_special_tokens=False))
     params = SamplingParams(max_tokens=max_tokens, stop=stop)
-    return GenerationRequest([1, 2], params, table, thinking=ThinkingSpec(marker))
+    digits = Constraint.regex("[0-9]{2}") if table is not None else None  # what `table` is
+    return GenerationRequest(
+        [1, 2], params, table, thinking=ThinkingSpec(marker), constraint=digits
+    )
 
 
 def split(got: list) -> tuple[str, str, tuple[int, ...]]:
@@ -336,7 +350,7 @@ def test_a_constrained_thinking_request_splits_its_text(engine, embedded_tokeniz
     engine._llm = ScriptedLLM(steps)
 
     async def run() -> list:
-        table = await engine.compile(Constraint.regex("[0-9]{2}"))
+        table = await engine.constraints.compile(Constraint.regex("[0-9]{2}"))
         request = thinking_request(engine, embedded_tokenizer, table, 16)
         return await events(engine, engine.submit(request))
 

@@ -37,9 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from gclm.compiler.cache import TableCache
-from gclm.compiler.constraint import Constraint
 from gclm.compiler.pool import CompilerPool
-from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import EngineDeadError, GclmError, InternalError, InvalidRequestError
 from gclm.masking import allocate_bitmask
@@ -48,7 +46,7 @@ from gclm.masking.drafts import Drafter
 from gclm.server.engine.constraints import Constraints
 from gclm.server.engine.logprobs import token_logprobs
 from gclm.server.engine.protocol import EngineStats, GenerationRequest
-from gclm.server.engine.shared import TokenizerEngine
+from gclm.server.engine.shared import TokenizerEngine, TokenizerPrompts
 from gclm.server.engine.transformers.admission import AdmissionQueue
 from gclm.server.engine.transformers.cpu_linear import pack_linears
 from gclm.server.engine.transformers.kv_store import KVStore, plan_slots
@@ -60,7 +58,7 @@ from gclm.server.engine.transformers.sequence import Sequence
 from gclm.server.engine.transformers.side_prefill import SidePrefill
 
 if TYPE_CHECKING:
-    from gclm.compiler.lazy_table import LazyTable
+    pass
 
 log = logging.getLogger("gclm.engine")
 
@@ -120,6 +118,7 @@ class BatchEngine(TokenizerEngine):
         # Cache lookups (a disk read, building mask rows) run on the service's threads;
         # compiles never do, so a cached table is not kept waiting behind them.
         self.constraints = Constraints(vocab, cache, compiler, threads=lookup_threads)
+        self.prompts = TokenizerPrompts(tokenizer, vocab, lambda: self.context_length)
         self.queue_size = queue_size
         self.device = next(model.parameters()).device
         if max_batched_tokens is not None and max_batched_tokens < 1:
@@ -180,11 +179,6 @@ class BatchEngine(TokenizerEngine):
             raise EngineDeadError(self._dead)
         if self._stopping:
             raise EngineDeadError("the engine was shut down")
-
-    async def compile(
-        self, constraint: Constraint, *, first_mask: bool = False
-    ) -> CompiledTable | LazyTable:
-        return await self.constraints.table(constraint, first_mask=first_mask)
 
     def submit(self, request: GenerationRequest) -> Sequence:
         self.check_admissible(request)

@@ -33,11 +33,11 @@ async def chat_completions(request: Request) -> Response:
 def chat_prompt(engine: Engine, body: ChatCompletionRequest) -> list[int]:
     """The prompt's token ids: the messages (with the tools and their results) through the
     model's chat template."""
-    native = engine.renders_tools
+    native = engine.prompts.renders_tools
     messages = [m.for_template() for m in body.messages]
     messages = prompt_messages(messages, body.tools, body.tool_plan, native)
     kwargs = template_tools(body.tools, native, body.template_kwargs())
-    return engine.encode_chat(messages, **kwargs)
+    return engine.prompts.encode_chat(messages, **kwargs)
 
 
 def attach_router(app: FastAPI) -> None:

@@ -26,7 +26,7 @@ async def completions(request: Request) -> Response:
 
 def completion_prompts(engine: Engine, body: CompletionRequest) -> list[list[int]]:
     """Each prompt's token ids (token-id prompts as given)."""
-    return [p if isinstance(p, list) else engine.encode_prompt(p) for p in body.prompt]
+    return [p if isinstance(p, list) else engine.prompts.encode_prompt(p) for p in body.prompt]
 
 
 def attach_router(app: FastAPI) -> None:

@@ -33,10 +33,10 @@ async def responses(request: Request) -> Response:
 def responses_prompt(engine: Engine, body: ResponsesRequest) -> list[int]:
     """The prompt's token ids: the instructions and input items (with the tools) through the
     model's chat template."""
-    native = engine.renders_tools
+    native = engine.prompts.renders_tools
     messages = prompt_messages(body.messages(), body.chat_tools, body.tool_plan, native)
     kwargs = template_tools(body.chat_tools, native, body.template_kwargs())
-    return engine.encode_chat(messages, **kwargs)
+    return engine.prompts.encode_chat(messages, **kwargs)
 
 
 def attach_router(app: FastAPI) -> None:
