@@ -149,9 +149,14 @@ async def test_a_budget_below_the_minimum_is_a_400_naming_it_before_the_table(he
     assert caught.value.param == "max_tokens"
 
 
-async def test_the_first_request_on_first_masks_pays_for_the_compile(held, tmp_path) -> None:
-    """Its API key is charged the compile's seconds when the table lands; a request that
-    then finds the table cached pays nothing (as without first masks)."""
+@pytest.mark.parametrize("background", [False, True])
+async def test_the_first_request_on_first_masks_pays_for_the_compile(
+    held, tmp_path, background
+) -> None:
+    """Its API key is charged the compile's seconds when the table lands, also when the
+    pool's deadline passed first (`background`: a 429 to the cache that carries the compile
+    going on); a request that then finds the table cached pays nothing (as without first
+    masks)."""
     app, compiles = held
     keys = tmp_path / "keys"
     keys.write_text("sk-dave name=dave\nsk-carol name=carol\n")
@@ -162,9 +167,13 @@ async def test_the_first_request_on_first_masks_pays_for_the_compile(held, tmp_p
     async with openai_client(app, api_key="sk-dave") as dave, http_client(app) as http:
         await dave.chat.completions.create(**ask)
         assert compiles.pending and first_mask_requests(app) == 1
-        assert await charged(http, "dave") is None  # the compile has not ended
         constraint, future = next(iter(compiles.pending.values()))
         compiles.pending.clear()
+        if background:
+            future.set_exception(CompilerBusyError("past its deadline", compiling=Future()))
+            future = future.exception().compiling  # type: ignore[union-attr]
+            await asyncio.sleep(0.1)
+        assert await charged(http, "dave") is None  # the compile has not ended
         table = compile_constraint(constraint, compiles.vocab)
         future.set_result(table)
         for _ in range(100):  # the charge lands on the event loop after the table
@@ -174,40 +183,6 @@ async def test_the_first_request_on_first_masks_pays_for_the_compile(held, tmp_p
         async with openai_client(app, api_key="sk-carol") as carol:
             await carol.chat.completions.create(**ask)
         assert await charged(http, "dave") == pytest.approx(table.compile_seconds)
-        assert await charged(http, "carol") is None
-    assert first_mask_requests(app) == 1
-
-
-async def test_a_compile_sent_to_the_background_is_charged_to_the_request_it_served(
-    held, tmp_path
-) -> None:
-    """The pool's deadline passes while the request's first masks serve it (a 429 to the
-    cache, the compile going on): its key pays when the background compile ends."""
-    app, compiles = held
-    keys = tmp_path / "keys"
-    keys.write_text("sk-dave name=dave\nsk-carol name=carol\n")
-    app = create_app(
-        app.state.serving.engine, ServerSettings(cache_dir=tmp_path, api_keys_file=keys)
-    )
-    ask: Any = {"model": "tiny", "messages": MESSAGES, "response_format": FORMAT, "max_tokens": 64}
-    async with openai_client(app, api_key="sk-dave") as dave, http_client(app) as http:
-        await dave.chat.completions.create(**ask)
-        assert compiles.pending and first_mask_requests(app) == 1
-        constraint, future = next(iter(compiles.pending.values()))
-        compiles.pending.clear()
-        background: Future[CompiledTable] = Future()
-        future.set_exception(CompilerBusyError("past its deadline", compiling=background))
-        await asyncio.sleep(0.1)
-        assert await charged(http, "dave") is None  # the compile has not ended
-        table = compile_constraint(constraint, compiles.vocab)
-        background.set_result(table)
-        for _ in range(100):  # the charge lands on the event loop after the table
-            if await charged(http, "dave") is not None:
-                break
-            await asyncio.sleep(0.02)
-        assert await charged(http, "dave") == pytest.approx(table.compile_seconds)
-        async with openai_client(app, api_key="sk-carol") as carol:
-            await carol.chat.completions.create(**ask)  # the landed table, cached
         assert await charged(http, "carol") is None
     assert first_mask_requests(app) == 1
 
