@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from gclm.errors import ConstraintError, UnsupportedSchemaError, quote
@@ -24,15 +24,27 @@ def number_regex(node: dict[str, Any], pointer: str) -> str | None:
 
     Bounds are `minimum`/`maximum` plus 2020-12 numeric `exclusiveMinimum`/
     `exclusiveMaximum`. Returns None when the node has none of them (outlines-core's own
-    regex is then exact).
+    regex is then exact). A `multipleOf` the digit rules below do not express is listed
+    where both bounds leave at most `_ENUMERATE_LIMIT` multiples (`multipleOf: 0.5` between
+    0 and 5: 0, 0.5, ..., 5).
 
     Raises:
         ConstraintError: the bounds admit no value (`minimum` above `maximum`, or no integer
             between them).
         UnsupportedSchemaError: a `multipleOf` that no regex here expresses (one that is
-            neither a power-of-ten fraction nor an integer dividing 1000 or enumerable),
-            or fractional bounds this module does not combine.
+            neither a power-of-ten fraction nor an integer dividing 1000, nor bounded to a
+            short list), or fractional bounds this module does not combine.
     """
+    try:
+        return _digit_rules(node, pointer)
+    except UnsupportedSchemaError:
+        listed = _listed_multiples(node)
+        if listed is None:
+            raise
+        return listed
+
+
+def _digit_rules(node: dict[str, Any], pointer: str) -> str | None:
     lo, lo_excl = _bound(node, "minimum", "exclusiveMinimum", max)
     hi, hi_excl = _bound(node, "maximum", "exclusiveMaximum", min)
     step = node.get("multipleOf")
@@ -59,6 +71,33 @@ def number_regex(node: dict[str, Any], pointer: str) -> str | None:
     if lo is not None and hi is not None and (lo > hi or lo == hi and (lo_excl or hi_excl)):
         _empty_range(node, pointer, "number")
     return _decimal_regex(lo, lo_excl, hi, hi_excl, frac_digits, pointer)
+
+
+def _listed_multiples(node: dict[str, Any]) -> str | None:
+    """The node's multiples of `multipleOf` between its bounds, each in its one plain
+    spelling (no exponent, no trailing fraction zeros), when there are at most
+    `_ENUMERATE_LIMIT` of them and at least one; None otherwise (no step, unbounded, too
+    many, or none). An integer's multiples are the integers among them."""
+    lo, lo_excl = _bound(node, "minimum", "exclusiveMinimum", max)
+    hi, hi_excl = _bound(node, "maximum", "exclusiveMaximum", min)
+    if "multipleOf" not in node or lo is None or hi is None:
+        return None
+    step, integer = Decimal(str(node["multipleOf"])), node["type"] == "integer"
+    if (hi - lo) / step > _ENUMERATE_LIMIT:
+        return None
+    values = []
+    k = (lo / step).to_integral_value(rounding=ROUND_CEILING)
+    while (v := k * step) <= hi:
+        inside = (v > lo or not lo_excl) and (v < hi or not hi_excl)
+        if inside and (not integer or v == v.to_integral_value()):
+            values.append(_plain(v).replace(".", r"\."))
+        k += 1
+    return _alt(values) if values else None
+
+
+def _plain(value: Decimal) -> str:
+    """`value` as JSON writes a decimal plainly: 2.5, 10, -0.25 (never -0 nor 1E+1)."""
+    return "0" if value == 0 else format(value.normalize(), "f")
 
 
 def _empty_range(node: dict[str, Any], pointer: str, kind: str) -> None:

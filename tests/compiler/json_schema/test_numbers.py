@@ -44,6 +44,12 @@ NODES = [
     {"type": "number", "minimum": 0, "maximum": 0.5},
     {"type": "number", "maximum": 0},
     {"type": "number", "multipleOf": 0.01},
+    # Bounded multiples the digit rules do not express, listed.
+    {"type": "number", "multipleOf": 0.5, "minimum": 0, "maximum": 5},
+    {"type": "number", "multipleOf": 2.5, "exclusiveMinimum": -10, "exclusiveMaximum": 10},
+    {"type": "number", "multipleOf": 0.25, "minimum": -1.3, "maximum": 2.1},
+    {"type": "number", "multipleOf": 0.01, "minimum": 0.5, "maximum": 0.75},
+    {"type": "integer", "multipleOf": 2.5, "minimum": 0, "maximum": 40},
 ]
 
 # Plain decimals without redundant spellings (no leading zeros, no trailing fraction zeros):
@@ -81,10 +87,22 @@ def test_no_bounds_means_outlines_core_handles_it():
     assert number_regex({"type": "number"}, "") is None
 
 
-def test_unsupported_multiple_of_names_the_pointer():
+@pytest.mark.parametrize(
+    "node",
+    [
+        {"type": "number", "multipleOf": 2.5},  # unbounded
+        {"type": "number", "multipleOf": 0.3, "minimum": 0, "maximum": 1000},  # 3,334 values
+    ],
+)
+def test_unsupported_multiple_of_names_the_pointer(node):
     with pytest.raises(UnsupportedSchemaError) as e:
-        number_regex({"type": "number", "multipleOf": 2.5}, "/properties/x")
+        number_regex(node, "/properties/x")
     assert (e.value.keyword, e.value.pointer) == ("multipleOf", "/properties/x")
+
+
+def test_bounded_multiples_are_listed_plainly():
+    r = number_regex({"type": "number", "multipleOf": 0.5, "minimum": -1, "maximum": 1}, "")
+    assert r == r"(?:-1|-0\.5|0|0\.5|1)"
 
 
 @pytest.mark.parametrize(
