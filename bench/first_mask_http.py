@@ -11,7 +11,9 @@ corpus (sorted by name, the first --limit), a streamed /v1/completions with `gui
 to the schema, sent twice in a row: the first time the server has not seen the schema, the
 second time its table is cached. The stream is closed at the first token. Reported: p50 /
 p90 / p99 over the schemas of (first token, new schema) minus (first token, cached), and
-the schemas the server refused (a 400) or failed; and, per model, lazy's p50 over whole's.
+the schemas the server refused (a 400) or failed; how long the new schema's compile waited
+for a worker process (from /metrics' gclm_compile_queue_seconds_total, read around the
+request); and, per model, lazy's p50 over whole's.
 
 Shared 2-core machine: one run, quote medians.
 """
@@ -57,6 +59,16 @@ def first_token_s(client: httpx.Client, schema: Any, max_tokens: int) -> float:
     raise RuntimeError("the stream ended without a token")
 
 
+def queue_seconds(client: httpx.Client) -> float:
+    """The server's gclm_compile_queue_seconds_total: what compiles have waited for a
+    worker process so far."""
+    for line in client.get("/metrics").text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "gclm_compile_queue_seconds_total":
+            return float(value)
+    raise RuntimeError("the server's /metrics has no gclm_compile_queue_seconds_total")
+
+
 def run_model(model: str, mode: str, paths: list[Path], max_tokens: int) -> dict[str, Any]:
     extra: tuple[str, ...] = ("--first-mask", mode)
     if model == "200k":
@@ -71,15 +83,20 @@ def run_model(model: str, mode: str, paths: list[Path], max_tokens: int) -> dict
                 schema = json.loads(path.read_text())["schema"]
                 row: dict[str, Any] = {"schema": path.name}
                 try:
+                    queued = queue_seconds(client)
                     row["new_s"] = first_token_s(client, schema, max_tokens)
+                    row["queue_s"] = queue_seconds(client) - queued
                     row["cached_s"] = first_token_s(client, schema, max_tokens)
                 except Exception as e:  # noqa: BLE001 - a refusal is a result here
                     row["error"] = str(e)[:200]
                 rows.append(row)
     added = [(r["new_s"] - r["cached_s"]) * 1e3 for r in rows if "cached_s" in r]
+    queue = [r["queue_s"] * 1e3 for r in rows if "queue_s" in r]
     return {
         "rows": rows,
         "added_ms": {q: percentile(added, int(q[1:])) for q in ("p50", "p90", "p99")},
+        # The part of it the compile spent waiting for a worker (gclm_compile_queue_seconds)
+        "compile_queue_ms": {q: percentile(queue, int(q[1:])) for q in ("p50", "p90", "p99")},
         "cached_first_token_ms_p50": percentile(
             [r["cached_s"] * 1e3 for r in rows if "cached_s" in r], 50
         ),
@@ -104,12 +121,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         modes = result["models"][model] = {}
         for mode in args.modes:
             entry = modes[mode] = run_model(model, mode, paths, args.max_tokens)
-            a = entry["added_ms"]
+            a, q = entry["added_ms"], entry["compile_queue_ms"]
             print(
                 f"{model}, --first-mask {mode}: a new schema adds p50 {a['p50']:.0f} / "
                 f"p90 {a['p90']:.0f} / p99 {a['p99']:.0f} ms to the first token (cached first "
-                f"token {entry['cached_first_token_ms_p50']:.0f} ms); refused or failed: "
-                f"{entry['refused_or_failed']}",
+                f"token {entry['cached_first_token_ms_p50']:.0f} ms); waiting for a compile "
+                f"worker: p50 {q['p50']:.0f} / p90 {q['p90']:.0f} / p99 {q['p99']:.0f} ms; "
+                f"refused or failed: {entry['refused_or_failed']}",
                 flush=True,
             )
         if {"whole", "lazy"} <= modes.keys():

@@ -22,6 +22,7 @@ moves earlier unless the compile reported progress since the last one.
 from __future__ import annotations
 
 import math
+import time
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +71,8 @@ class Job:
     # none (too large) or the compile ended without it.
     dfa: Future[tuple[np.ndarray, np.ndarray] | None] = field(default_factory=Future)
     waiters: list[Waiter] = field(default_factory=list)
+    # When it was queued, or when the pool's first worker was ready (its start is no wait)
+    queued_at: float = field(default_factory=time.monotonic)
     late: bool = False  # a waiter's deadline passed: the compile runs in the background
     eta: float = 0.0  # when the last 429 said the compile would be over (monotonic clock)
     eta_position: tuple[int, int] = (QUEUED, -(1 << 62))  # the progress it was based on

@@ -149,6 +149,8 @@ class PoolStats:
     background: int = 0  # compiles that went on after a request's deadline passed
     background_done: int = 0  # ... and ended (table or failure) with nobody waiting
     cpu_seconds: float = 0.0  # CPU time of ended compiles, in the workers
+    started: int = 0  # compiles handed to a worker
+    queue_seconds: float = 0.0  # ... and the seconds they waited for one, in all
 
 
 class CompilerPool:
@@ -287,6 +289,8 @@ class CompilerPool:
                 "compiles_background": sum(job.late for job in self._active.values()),
                 "compiles_sent_to_background": self.stats.background,
                 "compile_cpu_seconds": self.stats.cpu_seconds,
+                "compiles_started": self.stats.started,
+                "compile_queue_seconds": self.stats.queue_seconds,
                 "compiles_cpu_limited": self.stats.timeouts,
                 "compile_processes": len(self._procs),
                 "compile_workers_idle": sum(
@@ -555,6 +559,8 @@ class CompilerPool:
                 self._jobs.appendleft(job)
                 continue
             proc.job, proc.started = job, now
+            self.stats.started += 1
+            self.stats.queue_seconds += now - job.queued_at
             proc.cpu_at_start = proc.worker.cpu_seconds() or 0.0
 
     def _on_message(self, proc: _Proc, done: list) -> None:
@@ -578,6 +584,7 @@ class CompilerPool:
                 self._serving = True
                 now = time.monotonic()
                 for queued in self._jobs:  # their timeouts start now
+                    queued.queued_at = now
                     for waiter in queued.waiters:
                         waiter.since = now
             if sum(p.worker.ready for p in self._procs) >= self.workers + _RESERVE:

@@ -161,6 +161,16 @@ _KNOWN_STATS = {
         "CPU seconds used by ended compiles in the worker processes.",
         True,
     ),
+    "compiles_started": (
+        "gclm_compiles_started",
+        "Compiles handed to a worker process.",
+        True,
+    ),
+    "compile_queue_seconds": (
+        "gclm_compile_queue_seconds",
+        "Seconds compiles waited for a worker process before they started, in all.",
+        True,
+    ),
     "compiles_cpu_limited": (
         "gclm_compiles_cpu_limited",
         "Compiles stopped at the CPU ceiling (--compile-cpu-limit), then remembered.",

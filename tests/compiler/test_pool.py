@@ -175,3 +175,29 @@ def test_while_no_worker_starts_each_compile_waits_the_start_timeout(
     finally:
         pool.close()
     assert all(1.0 <= wait < 5.0 for wait in waits), waits
+
+
+def test_the_wait_for_a_worker_is_counted(embedded_vocab) -> None:
+    """/metrics' gclm_compile_queue_seconds: a compile queued behind a busy worker adds its
+    wait; one that finds an idle worker adds about nothing."""
+    limits = CompileLimits(timeout_s=30.0, cpu_s=1.0)
+    pool = CompilerPool(embedded_vocab, limits, workers=1, max_slow=0)
+    try:
+        assert pool.wait_ready(120)
+        pool.compile(SMALL)
+        alone = pool.gauges()["compile_queue_seconds"]
+        busy = pool.submit(heavy(0))  # holds the one worker up to its CPU ceiling (1 s)
+        until(lambda: pool.gauges()["compiles_running"] == 1, 10)
+        started = time.monotonic()
+        table = pool.compile(Constraint.choice(["a", "b"]))
+        waited = time.monotonic() - started
+        gauges = pool.gauges()
+        assert isinstance(busy.exception(timeout=30), CompileLimitError | CompilerBusyError)
+    finally:
+        pool.close()
+    assert table.min_tokens == 1
+    assert gauges["compiles_started"] == 3
+    assert alone < 0.2
+    # The second small compile waited for the heavy one to reach its ceiling.
+    assert waited > 0.5
+    assert waited - 0.2 < gauges["compile_queue_seconds"] - alone <= waited
