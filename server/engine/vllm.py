@@ -1,7 +1,7 @@
 """The Engine protocol on vLLM: `gclm serve --engine vllm`.
 
 vLLM's in-process `AsyncLLM` does the scheduling, paged KV cache, CUDA graphs and
-tensor/pipeline parallelism; gclm's logits processor (`gclm.masking.vllm`) masks every
+tensor/pipeline parallelism; gclm's logits processor (`vllm_processor.py`) masks every
 constrained row in vLLM's sampler, and gclm's HTTP layer stays in front, unchanged. One
 request flows: `compile` (gclm's table cache, in a worker process) -> the app's budget check
 -> `submit` (a task that runs `AsyncLLM.generate` with the constraint in `extra_args`) ->
@@ -84,7 +84,7 @@ class VllmOptions:
     def engine_args(self) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
 
-        from gclm.masking.vllm import GclmLogitsProcessor
+        from gclm.server.engine.vllm_processor import GclmLogitsProcessor
 
         return AsyncEngineArgs(
             model=self.model,
@@ -144,7 +144,7 @@ class VllmEngine(TokenizerEngine):
         queue_size: int = 64,
         compile_threads: int = 4,
     ):
-        from gclm.masking.vllm import TableSource, register_frontend
+        from gclm.server.engine.vllm_processor import GclmLogitsProcessor, TableSource
 
         self.options = options
         self.tokenizer = tokenizer
@@ -161,7 +161,7 @@ class VllmEngine(TokenizerEngine):
         self._llm: Any = None
         self._shut = False
         # validate_params in this process reads the tables this engine compiles.
-        register_frontend(TableSource(vocab, cache))
+        GclmLogitsProcessor.serve_frontend(TableSource(vocab, cache))
 
     async def start(self) -> None:
         """Start vLLM (its engine-core processes load the model)."""
@@ -209,9 +209,9 @@ class VllmEngine(TokenizerEngine):
         )
 
     def shutdown(self) -> None:
-        from gclm.masking.vllm import register_frontend
+        from gclm.server.engine.vllm_processor import GclmLogitsProcessor
 
-        register_frontend(None)
+        GclmLogitsProcessor.serve_frontend(None)
         self._shut = True
         if self._llm is not None:
             self._llm.shutdown()
