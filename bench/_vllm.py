@@ -17,7 +17,7 @@ from pathlib import Path
 from bench._server import ROOT, ServerProcess, ServerStartError
 
 VLLM_PYTHON_ENV = "GCLM_VLLM_PYTHON"
-PROCESSOR = "gclm.masking.vllm:GclmLogitsProcessor"
+PROCESSOR = "gclm.server.engine.vllm_processor:GclmLogitsProcessor"
 SERVED_NAME = "SmolLM2-135M-Instruct"
 STARTUP_TIMEOUT_S = 420.0  # a compiled (not eager) start warms up torch.compile: ~2-3 min
 
@@ -33,7 +33,8 @@ def vllm_env(threads_bind: str = "1", kv_cache_gib: int = 1) -> dict[str, str]:
 
     VLLM_CPU_OMP_THREADS_BIND takes a core list ("1", "0-1"), not "all";
     VLLM_CPU_KVCACHE_SPACE is in GiB. GCLM_* settings of the caller are dropped, except
-    the cache directory (gclm's table cache is where the processor finds its tables).
+    the cache directory (gclm's table cache is where the processor finds its tables); the
+    server adds the processor's GCLM_VLLM_TOKENIZER.
     """
     env = {
         k: v for k, v in os.environ.items() if not k.startswith("GCLM_") or k == "GCLM_CACHE_DIR"
@@ -90,11 +91,17 @@ class VllmServer(ServerProcess):
         self.model = model
 
     def environment(self) -> dict[str, str]:
-        return vllm_env(self.threads_bind)
+        env = vllm_env(self.threads_bind)
+        if self.logits_processor:  # the processor's tokenizer in vLLM's API process
+            env["GCLM_VLLM_TOKENIZER"] = str(self._model_dir())
+        return env
 
-    def command(self) -> list[str]:
+    def _model_dir(self) -> Path:
         from gclm.server.engine.model_loader import embedded_model_dir
 
+        return self.model or embedded_model_dir()
+
+    def command(self) -> list[str]:
         python = vllm_python()
         if not python.exists():
             raise ServerStartError(
@@ -102,7 +109,7 @@ class VllmServer(ServerProcess):
             )
         command = [
             str(python), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(self.model or embedded_model_dir()), "--served-model-name", SERVED_NAME,
+            "--model", str(self._model_dir()), "--served-model-name", SERVED_NAME,
             "--host", "127.0.0.1", "--port", str(self.port),
             "--max-model-len", "2048", "--max-num-seqs", str(self.max_num_seqs),
             "--dtype", self.dtype, "--disable-log-stats",

@@ -47,7 +47,7 @@ COPY compiler ./compiler
 COPY masking ./masking
 RUN python3 -m pip install --no-deps . \
     && rm -rf build ./*.egg-info \
-    && python3 -c "import gclm.masking.vllm, gclm.server.engine.vllm"
+    && python3 -c "import gclm.server.engine.vllm_processor, gclm.server.engine.vllm"
 
 # Not /opt/gclm, whose copied gclm/ folder would hide the installed package from the
 # compile workers (see the main Dockerfile).

@@ -1,38 +1,26 @@
-"""gclm's budget-aware mask inside vLLM: a v1 logits processor.
+"""gclm's budget-aware mask inside vLLM: the masking half of its v1 logits processor.
 
-    python -m vllm.entrypoints.openai.api_server --model MODEL \\
-        --logits-processors gclm.masking.vllm:GclmLogitsProcessor
-
-    client.chat.completions.create(model=MODEL, messages=..., max_tokens=40,
-        extra_body={"vllm_xargs": {"gclm": json.dumps({"json": schema})}})
+The processor vLLM loads is `gclm.server.engine.vllm_processor:GclmLogitsProcessor`, which
+finds the tables (the served tokenizer's vocabulary, gclm's table cache, the compile
+workers) and hands them here; this module turns tables, per-row state and budget into masks.
 
 A request opts in with `SamplingParams.extra_args["gclm"]` (the OpenAI body's `vllm_xargs`):
 any constraint `gclm.compiler.constraint.parse_constraint` reads (`{"json": schema}`,
 `{"regex": ...}`, `{"choice": [...]}`, a `response_format` dict), as a dict or as JSON text
 (`vllm_xargs` only carries strings and numbers). Its output is then accepted by the
 constraint and at most `max_tokens` tokens long, EOS excluded; a budget below the shortest
-output is refused by `validate_params`, which vLLM answers with a 400 naming the minimum.
-When the budget is tight, the graceful policy paces the spare tokens over the output
-(masking/graceful.py), as on gclm's own engine; `"gclm_budget_policy": "none"` leaves the
-budget-aware mask alone. Rows are masked by `gclm.masking.apply.mask_rows`, the step every
-gclm engine uses.
+output is refused by `check_request` (the processor's `validate_params`), which vLLM answers
+with a 400 naming the minimum. When the budget is tight, the graceful policy paces the spare
+tokens over the output (masking/graceful.py), as on gclm's own engine;
+`"gclm_budget_policy": "none"` leaves the budget-aware mask alone. Rows are masked by
+`gclm.masking.apply.mask_rows`, the step every gclm engine uses.
 
 A reasoning model's request thinks first with `extra_args["gclm_thinking"]`, JSON
 `{"end_ids": [...], "cap": n | null}` (the end marker's token ids, the thinking cap): its row
 is a ReasoningState (masking/reasoning.py), free text until the marker, then the constraint,
 the marker forced where the budget leaves only the marker plus the answer's minimum; the
-request's stop token ids are banned while it thinks. `validate_params` then asks for the
+request's stop token ids are banned while it thinks. `check_request` then asks for the
 marker plus the answer's minimum.
-
-Where the work happens:
-- frontend (the API server's process): `validate_params` parses the constraint, compiles
-  its table (in a worker process with a time limit, `CompilerPool`) and checks the budget;
-  the table lands in gclm's on-disk table cache (`$GCLM_CACHE_DIR/tables`). The compile
-  workers start when vLLM loads this module there (at start-up with the V2 runner, on the
-  first request with V1), and a compile is not charged for their start.
-- engine core / workers: `GclmLogitsProcessor` loads the same table from that cache (memory,
-  then disk, then compiling it in process on a miss, e.g. on a node without the shared
-  cache), follows each row's DFA state from its output tokens and masks its logits.
 
 Budget: vLLM counts EOS against `max_tokens` and gclm does not, and the row that has used
 `k` tokens is given `min(max_tokens, max_model_len - prompt) - k` tokens for the one being
@@ -43,28 +31,19 @@ spent its budget is cut by vLLM with finish_reason "length"; gclm's own server r
 Options that would break the guarantee are refused with a constraint: `min_tokens` (it
 bans EOS where the mask may allow only EOS), `ignore_eos`, `stop` strings and `bad_words`
 (they cut or censor a constrained output), and vLLM's own `structured_outputs`.
-Speculative decoding is refused by vLLM itself for custom logits processors, and the V2
-model runner (`VLLM_USE_V2_MODEL_RUNNER=1`, the default on GPUs with Triton) loads only
-V2-interface processors: run with `VLLM_USE_V2_MODEL_RUNNER=0`.
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import sys
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
-from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
+from vllm.v1.sample.logits_processor import BatchUpdate
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
-from gclm.compiler.cache import TableCache
 from gclm.compiler.constraint import Constraint, parse_constraint
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
@@ -72,16 +51,12 @@ from gclm.errors import ConstraintError, GclmError, InternalError, cut
 from gclm.masking.apply import MaskRow, mask_rows
 from gclm.masking.bitmask import allocate_bitmask
 from gclm.masking.graceful import POLICY_NAMES, GracefulPolicy
-from gclm.masking.masks import mask_table
 from gclm.masking.policy import BudgetPolicy
 from gclm.masking.reasoning import ReasoningState, ThinkingSpec
 from gclm.masking.state import ConstraintState, check_budget
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
-    from vllm.config import VllmConfig
-
-log = logging.getLogger("gclm.vllm")
 
 # The key of SamplingParams.extra_args (and of vllm_xargs) that carries the constraint.
 EXTRA_ARGS_KEY = "gclm"
@@ -183,125 +158,45 @@ def refuse_conflicts(params: SamplingParams) -> None:
         )
 
 
-# --- tables: one vocabulary and one cache per tokenizer, per process ---
-
-
-@dataclass
-class TableSource:
-    """A tokenizer's vocabulary and the table cache that serves its constraints."""
+class Tables(Protocol):
+    """The served tokenizer's vocabulary and its compiled tables (the processor's
+    TableSource, server/engine/vllm_processor.py)."""
 
     vocab: TokenVocabulary
-    cache: TableCache
 
     def table(self, constraint: Constraint) -> CompiledTable:
-        table = self.cache.get(constraint)
-        mask_table(table)  # build the mask rows now, not while masking a step
-        return table
+        """The constraint's whole table, its mask rows built. Raises ConstraintError."""
+        ...
 
 
-_SOURCES: dict[str, TableSource] = {}
-_FRONTEND: list[TableSource] = []  # set by register_frontend (gclm serve --engine vllm)
-_LOCK = threading.Lock()
+def check_request(params: SamplingParams, tables: Callable[[], Tables]) -> None:
+    """Parse and compile the request's constraint and check its budget (vLLM's frontend);
+    `tables` is asked only for a request with a constraint.
 
-
-def tables_dir() -> Path:
-    """gclm's on-disk table cache, shared with `gclm serve`."""
-    from gclm.paths import default_cache_dir
-
-    return default_cache_dir() / "tables"
-
-
-def register_frontend(source: TableSource | None) -> None:
-    """Make `validate_params` in this process use `source` (gclm's own vLLM engine, which
-    loads the tokenizer and compiles the tables itself); None forgets it."""
-    with _LOCK:
-        _FRONTEND[:] = [source] if source is not None else []
-
-
-def table_source(tokenizer: str, *, revision: str | None = None, isolated: bool) -> TableSource:
-    """The process's TableSource for `tokenizer` (a path or hub id), built on first use.
-
-    `isolated` compiles in a worker process with gclm's time limit (the frontend, which
-    must not hang on a pathological schema); otherwise in this process (vLLM's workers are
-    daemons and cannot start processes; they compile only what the frontend already did).
+    Raises:
+        ValueError: gclm's message (vLLM answers 400): a bad constraint or thinking spec,
+            a conflicting option, or a max_tokens below the constraint's minimum (after
+            the end of thinking, for a request that thinks first; the message names it).
     """
-    with _LOCK:
-        source = _SOURCES.get(tokenizer)
-        if source is None:
-            from transformers import AutoTokenizer
-
-            hf = AutoTokenizer.from_pretrained(tokenizer, revision=revision)
-            vocab = TokenVocabulary.from_tokenizer(hf)
-            compile_fn: Callable[[Constraint], CompiledTable]
-            if isolated:
-                from gclm.compiler.pool import CompilerPool
-
-                compile_fn = CompilerPool(vocab).compile
-            else:
-                from gclm.compiler.compile import compile_constraint
-
-                def compile_fn(c: Constraint) -> CompiledTable:
-                    return compile_constraint(c, vocab)
-
-            cache = TableCache(compile_fn, vocab.fingerprint, disk_dir=tables_dir())
-            source = _SOURCES[tokenizer] = TableSource(vocab, cache)
-        return source
+    try:
+        found = request_constraint(params)
+        if found is None:
+            return
+        constraint, budget_aware = found
+        thinking = request_thinking(params)
+        refuse_conflicts(params)
+        table = tables().table(constraint)
+        if budget_aware and params.max_tokens is not None:
+            check_budget(table, params.max_tokens, thinking=thinking)
+        if thinking is not None:  # the marker's checks, here rather than in the engine core
+            ReasoningState(table, thinking, budget_aware, params.all_stop_token_ids)
+    except GclmError as e:
+        raise ValueError(e.message) from e
+    except ValueError as e:
+        raise ValueError(f"extra_args[{THINKING_KEY!r}]: {e}") from e
 
 
-def _served_tokenizer(frame: FrameType | None) -> tuple[str, str | None] | None:
-    """The served model's tokenizer (and revision), read from vLLM's InputProcessor (or any
-    caller holding a `model_config`) on the stack from `frame` up."""
-    for _ in range(16):
-        if frame is None:
-            break
-        config = getattr(frame.f_locals.get("self"), "model_config", None)
-        if config is not None and getattr(config, "tokenizer", None):
-            return str(config.tokenizer), config.tokenizer_revision
-        frame = frame.f_back
-    return None
-
-
-def _frontend_source() -> TableSource:
-    """The frontend's TableSource: registered by gclm, else the served model's tokenizer,
-    read from vLLM's InputProcessor (the caller of validate_params) on the stack."""
-    if _FRONTEND:
-        return _FRONTEND[0]
-    found = _served_tokenizer(sys._getframe(1))
-    if found is not None:
-        return table_source(found[0], revision=found[1], isolated=True)
-    raise ValueError(
-        "gclm could not find the served model's tokenizer to check the constraint; call "
-        "gclm.masking.vllm.register_frontend() in the process that validates requests."
-    )
-
-
-def _start_frontend_on_load() -> None:
-    """Build the frontend's TableSource (tokenizer, vocabulary, compile workers) in the
-    background as soon as vLLM's frontend loads this module, not on the first request.
-
-    The frontend is the process that validates requests: not a daemon (vLLM's engine
-    processes are, and cannot start compile workers) and called from an object that holds
-    the model config. vLLM's V2 runner loads processors at start-up, V1 on the first request;
-    either way the pool does not charge its start to a request (compiler/pool.py).
-    """
-    import multiprocessing
-
-    if multiprocessing.current_process().daemon:
-        return
-    found = _served_tokenizer(sys._getframe(1))
-    if found is None:
-        return
-
-    def build() -> None:
-        try:
-            table_source(found[0], revision=found[1], isolated=True)
-        except Exception:  # the first request rebuilds it and reports the error
-            log.exception("gclm could not prepare its compiler at load; retrying on first use")
-
-    threading.Thread(target=build, name="gclm-frontend-start", daemon=True).start()
-
-
-# --- the processor ---
+# --- the batch: rows follow their outputs, masks applied ---
 
 
 @dataclass(eq=False)
@@ -330,52 +225,24 @@ class _Row:
         return MaskRow(self.state, self.tokens_left, self.budget, self.policy)
 
 
-class GclmLogitsProcessor(LogitsProcessor):
-    """Masks every constrained row to the tokens its constraint and remaining budget allow.
+class ConstraintBatch:
+    """The constrained rows of vLLM's persistent batch: each row's state follows its output
+    tokens (`update_state` takes vLLM's BatchUpdate), and `apply` masks them to the tokens
+    their constraint and remaining budget allow. Rows without `extra_args["gclm"]` are left
+    untouched.
 
-    Rows without `extra_args["gclm"]` are left untouched.
+    Args:
+        tables: the served tokenizer's vocabulary and tables.
+        max_model_len: vLLM's context length (a row's budget is at most what is left of it).
+        max_rows: vLLM's max_num_seqs (the bitmask's rows).
     """
 
-    @classmethod
-    def validate_params(cls, sampling_params: SamplingParams) -> None:
-        """Parse and compile the request's constraint and check its budget (frontend).
-
-        Raises:
-            ValueError: gclm's message (vLLM answers 400): a bad constraint or thinking spec,
-                a conflicting option, or a max_tokens below the constraint's minimum (after
-                the end of thinking, for a request that thinks first; the message names it).
-        """
-        try:
-            found = request_constraint(sampling_params)
-            if found is None:
-                return
-            constraint, budget_aware = found
-            thinking = request_thinking(sampling_params)
-            refuse_conflicts(sampling_params)
-            table = _frontend_source().table(constraint)
-            if budget_aware and sampling_params.max_tokens is not None:
-                check_budget(table, sampling_params.max_tokens, thinking=thinking)
-            if thinking is not None:  # the marker's checks, here rather than in the engine core
-                ReasoningState(table, thinking, budget_aware, sampling_params.all_stop_token_ids)
-        except GclmError as e:
-            raise ValueError(e.message) from e
-        except ValueError as e:
-            raise ValueError(f"extra_args[{THINKING_KEY!r}]: {e}") from e
-
-    def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool):
-        model = vllm_config.model_config
-        self.max_model_len = int(model.max_model_len)
-        self.source = table_source(
-            str(model.tokenizer), revision=model.tokenizer_revision, isolated=False
-        )
-        max_rows = vllm_config.scheduler_config.max_num_seqs
-        self.bitmask = allocate_bitmask(max_rows, self.source.vocab.size)  # [max_rows, W]
+    def __init__(self, tables: Tables, max_model_len: int, max_rows: int) -> None:
+        self.tables = tables
+        self.max_model_len = max_model_len
+        self.bitmask = allocate_bitmask(max_rows, tables.vocab.size)  # [max_rows, W]
         self.rows: dict[int, _Row] = {}  # batch index -> row
         self._graceful: GracefulPolicy | None = None  # built on the first row that asks
-
-    def is_argmax_invariant(self) -> bool:
-        """The mask changes which token is most likely."""
-        return False
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
         process_dict_updates(self.rows, batch_update, self._new_row)
@@ -387,7 +254,7 @@ class GclmLogitsProcessor(LogitsProcessor):
         if found is None:
             return None
         constraint, budget_aware = found
-        table = self.source.table(constraint)
+        table = self.tables.table(constraint)
         budget = self.max_model_len - len(prompt) if prompt is not None else self.max_model_len
         if params.max_tokens is not None:
             budget = min(budget, params.max_tokens)
@@ -396,7 +263,7 @@ class GclmLogitsProcessor(LogitsProcessor):
         if budget_aware and budget < need:
             raise InternalError(
                 f"A request reached the sampler with a budget of {budget} tokens, below its "
-                f"constraint's minimum of {need}: validate_params did not run."
+                f"constraint's minimum of {need}: check_request did not run."
             )
         state: ConstraintState
         if thinking is None:
@@ -409,7 +276,7 @@ class GclmLogitsProcessor(LogitsProcessor):
         if name != "graceful":
             return None
         if self._graceful is None:
-            self._graceful = GracefulPolicy.for_vocab(self.source.vocab.token_bytes)
+            self._graceful = GracefulPolicy.for_vocab(self.tables.vocab.token_bytes)
         return self._graceful
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
@@ -422,7 +289,7 @@ class GclmLogitsProcessor(LogitsProcessor):
             row = self.rows[index]
             row.sync()
             rows.append(row.mask_row())
-        count, size = len(indices), self.source.vocab.size
+        count, size = len(indices), self.tables.vocab.size
         if indices[-1] == count - 1 == logits.shape[0] - 1:  # every row: mask in place
             mask_rows(logits, self.bitmask, rows, size)
             return logits
@@ -446,6 +313,3 @@ def sampling_extra_args(
     if thinking is not None:
         extra[THINKING_KEY] = json.dumps({"end_ids": list(thinking.end_ids), "cap": thinking.cap})
     return extra
-
-
-_start_frontend_on_load()

@@ -1,18 +1,19 @@
 """The Engine protocol on vLLM: `gclm serve --engine vllm`.
 
 vLLM's in-process `AsyncLLM` does the scheduling, paged KV cache, CUDA graphs and
-tensor/pipeline parallelism; gclm's logits processor (`gclm.masking.vllm`) masks every
+tensor/pipeline parallelism; gclm's logits processor (`vllm_processor.py`) masks every
 constrained row in vLLM's sampler, and gclm's HTTP layer stays in front, unchanged. One
 request flows: `compile` (gclm's table cache, in a worker process) -> the app's budget check
 -> `submit` (a task that runs `AsyncLLM.generate` with the constraint in `extra_args`) ->
-per-token events with vLLM's detokenized text -> a FinishEvent whose reason is gclm's: a
-constrained output that vLLM cut at `max_tokens` ("length") is complete by construction,
-so it finishes "stop" when its DFA accepts it.
+each output's tokens to the request's `OutputTracker` (server/engine/output.py, as on the
+transformers engine), with vLLM's detokenized text and the stop token vLLM named -> a
+FinishEvent by the tracker's rule from vLLM's reason: a constrained output that vLLM cut at
+`max_tokens` ("length") is complete by construction, so it finishes "stop".
 
 A thinking request (a reasoning model's, `--reasoning-parser`) carries its ThinkingSpec to
 the processor (`extra_args["gclm_thinking"]`), which masks its thinking and answer as a
-ReasoningState; here the same state (or a ThinkingWatch, without a constraint) follows the
-token ids, and gclm decodes the text itself (`ThinkingSplit`) to send the thinking and the
+ReasoningState; the tracker follows the same state (or a ThinkingWatch, without a
+constraint) on the token ids and decodes the text itself, to send the thinking and the
 answer as separate events, the end marker's text in neither, and to count reasoning_tokens.
 
 The table reaches vLLM's engine-core processes through the on-disk cache (they inherit
@@ -25,6 +26,7 @@ import asyncio
 import logging
 import os
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,22 +41,17 @@ from gclm.errors import (
     QueueFullError,
     cut,
 )
-from gclm.masking import ConstraintState
 from gclm.masking.masks import is_lazy
-from gclm.masking.reasoning import ReasoningState, ThinkingWatch
 from gclm.server.engine.constraints import Constraints
 from gclm.server.engine.logprobs import from_vllm
+from gclm.server.engine.output import OutputTracker
 from gclm.server.engine.protocol import (
     EngineStats,
-    ErrorEvent,
-    FinishEvent,
     GenerationRequest,
     StreamEvent,
-    TokenEvent,
     TokenLogprob,
 )
-from gclm.server.engine.shared import TokenizerEngine, TokenizerPrompts, out_of_budget
-from gclm.server.engine.thinking import ThinkingSplit
+from gclm.server.engine.shared import TokenizerEngine, TokenizerPrompts
 from gclm.server.settings import check_vllm_options
 
 log = logging.getLogger("gclm.vllm")
@@ -87,7 +84,7 @@ class VllmOptions:
     def engine_args(self) -> Any:
         from vllm.engine.arg_utils import AsyncEngineArgs
 
-        from gclm.masking.vllm import GclmLogitsProcessor
+        from gclm.server.engine.vllm_processor import GclmLogitsProcessor
 
         return AsyncEngineArgs(
             model=self.model,
@@ -109,22 +106,26 @@ class VllmOptions:
         )
 
 
+def tracker_reason(reason: str | None) -> str:
+    """vLLM's finish reason as `OutputTracker.finish` takes it: "abort" is "cancelled", no
+    reason "stop"; "length" (vLLM's max_tokens, EOS counted) is the budget running out."""
+    return "cancelled" if reason == "abort" else reason or "stop"
+
+
 @dataclass(eq=False)
 class VllmRequest:
-    """One submitted request: its events, and the task that drives it through vLLM."""
+    """One submitted request: its output, its events, and the task that drives it through
+    vLLM."""
 
     request: GenerationRequest
     request_id: str
+    token_bytes: Sequence[bytes | None]
     events: asyncio.Queue[StreamEvent] = field(default_factory=asyncio.Queue)
     task: asyncio.Task[None] | None = None
-    state: ConstraintState | None = None
-    split: ThinkingSplit | None = None  # a thinking request's text split
-    finished: bool = False
+    output: OutputTracker = field(init=False)
 
-    def send(self, event: StreamEvent) -> None:
-        if not self.finished:
-            self.finished = isinstance(event, FinishEvent | ErrorEvent)
-            self.events.put_nowait(event)
+    def __post_init__(self) -> None:
+        self.output = OutputTracker(self.request, self.token_bytes, self.events.put_nowait)
 
 
 class VllmEngine(TokenizerEngine):
@@ -143,7 +144,7 @@ class VllmEngine(TokenizerEngine):
         queue_size: int = 64,
         compile_threads: int = 4,
     ):
-        from gclm.masking.vllm import TableSource, register_frontend
+        from gclm.server.engine.vllm_processor import GclmLogitsProcessor, TableSource
 
         self.options = options
         self.tokenizer = tokenizer
@@ -160,7 +161,7 @@ class VllmEngine(TokenizerEngine):
         self._llm: Any = None
         self._shut = False
         # validate_params in this process reads the tables this engine compiles.
-        register_frontend(TableSource(vocab, cache))
+        GclmLogitsProcessor.serve_frontend(TableSource(vocab, cache))
 
     async def start(self) -> None:
         """Start vLLM (its engine-core processes load the model)."""
@@ -189,16 +190,9 @@ class VllmEngine(TokenizerEngine):
             raise InternalError("vLLM's processes mask with whole tables, not a LazyTable.")
         if len(self._active) >= self.options.max_num_seqs + self.queue_size:
             raise QueueFullError(self.queue_size, retry_after=1.0)
-        handle = VllmRequest(request, request.request_id or uuid.uuid4().hex)
-        thinking = request.thinking
-        if thinking is not None:
-            watch: ReasoningState | ThinkingWatch = ThinkingWatch(thinking.end_ids)
-            if table is not None:
-                watch = handle.state = ReasoningState(table, thinking, request.budget_aware)
-            stop = request.params.stop if table is None else ()
-            handle.split = ThinkingSplit(watch, self.vocab.token_bytes, stop)
-        elif table is not None:
-            handle.state = ConstraintState(table, budget_aware=request.budget_aware)
+        handle = VllmRequest(
+            request, request.request_id or uuid.uuid4().hex, self.vocab.token_bytes
+        )
         sampling = self._sampling_params(request)
         self._active.add(handle)
         handle.task = asyncio.get_running_loop().create_task(self._run(handle, sampling))
@@ -215,9 +209,9 @@ class VllmEngine(TokenizerEngine):
         )
 
     def shutdown(self) -> None:
-        from gclm.masking.vllm import register_frontend
+        from gclm.server.engine.vllm_processor import GclmLogitsProcessor
 
-        register_frontend(None)
+        GclmLogitsProcessor.serve_frontend(None)
         self._shut = True
         if self._llm is not None:
             self._llm.shutdown()
@@ -263,54 +257,35 @@ class VllmEngine(TokenizerEngine):
         )
 
     async def _run(self, handle: VllmRequest, sampling: Any) -> None:
-        request = handle.request
-        generated = cached = 0
+        request, output = handle.request, handle.output
         reason: str | None = None
         k = request.params.logprobs
         try:
             prompt = {"prompt_token_ids": request.prompt_ids}
-            async for output in self._llm.generate(prompt, sampling, handle.request_id):
-                out = output.outputs[0]
-                generated += len(out.token_ids)
-                cached = output.num_cached_tokens or cached  # vLLM's prefix-cache hit
+            async for step in self._llm.generate(prompt, sampling, handle.request_id):
+                out = step.outputs[0]
+                output.cached_tokens = step.num_cached_tokens or output.cached_tokens
+                ends = self._stop_ids(out) if out.finish_reason == "stop" else ()
                 ids = list(out.token_ids)
-                if out.finish_reason == "stop" and ids and ids[-1] in self._stop_ids(out):
+                if ids and ids[-1] in ends:
                     ids.pop()  # EOS ends the output; it is not part of it (as on our engine)
                 logprobs: tuple[TokenLogprob, ...] = ()
                 if k is not None and out.logprobs:
                     logprobs = from_vllm(ids, out.logprobs[: len(ids)], self.token_names, k)
-                if handle.split is not None:
-                    self._send_split(handle, out.token_ids, ids, logprobs)
-                else:
-                    if handle.state is not None:
-                        for token in out.token_ids:
-                            handle.state.advance(token)
-                    if out.text or logprobs:
-                        handle.send(TokenEvent(out.text, tuple(out.token_ids), logprobs))
+                output.take(out.token_ids, logprobs, eos_ids=ends, text=out.text)
                 reason = out.finish_reason or reason
         except asyncio.CancelledError:
-            handle.send(FinishEvent("cancelled", len(request.prompt_ids), generated))
+            output.finish("cancelled")
             raise
         except Exception as e:  # vLLM refused or failed the request: fail it alone
             if not isinstance(e, GclmError):
                 log.exception("vLLM request %s failed", handle.request_id)
                 e = _as_gclm_error(e)
-            handle.send(ErrorEvent(e))
+            output.fail(e)
             return
         finally:
             self._active.discard(handle)
-        finish = self._finish_reason(handle, reason)
-        cut = reason == "length" and out_of_budget(handle.state)[1]
-        thought = None
-        if handle.split is not None:
-            tail = handle.split.flush()
-            if tail.text:
-                handle.send(TokenEvent(tail.text, (), reasoning=tail.reasoning))
-            thought = handle.split.watch.thinking_tokens
-        prompt_tokens = len(request.prompt_ids)
-        handle.send(
-            FinishEvent(finish, prompt_tokens, generated, cached, cut, reasoning_tokens=thought)
-        )
+        output.finish(tracker_reason(reason))
 
     def _stop_ids(self, out: Any) -> tuple[int, ...]:
         """The token ids that ended `out` without being part of it: EOS, or the stop token
@@ -318,32 +293,6 @@ class VllmEngine(TokenizerEngine):
         reason = getattr(out, "stop_reason", None)
         eos = self.vocab.eos_token_id
         return (eos, reason) if isinstance(reason, int) else (eos,)
-
-    @staticmethod
-    def _finish_reason(handle: VllmRequest, reason: str | None) -> str:
-        if reason == "abort":
-            return "cancelled"
-        if reason == "length":  # vLLM's max_tokens: gclm's rule for a budget run out
-            return out_of_budget(handle.state)[0]
-        return reason or "stop"
-
-    @staticmethod
-    def _send_split(
-        handle: VllmRequest,
-        sampled: Any,
-        ids: list[int],
-        logprobs: tuple[TokenLogprob, ...],
-    ) -> None:
-        """Send one output's tokens `ids` (EOS left out of `sampled`) as thinking and answer
-        events, the end marker's text in neither; the EOS goes to the request's state."""
-        split = handle.split
-        assert split is not None
-        for part in split.push(ids):
-            lp = logprobs[part.positions.start : part.positions.stop] if logprobs else ()
-            ids_part = tuple(ids[part.positions.start : part.positions.stop])
-            handle.send(TokenEvent(part.text, ids_part, lp, reasoning=part.reasoning))
-        if len(sampled) > len(ids) and handle.state is not None:
-            handle.state.advance(sampled[-1])  # the EOS: the constrained answer ends here
 
 
 def _as_gclm_error(e: Exception) -> GclmError:

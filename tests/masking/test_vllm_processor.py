@@ -1,4 +1,6 @@
-"""GclmLogitsProcessor against hand-made vLLM batch updates, on the embedded tokenizer.
+"""GclmLogitsProcessor (server/engine/vllm_processor.py over masking/vllm.py) against
+hand-made vLLM batch updates, on the embedded tokenizer; how its frontend is told the
+tokenizer.
 
 The constraint is two digits (each digit is one token in SmolLM2's vocabulary), so the
 expected mask of every step is known exactly: digits, digits, then EOS only.
@@ -20,6 +22,7 @@ from vllm import SamplingParams  # noqa: E402
 from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality  # noqa: E402
 
 from gclm.masking import vllm as gv  # noqa: E402
+from gclm.server.engine import vllm_processor as vp  # noqa: E402
 from gclm.server.engine.model_loader import embedded_model_dir  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -28,7 +31,7 @@ TWO_DIGITS = {"regex": "[0-9]{2}"}
 
 
 @pytest.fixture(scope="module")
-def processor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[gv.GclmLogitsProcessor]:
+def processor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[vp.GclmLogitsProcessor]:
     config = SimpleNamespace(
         model_config=SimpleNamespace(
             tokenizer=str(embedded_model_dir()), tokenizer_revision=None, max_model_len=64
@@ -37,14 +40,14 @@ def processor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[gv.GclmLogit
     )
     with pytest.MonkeyPatch.context() as mp:  # tables start cold, in a directory of their own
         mp.setenv("GCLM_CACHE_DIR", str(tmp_path_factory.mktemp("gclm-cache")))
-        proc = gv.GclmLogitsProcessor(config, torch.device("cpu"), False)  # type: ignore[arg-type]
-    gv.register_frontend(proc.source)
+        proc = vp.GclmLogitsProcessor(config, torch.device("cpu"), False)  # type: ignore[arg-type]
+    vp.GclmLogitsProcessor.serve_frontend(proc.source)
     yield proc
-    gv.register_frontend(None)
+    vp.GclmLogitsProcessor.serve_frontend(None)
 
 
 @pytest.fixture(scope="module")
-def digits(processor: gv.GclmLogitsProcessor) -> set[int]:
+def digits(processor: vp.GclmLogitsProcessor) -> set[int]:
     data = processor.source.vocab.token_bytes
     return {i for i, b in enumerate(data) if b is not None and len(b) == 1 and b.isdigit()}
 
@@ -58,13 +61,13 @@ def allowed(logits: torch.Tensor, row: int) -> set[int]:
     return set(torch.nonzero(torch.isfinite(logits[row])).flatten().tolist())
 
 
-def step(proc: gv.GclmLogitsProcessor, batch: int, update: BatchUpdate | None) -> torch.Tensor:
+def step(proc: vp.GclmLogitsProcessor, batch: int, update: BatchUpdate | None) -> torch.Tensor:
     proc.update_state(update)
     return proc.apply(torch.zeros(batch, 49152))
 
 
 def test_rows_follow_output_tokens_adds_moves_and_removes(
-    processor: gv.GclmLogitsProcessor, digits: set[int]
+    processor: vp.GclmLogitsProcessor, digits: set[int]
 ) -> None:
     eos = processor.source.vocab.eos_token_id
     out0: list[int] = []
@@ -91,11 +94,11 @@ def test_rows_follow_output_tokens_adds_moves_and_removes(
     assert allowed(logits, 0) == {eos}
 
     step(processor, 0, BatchUpdate(0, [0], [], []))
-    assert processor.rows == {}
+    assert processor.batch.rows == {}
 
 
 def test_context_room_bounds_the_budget(
-    processor: gv.GclmLogitsProcessor, digits: set[int]
+    processor: vp.GclmLogitsProcessor, digits: set[int]
 ) -> None:
     """A prompt that leaves 2 tokens of context: the row must finish in 2, whatever
     max_tokens says."""
@@ -109,11 +112,11 @@ def test_context_room_bounds_the_budget(
     step(processor, 0, BatchUpdate(0, [0], [], []))
 
 
-def test_validate_params_names_the_minimum(processor: gv.GclmLogitsProcessor) -> None:
+def test_validate_params_names_the_minimum(processor: vp.GclmLogitsProcessor) -> None:
     with pytest.raises(ValueError, match=r"Set max_tokens to at least 2\."):
-        gv.GclmLogitsProcessor.validate_params(params(1))
-    gv.GclmLogitsProcessor.validate_params(params(2))
-    gv.GclmLogitsProcessor.validate_params(params(1, None))  # no constraint: nothing to check
+        vp.GclmLogitsProcessor.validate_params(params(1))
+    vp.GclmLogitsProcessor.validate_params(params(2))
+    vp.GclmLogitsProcessor.validate_params(params(1, None))  # no constraint: nothing to check
 
 
 @pytest.mark.parametrize(
@@ -125,22 +128,22 @@ def test_validate_params_names_the_minimum(processor: gv.GclmLogitsProcessor) ->
     ],
 )
 def test_validate_params_refuses_conflicts(
-    processor: gv.GclmLogitsProcessor, kw: dict, named: str
+    processor: vp.GclmLogitsProcessor, kw: dict, named: str
 ) -> None:
     with pytest.raises(ValueError, match=named):
-        gv.GclmLogitsProcessor.validate_params(params(8, **kw))
+        vp.GclmLogitsProcessor.validate_params(params(8, **kw))
 
 
-def test_validate_params_refuses_bad_constraints(processor: gv.GclmLogitsProcessor) -> None:
+def test_validate_params_refuses_bad_constraints(processor: vp.GclmLogitsProcessor) -> None:
     bad = SamplingParams(max_tokens=8, extra_args={"gclm": "{nope"})
     with pytest.raises(ValueError, match="not JSON"):
-        gv.GclmLogitsProcessor.validate_params(bad)
+        vp.GclmLogitsProcessor.validate_params(bad)
     with pytest.raises(ValueError, match="Unknown constraint key .lark."):
-        gv.GclmLogitsProcessor.validate_params(params(8, {"lark": 'start: "x"'}))
+        vp.GclmLogitsProcessor.validate_params(params(8, {"lark": 'start: "x"'}))
 
 
 def test_the_graceful_policy_runs_in_vllm_unless_a_request_turns_it_off(
-    processor: gv.GclmLogitsProcessor,
+    processor: vp.GclmLogitsProcessor,
 ) -> None:
     """A string opened with 5 tokens left: closing it at once would leave its spare tokens
     unspent, and the graceful policy lowers the closing quote, as on gclm's own engine; the
@@ -159,7 +162,7 @@ def test_the_graceful_policy_runs_in_vllm_unless_a_request_turns_it_off(
     assert logits[0, quote] < 0, "the graceful policy did not lower the closing quote"
     step(processor, 0, BatchUpdate(0, [0, 1], [], []))
     with pytest.raises(ValueError, match="gclm_budget_policy"):
-        gv.GclmLogitsProcessor.validate_params(
+        vp.GclmLogitsProcessor.validate_params(
             SamplingParams(max_tokens=6, extra_args={**off, gv.POLICY_KEY: "eager"})
         )
 
@@ -182,7 +185,7 @@ def thinking(max_tokens: int, end_ids: tuple[int, ...], cap: int | None = None, 
 
 
 def test_thinking_rows_think_then_close_at_the_edge_then_answer(
-    processor: gv.GclmLogitsProcessor, digits: set[int], marker: tuple[int, ...]
+    processor: vp.GclmLogitsProcessor, digits: set[int], marker: tuple[int, ...]
 ) -> None:
     """Two digits after a 3-token marker, 6 tokens: one free token (not EOS nor a stop
     token), then the marker forced token by token, then exactly the two digits, then EOS."""
@@ -201,12 +204,12 @@ def test_thinking_rows_think_then_close_at_the_edge_then_answer(
     assert allowed(step(processor, 1, None), 0) == digits
     out.append(min(digits))
     assert allowed(step(processor, 1, None), 0) == {eos}
-    assert processor.rows[0].state.thinking_tokens == 4  # the thought and the marker
+    assert processor.batch.rows[0].state.thinking_tokens == 4  # the thought and the marker
     step(processor, 0, BatchUpdate(0, [0], [], []))
 
 
 def test_a_thinking_cap_closes_before_the_budget_does(
-    processor: gv.GclmLogitsProcessor, marker: tuple[int, ...]
+    processor: vp.GclmLogitsProcessor, marker: tuple[int, ...]
 ) -> None:
     out: list[int] = []
     logits = step(processor, 1, BatchUpdate(1, [], [(0, thinking(40, marker, 0), [1], out)], []))
@@ -215,11 +218,11 @@ def test_a_thinking_cap_closes_before_the_budget_does(
 
 
 def test_validate_params_counts_the_marker(
-    processor: gv.GclmLogitsProcessor, marker: tuple[int, ...]
+    processor: vp.GclmLogitsProcessor, marker: tuple[int, ...]
 ) -> None:
     with pytest.raises(ValueError, match=r"Set max_tokens to at least 5\."):
-        gv.GclmLogitsProcessor.validate_params(thinking(4, marker))
-    gv.GclmLogitsProcessor.validate_params(thinking(5, marker))
+        vp.GclmLogitsProcessor.validate_params(thinking(4, marker))
+    vp.GclmLogitsProcessor.validate_params(thinking(5, marker))
     eos = processor.source.vocab.eos_token_id
     for bad in (
         '{"cap": 3}',
@@ -230,4 +233,65 @@ def test_validate_params_counts_the_marker(
     ):
         extra = {**gv.sampling_extra_args(TWO_DIGITS), gv.THINKING_KEY: bad}
         with pytest.raises(ValueError, match="gclm_thinking"):
-            gv.GclmLogitsProcessor.validate_params(SamplingParams(max_tokens=8, extra_args=extra))
+            vp.GclmLogitsProcessor.validate_params(SamplingParams(max_tokens=8, extra_args=extra))
+
+
+# --- the frontend's tokenizer: given, or named in GCLM_VLLM_TOKENIZER, never guessed ---
+
+
+def test_an_unknown_tokenizer_refuses_a_constrained_request_with_the_fix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing is read off the caller: vLLM's InputProcessor holds the model config, and
+    gclm once walked the stack up to it; now the tokenizer is given or named, or the
+    request is refused (vLLM answers 400)."""
+    monkeypatch.delenv(vp.TOKENIZER_ENV, raising=False)
+    monkeypatch.setattr(vp.GclmLogitsProcessor, "_frontend", None)
+
+    class InputProcessor:  # what calls validate_params in vLLM's frontend
+        model_config = SimpleNamespace(tokenizer=str(embedded_model_dir()), tokenizer_revision=None)
+
+        def validate(self, sampling: SamplingParams) -> None:
+            vp.GclmLogitsProcessor.validate_params(sampling)
+
+    InputProcessor().validate(params(8, None))  # no constraint: nothing to check
+    with pytest.raises(ValueError, match="GCLM_VLLM_TOKENIZER") as refused:
+        InputProcessor().validate(params(8))
+    assert "gclm serve --engine vllm" in str(refused.value)
+
+
+def test_a_tokenizer_that_does_not_load_is_a_value_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    monkeypatch.setenv(vp.TOKENIZER_ENV, str(tmp_path / "no-such-model"))
+    monkeypatch.setattr(vp.GclmLogitsProcessor, "_frontend", None)
+    with pytest.raises(ValueError, match="could not load the tokenizer GCLM_VLLM_TOKENIZER="):
+        vp.GclmLogitsProcessor.validate_params(params(8))
+
+
+def test_the_tokenizer_named_in_the_environment_checks_requests(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """A plain vLLM server's frontend: the tokenizer is loaded on the first constrained
+    request, its tables compiled in worker processes, and kept for the next ones."""
+    monkeypatch.setenv(vp.TOKENIZER_ENV, str(embedded_model_dir()))
+    monkeypatch.setenv("GCLM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(vp.GclmLogitsProcessor, "_frontend", None)
+    with pytest.raises(ValueError, match="max_tokens.* 2"):
+        vp.GclmLogitsProcessor.validate_params(params(1))
+    source = vp.GclmLogitsProcessor._frontend
+    assert source is not None and source.vocab.size == 49152
+    try:
+        vp.GclmLogitsProcessor.validate_params(params(2))
+        assert vp.GclmLogitsProcessor._frontend is source
+        assert list((tmp_path / "tables").iterdir())  # compiled into the disk cache
+    finally:
+        source.close()
+
+
+def test_a_given_source_is_used_before_the_environment(
+    processor: vp.GclmLogitsProcessor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(vp.TOKENIZER_ENV, "/no/such/model")
+    assert vp.GclmLogitsProcessor.frontend_tables() is processor.source
+    vp.GclmLogitsProcessor.validate_params(params(2))

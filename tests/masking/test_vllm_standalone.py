@@ -1,7 +1,7 @@
 """gclm's logits processor inside vLLM's own OpenAI server (no gclm server in between).
 
-    python -m vllm.entrypoints.openai.api_server --model M \\
-        --logits-processors gclm.masking.vllm:GclmLogitsProcessor
+    GCLM_VLLM_TOKENIZER=M python -m vllm.entrypoints.openai.api_server --model M \\
+        --logits-processors gclm.server.engine.vllm_processor:GclmLogitsProcessor
 
 The official `openai` SDK sends the constraint in `vllm_xargs`. Every constrained output
 must be valid and within budget at every budget from the minimum (read from the 400) to

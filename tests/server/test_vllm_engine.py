@@ -16,7 +16,7 @@ from gclm.compiler.cache import TableCache
 from gclm.compiler.compile import compile_constraint
 from gclm.compiler.constraint import Constraint
 from gclm.errors import EngineDeadError, InternalError, InvalidRequestError, QueueFullError
-from gclm.masking import ConstraintState
+from gclm.server.engine.output import OutputTracker
 from gclm.server.engine.protocol import (
     ErrorEvent,
     FinishEvent,
@@ -24,7 +24,7 @@ from gclm.server.engine.protocol import (
     SamplingParams,
     TokenEvent,
 )
-from gclm.server.engine.vllm import VllmEngine, VllmOptions, VllmRequest
+from gclm.server.engine.vllm import VllmEngine, VllmOptions, VllmRequest, tracker_reason
 from gclm.server.settings import ServerSettings
 
 
@@ -78,25 +78,26 @@ def digits_table(embedded_vocab):
     return compile_constraint(Constraint.regex("[0-9]{2}"), embedded_vocab)
 
 
-def handle(table, tokens: list[int], budget_aware: bool = True) -> VllmRequest:
+def finish_reason(table, tokens: list[int], vllm_reason: str, budget_aware: bool = True) -> str:
+    """The finish_reason gclm reports when vLLM ends the output `tokens` with `vllm_reason`."""
     request = GenerationRequest([1, 2], SamplingParams(max_tokens=2), table, budget_aware)
-    h = VllmRequest(request, "r")
-    h.state = ConstraintState(table, budget_aware=budget_aware)
-    for token in tokens:
-        h.state.advance(token)
-    return h
+    sent: list = []
+    output = OutputTracker(request, (), sent.append)
+    output.take(tokens)
+    output.finish(tracker_reason(vllm_reason))
+    assert isinstance(sent[-1], FinishEvent)
+    return sent[-1].finish_reason
 
 
 def test_finish_reason_is_gclms(digits_table, embedded_vocab) -> None:
     digit = next(i for i, b in enumerate(embedded_vocab.token_bytes) if b == b"7")
-    complete = handle(digits_table, [digit, digit])
-    partial = handle(digits_table, [digit], budget_aware=False)
+    complete, partial = [digit, digit], [digit]
     # vLLM cut a complete output at max_tokens: complete by construction, so "stop".
-    assert VllmEngine._finish_reason(complete, "length") == "stop"
+    assert finish_reason(digits_table, complete, "length") == "stop"
     # A budget-unaware output cut mid-way stays "length".
-    assert VllmEngine._finish_reason(partial, "length") == "length"
-    assert VllmEngine._finish_reason(complete, "stop") == "stop"
-    assert VllmEngine._finish_reason(complete, "abort") == "cancelled"
+    assert finish_reason(digits_table, partial, "length", budget_aware=False) == "length"
+    assert finish_reason(digits_table, complete, "stop") == "stop"
+    assert finish_reason(digits_table, complete, "abort") == "cancelled"
 
 
 # --- the engine over a scripted AsyncLLM (vLLM's SamplingParams, no model) ---

@@ -25,7 +25,9 @@ from gclm.server.engine.protocol import GenerationRequest
 
 class _Row(Protocol):
     request: GenerationRequest
-    output_ids: list[int]
+
+    @property
+    def output_ids(self) -> list[int]: ...
 
 
 def apply_penalties(logits: torch.Tensor, rows: Seq[_Row]) -> None:
