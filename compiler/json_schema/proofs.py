@@ -177,8 +177,10 @@ class Prover:
             return True
         if t == "object":
             props = node["properties"]
-            # An open node may write any undeclared key among its extra keys.
-            if not node.get("open") and any(r not in props for r in s.get("required", [])):
+            # An open node may write any undeclared key among its extra keys, and a node
+            # without declared properties writes free keys: either may hold a required name.
+            closed = node["declared"] and not node.get("open")
+            if closed and any(r not in props for r in s.get("required", [])):
                 return True
             sprops = s.get("properties", {})
             if isinstance(sprops, dict):
