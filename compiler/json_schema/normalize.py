@@ -20,7 +20,12 @@ from typing import Any
 
 from gclm.compiler.json_schema.finish import Finisher
 from gclm.compiler.json_schema.numbers import number_regex
-from gclm.compiler.json_schema.objects import discriminated, object_node, without_optional
+from gclm.compiler.json_schema.objects import (
+    discriminated,
+    object_node,
+    without_optional,
+    without_others_required,
+)
 from gclm.compiler.json_schema.ops import (
     ASSERTIONS,
     Node,
@@ -400,11 +405,19 @@ class Normalizer:
         for i, sub in enumerate(subs):
             generated = meet(base, self.schema(sub, f"{ptr}/oneOf/{i}"), ptr)
             others = subs[:i] + subs[i + 1 :]
-            exclusive = [
-                e for b in branches(generated) if (e := self.proven(others, b)) is not None
-            ]
-            lost |= len(exclusive) < len(branches(generated))
-            kept += exclusive
+            for b in branches(generated):
+                if (e := self.proven(others, b)) is not None:
+                    kept.append(e)
+                elif (e := without_others_required(self, others, b)) is not None:
+                    kept.append(e)
+                    dropped = [k for k in b["properties"] if k not in e["properties"]]
+                    self.note(
+                        f"{ptr}/oneOf/{i}",
+                        f"objects generated without the optional properties {dropped} other "
+                        "branches require, so that they match this branch only",
+                    )
+                else:
+                    lost = True
         if lost and not kept:
             raise UnsupportedSchemaError(
                 "oneOf",

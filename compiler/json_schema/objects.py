@@ -3,7 +3,8 @@
 Kept: properties, required, additionalProperties, patternProperties, min/maxProperties,
 propertyNames (checked against each declared name), dependentRequired (dependents of an
 optional property become required) and dependentSchemas of a required property; and a
-`not` of required names met by leaving optional properties out.
+`not` of required names, or a oneOf branch another branch's required names overlap, met by
+leaving optional properties out.
 """
 
 from __future__ import annotations
@@ -228,6 +229,45 @@ def without_optional(self: Subschemas, sub: Any, branch: Node, ptr: str) -> Node
             "they fail the 'not' subschema",
         )
     return union(kept)
+
+
+def without_others_required(self: Subschemas, others: list[Any], branch: Node) -> Node | None:
+    """`branch` less optional properties that `others` require, where that proves it fails them.
+
+    oneOf [{required: [a]}, {required: [b]}] over optional `a` and `b`: the first branch is
+    generated without `b` and the second without `a`, so each value matches one branch only.
+    For each other branch not yet proven to fail, the first optional name it requires is
+    left out. None when some other branch still cannot be proven to fail.
+    """
+    if branch.get("type") != "object" or not branch["declared"]:
+        return None
+    narrowed = {**branch, "additionalProperties": False}
+    narrowed.pop("open", None)  # an extra key could be the one left out
+    for other in others:
+        if self.prover.rejects(other, narrowed):
+            continue
+        props = narrowed["properties"]
+        names = [n for n in _required_names(self.prover, other) if n in props]
+        optional = [n for n in names if n not in branch["required"]]
+        if not optional:
+            return None
+        props = {k: v for k, v in props.items() if k != optional[0]}
+        narrowed = {**narrowed, "properties": props}
+        if not self.prover.rejects(other, narrowed):
+            return None
+    return narrowed
+
+
+def _required_names(prover: Prover, schema: Any, depth: int = 0) -> list[str]:
+    """The names `schema` requires: its own `required`, its `$ref`'s and its allOf members'."""
+    if not isinstance(schema, dict) or depth > 20:
+        return []
+    names = [n for n in schema.get("required", []) if isinstance(n, str)]
+    if isinstance(schema.get("$ref"), str):
+        names += _required_names(prover, prover.resolve(schema["$ref"]), depth + 1)
+    for member in schema.get("allOf", []) if isinstance(schema.get("allOf"), list) else []:
+        names += _required_names(prover, member, depth + 1)
+    return list(dict.fromkeys(names))
 
 
 def discriminated(self: Subschemas, sub: Any, branch: Node) -> Node | None:
