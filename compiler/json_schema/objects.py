@@ -171,6 +171,11 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
     }
     if key_patterns and extra is not None:
         out["keyPatterns"] = key_patterns
+    # A trigger that is not generated must not come back through an allOf sibling that
+    # declares it: the dependency would then go unchecked.
+    absent = sorted(t for t in {*dep_required, *dep_schemas} if t not in props)
+    if absent:
+        out["absent"] = absent
     # An explicit `additionalProperties` (true or a schema) beside declared properties, or
     # none said under `open_objects` (the request's additional_properties "spec"): keys
     # other than the declared ones may follow them. Not with patterns, propertyNames,

@@ -3,9 +3,10 @@
 A node is what `compiler/json_schema/normalize.py` builds: `None` (no value), `{"anyOf": [...]}`,
 `{"enum": [...]}`, or `{"type": T, ...}` with only the keywords that type's generator
 reads. An object node carries `properties`, `required` and `additionalProperties`
-(`False` when undeclared keys are not allowed), and `keyPatterns` when an undeclared key's
-name must match one of those patterns; it generates its declared properties only, and
-after them undeclared keys when it is `open`.
+(`False` when undeclared keys are not allowed), `keyPatterns` when an undeclared key's
+name must match one of those patterns, and `absent`: names that may not be added by a
+meet (a dependency's trigger the node does not write); it generates its declared
+properties only, and after them undeclared keys when it is `open`.
 
 `meet` is exact on what nodes generate, so allOf never widens the output. The checks that
 involve an original (unnormalised) schema - `holds`, `rejects`, `accepts_all` - answer
@@ -266,6 +267,9 @@ def _meet_objects(a: Node, b: Node, pointer: str) -> Node | None:
     }
     if extra is not None and (keys_a or keys_b):
         out["keyPatterns"] = keys_a or keys_b
+    absent = sorted({*a.get("absent", ()), *b.get("absent", ())} - set(props))
+    if absent:
+        out["absent"] = absent
     if extra is not None and a.get("open") and b.get("open") and not dropped:
         out["open"] = True
     for key, pick in (("minProperties", max), ("maxProperties", min)):
@@ -277,6 +281,8 @@ def _meet_objects(a: Node, b: Node, pointer: str) -> Node | None:
 
 def undeclared(node: Node, name: str) -> Node | None:
     """What an object node allows under an undeclared key `name` (None: the key is not)."""
+    if name in node.get("absent", ()):
+        return None  # a dependency's trigger the node never writes (objects.py)
     patterns = node.get("keyPatterns")
     if patterns and not any(_searches(p, name) for p in patterns):
         return None
