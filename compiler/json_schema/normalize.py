@@ -170,9 +170,14 @@ class Normalizer:
 
     # --------------------------------------------------------------------- subschemas
 
-    def schema(self, s: Any, ptr: str) -> Node | None:
+    def schema(self, s: Any, ptr: str, within: Node | None = None) -> Node | None:
+        """The node of subschema `s`; with `within`, of `s` met with that node.
+
+        A `oneOf` or `not` of `s` (or of an allOf member that says only that) is applied
+        after the meet, so its proofs see what `within` and the siblings require.
+        """
         if s is True or s == {}:
-            return self.anything(ptr)
+            return within if within is not None else self.anything(ptr)
         if s is False:
             return None
         if not isinstance(s, dict):
@@ -183,8 +188,9 @@ class Normalizer:
             if key in s and s[key] is not True:
                 raise UnsupportedSchemaError(key, ptr)
         if "if" in s and ("then" in s or "else" in s):
-            return self.conditional(s, ptr)
-        parts: list[Node | None] = []
+            node = self.conditional(s, ptr)
+            return node if within is None else meet(within, node, ptr)
+        parts: list[Node | None] = [] if within is None else [within]
         if "$ref" in s:
             parts.append(self.ref(s["$ref"], ptr))
         types = self.types(s, ptr)
@@ -197,12 +203,16 @@ class Normalizer:
             if not isinstance(values, list) or not values:
                 raise ConstraintError(f"'enum' at {ptr or '/'} must be a non-empty array.")
             parts.append({"enum": dedupe(values)})
-        # An allOf member that only says `not` is applied after the meet: what it excludes
-        # is easier to prove once the siblings have narrowed the value.
+        # An allOf member that only says `not` or `oneOf` is applied after the meet: what
+        # it excludes is easier to prove once the siblings have narrowed the value.
         nots = [(s["not"], ptr)] if "not" in s else []
+        one_ofs = [(array_of(s, "oneOf", ptr), ptr)] if "oneOf" in s else []
         for i, x in enumerate(array_of(s, "allOf", ptr)):
-            if isinstance(x, dict) and "not" in x and not (x.keys() & ASSERTIONS) - {"not"}:
+            only = (x.keys() & ASSERTIONS) if isinstance(x, dict) else set()
+            if only == {"not"}:
                 nots.append((x["not"], f"{ptr}/allOf/{i}"))
+            elif only == {"oneOf"}:
+                one_ofs.append((array_of(x, "oneOf", f"{ptr}/allOf/{i}"), f"{ptr}/allOf/{i}"))
             else:
                 parts.append(self.schema(x, f"{ptr}/allOf/{i}"))
         if "anyOf" in s:
@@ -216,10 +226,10 @@ class Normalizer:
             )
         if not parts:
             # Only oneOf/not (or nothing) constrains this value.
-            parts.append(any_node(self.any_depth) if nots or "oneOf" in s else self.anything(ptr))
+            parts.append(any_node(self.any_depth) if nots or one_ofs else self.anything(ptr))
         node = reduce(lambda a, b: meet(a, b, ptr), parts)
-        if "oneOf" in s:
-            node = self.one_of(array_of(s, "oneOf", ptr), node, ptr)
+        for subs, where in one_ofs:
+            node = self.one_of(subs, node, where)
         for sub, where in nots:
             node = self.exclude(sub, node, where)
         return node

@@ -2,7 +2,8 @@
 
 Kept: properties, required, additionalProperties, patternProperties, min/maxProperties,
 propertyNames (checked against each declared name), dependentRequired (dependents of an
-optional property become required) and dependentSchemas of a required property; and a
+optional property become required) and dependentSchemas (an optional trigger splits the
+object: without it, or with it and the dependent schema); and a
 `not` of required names, or a oneOf branch another branch's required names overlap, met by
 leaving optional properties out.
 """
@@ -17,6 +18,7 @@ from gclm.compiler.json_schema.ops import (
     Node,
     any_node,
     array_of,
+    branches,
     count_of,
     escape_pointer,
     meet,
@@ -29,6 +31,8 @@ from gclm.errors import UnsupportedSchemaError, quote
 
 # `not` of required names: objects without each optional one, at most this many branches.
 MAX_NOT_DROPS = 4
+# dependentSchemas of optional triggers: each present or absent, 2**N objects at most.
+MAX_OPTIONAL_TRIGGERS = 4
 
 
 class Subschemas(Protocol):
@@ -39,8 +43,8 @@ class Subschemas(Protocol):
     open_objects: bool  # additionalProperties unsaid: other keys may follow the declared
     prover: Prover
 
-    def schema(self, s: Any, ptr: str) -> Node | None:
-        """The node of subschema `s` at pointer `ptr`."""
+    def schema(self, s: Any, ptr: str, within: Node | None = None) -> Node | None:
+        """The node of subschema `s` at pointer `ptr` (met with `within`, if given)."""
         ...
 
     def note(self, pointer: str, text: str) -> None:
@@ -196,16 +200,51 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
     for key in ("minProperties", "maxProperties"):
         if key in s:
             out[key] = count_of(s, key, ptr)
+    optional = [t for t in dep_schemas if t in props and t not in required]
+    if len(optional) > MAX_OPTIONAL_TRIGGERS:
+        raise UnsupportedSchemaError(
+            "dependentSchemas",
+            ptr,
+            f"{len(optional)} optional triggers {optional} (gclm writes each present or absent, "
+            f"at most {MAX_OPTIONAL_TRIGGERS}); make some of them required",
+        )
     for trigger, sub in dep_schemas.items():
-        if trigger in required:
-            out = meet(
-                out, self.schema(sub, f"{ptr}/dependentSchemas/{escape_pointer(trigger)}"), ptr
-            )
-        elif trigger in props:
-            raise UnsupportedSchemaError(
-                "dependentSchemas", ptr, f"{quote(trigger)} is optional; make it required"
+        if trigger in props:
+            out = _dependent(
+                self, out, trigger, sub, f"{ptr}/dependentSchemas/{escape_pointer(trigger)}"
             )
     return out
+
+
+def _dependent(
+    self: Subschemas, node: Node | None, trigger: str, sub: Any, ptr: str
+) -> Node | None:
+    """`node` where `sub` applies when `trigger` is present.
+
+    A required trigger meets `sub` (its oneOf and not see the object). An optional one
+    splits the object in two: without the trigger (which no allOf sibling may add back), or
+    with it required and `sub` met.
+    """
+    out: list[Node | None] = []
+    for branch in branches(node):
+        if "enum" in branch:  # objects listed by value: keep those proven to meet `sub`
+            values = [
+                v
+                for v in branch["enum"]
+                if not isinstance(v, dict) or trigger not in v or self.prover.holds(sub, v)
+            ]
+            out.append({"enum": values} if values else None)
+        elif trigger in branch["required"]:
+            out.append(self.schema(sub, ptr, within=branch))
+        elif trigger not in branch["properties"]:
+            out.append(branch)
+        else:
+            props = {k: v for k, v in branch["properties"].items() if k != trigger}
+            absent = sorted({*branch.get("absent", ()), trigger})
+            out.append({**branch, "properties": props, "absent": absent})
+            present = {**branch, "required": [*branch["required"], trigger]}
+            out.append(self.schema(sub, ptr, within=present))
+    return union(out)
 
 
 def without_optional(self: Subschemas, sub: Any, branch: Node, ptr: str) -> Node | None:
