@@ -22,9 +22,9 @@ from gclm.compiler.json_schema.finish import Finisher
 from gclm.compiler.json_schema.numbers import number_regex
 from gclm.compiler.json_schema.objects import (
     discriminated,
+    exclusive_object,
     object_node,
     without_optional,
-    without_others_required,
 )
 from gclm.compiler.json_schema.ops import (
     ASSERTIONS,
@@ -418,13 +418,16 @@ class Normalizer:
             for b in branches(generated):
                 if (e := self.proven(others, b)) is not None:
                     kept.append(e)
-                elif (e := without_others_required(self, others, b)) is not None:
+                elif (e := exclusive_object(self, others, b)) is not None:
                     kept.append(e)
                     dropped = [k for k in b["properties"] if k not in e["properties"]]
+                    promoted = [k for k in e["required"] if k not in b["required"]]
+                    how = [f"without the optional properties {dropped}"] if dropped else []
+                    how += [f"with {promoted} required"] if promoted else []
                     self.note(
                         f"{ptr}/oneOf/{i}",
-                        f"objects generated without the optional properties {dropped} other "
-                        "branches require, so that they match this branch only",
+                        f"objects generated {' and '.join(how)}, so that they match this "
+                        "branch only",
                     )
                 else:
                     lost = True

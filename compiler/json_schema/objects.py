@@ -275,13 +275,13 @@ def without_optional(self: Subschemas, sub: Any, branch: Node, ptr: str) -> Node
     return union(kept)
 
 
-def without_others_required(self: Subschemas, others: list[Any], branch: Node) -> Node | None:
-    """`branch` less optional properties that `others` require, where that proves it fails them.
+def exclusive_object(self: Subschemas, others: list[Any], branch: Node) -> Node | None:
+    """`branch` narrowed until it provably fails every one of `others`, else None.
 
-    oneOf [{required: [a]}, {required: [b]}] over optional `a` and `b`: the first branch is
-    generated without `b` and the second without `a`, so each value matches one branch only.
-    For each other branch not yet proven to fail, the first optional name it requires is
-    left out. None when some other branch still cannot be proven to fail.
+    For each other oneOf branch not yet proven to fail: an optional property whose value
+    that branch rejects is made required (`{kind: {const: a}}` against `{kind: {const:
+    b}}`); else the first optional name that branch requires is left out (oneOf
+    [{required: [a]}, {required: [b]}]: the first branch is generated without `b`).
     """
     if branch.get("type") != "object" or not branch["declared"]:
         return None
@@ -290,16 +290,32 @@ def without_others_required(self: Subschemas, others: list[Any], branch: Node) -
     for other in others:
         if self.prover.rejects(other, narrowed):
             continue
-        props = narrowed["properties"]
-        names = [n for n in _required_names(self.prover, other) if n in props]
-        optional = [n for n in names if n not in branch["required"]]
-        if not optional:
-            return None
-        props = {k: v for k, v in props.items() if k != optional[0]}
-        narrowed = {**narrowed, "properties": props}
+        props, required = narrowed["properties"], narrowed["required"]
+        checks = _properties(self.prover, other)
+        rejecting = [
+            n
+            for n, node in props.items()
+            if n not in required and n in checks and self.prover.rejects(checks[n], node)
+        ]
+        droppable = [
+            n for n in _required_names(self.prover, other) if n in props and n not in required
+        ]
+        if rejecting:
+            narrowed = {**narrowed, "required": [*required, rejecting[0]]}
+        elif droppable:
+            props = {k: v for k, v in props.items() if k != droppable[0]}
+            narrowed = {**narrowed, "properties": props}
         if not self.prover.rejects(other, narrowed):
             return None
     return narrowed
+
+
+def _properties(prover: Prover, schema: Any) -> dict[str, Any]:
+    """`schema`'s `properties` (behind a `$ref`, if that is all it says)."""
+    if isinstance(schema, dict) and isinstance(schema.get("$ref"), str):
+        schema = prover.resolve(schema["$ref"])
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    return props if isinstance(props, dict) else {}
 
 
 def _required_names(prover: Prover, schema: Any, depth: int = 0) -> list[str]:
