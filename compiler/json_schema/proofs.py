@@ -23,6 +23,7 @@ from gclm.compiler.json_schema.ops import (
     string_ok,
 )
 from gclm.compiler.json_schema.patterns import CHECKED_FORMATS, FORMATS
+from gclm.compiler.json_schema.prefixes import meets, node_starts, pattern_starts
 
 
 class Prover:
@@ -175,6 +176,12 @@ class Prover:
                 return True
         if "not" in s and self.accepts_all(s["not"], node):
             return True
+        if t == "string" and isinstance(s.get("pattern"), str):
+            # Every string the schema accepts starts with one of `need` (and is not empty);
+            # every non-empty one the node writes with one of `have`.
+            need, have = pattern_starts(s["pattern"]), node_starts(node)
+            if need is not None and have is not None and not meets(need, have):
+                return True
         if t == "object":
             props = node["properties"]
             # An open node may write any undeclared key among its extra keys, and a node
