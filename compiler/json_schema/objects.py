@@ -15,6 +15,7 @@ from functools import reduce
 from typing import Any, Protocol
 
 from gclm.compiler.json_schema.ops import (
+    ASSERTIONS,
     Node,
     any_node,
     array_of,
@@ -25,6 +26,7 @@ from gclm.compiler.json_schema.ops import (
     object_of,
     union,
 )
+from gclm.compiler.json_schema.patterns import FORMATS
 from gclm.compiler.json_schema.proofs import Prover
 from gclm.compiler.rust_regex import parse_problem
 from gclm.errors import UnsupportedSchemaError, quote
@@ -103,10 +105,6 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
         raise UnsupportedSchemaError(
             key, ptr, "keys of an object without declared properties are free"
         )
-    if names_s not in (True, {}) and not declared:
-        raise UnsupportedSchemaError(
-            "propertyNames", ptr, "keys of an object without declared properties are free"
-        )
     # What an undeclared key may hold: additionalProperties and every pattern it might match.
     # A free-form object's values nest deeper than a `{}` value (see SchemaLimits).
     types = s.get("type")
@@ -129,7 +127,19 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
         extra = reduce(lambda a, b: meet(a, b, ptr), pattern_nodes)
     else:
         extra = reduce(lambda a, b: meet(a, b, ptr), pattern_nodes, extra)
-    if names_s not in (True, {}):
+    if names_s not in (True, {}) and not declared:
+        # Free keys: each name matches propertyNames, written as one key pattern.
+        name_pattern = _name_pattern(names_s)
+        if name_pattern is None or key_patterns:
+            raise UnsupportedSchemaError(
+                "propertyNames",
+                ptr,
+                "keys of an object without declared properties are generated only for a "
+                "propertyNames that is one pattern, format or enum of names"
+                + (" (and not with additionalProperties false)" if key_patterns else ""),
+            )
+        key_patterns = [name_pattern]
+    elif names_s not in (True, {}):
         extra = None  # undeclared keys could not be checked against propertyNames
     props: dict[str, Node] = {}
     for name in declared:
@@ -245,6 +255,27 @@ def _dependent(
             present = {**branch, "required": [*branch["required"], trigger]}
             out.append(self.schema(sub, ptr, within=present))
     return union(out)
+
+
+def _name_pattern(names: Any) -> str | None:
+    """One pattern that exactly the names `names` (a propertyNames schema) accepts, or None.
+
+    Kept: `pattern`, a `format` gclm writes (its subset), `enum`/`const` of strings, beside
+    `type: string` and annotations; anything else is None.
+    """
+    if not isinstance(names, dict) or names.get("type", "string") != "string":
+        return None
+    said = names.keys() & ASSERTIONS - {"type"}
+    if said == {"pattern"} and isinstance(names["pattern"], str):
+        return names["pattern"]
+    if said == {"format"} and names["format"] in FORMATS:
+        return f"^(?:{FORMATS[names['format']]})$"
+    values = (
+        [names["const"]] if said == {"const"} else names.get("enum") if said == {"enum"} else None
+    )
+    if isinstance(values, list) and values and all(isinstance(v, str) for v in values):
+        return "^(?:" + "|".join(re.escape(v) for v in values) + ")$"
+    return None
 
 
 def without_optional(self: Subschemas, sub: Any, branch: Node, ptr: str) -> Node | None:
