@@ -466,6 +466,13 @@ class Normalizer:
                 kept.append(narrowed)
             elif (narrowed := discriminated(self, sub, branch)) is not None:
                 kept.append(narrowed)
+                promoted = [k for k in narrowed["required"] if k not in branch["required"]]
+                if promoted:
+                    self.note(
+                        f"{ptr}/not",
+                        f"objects generated with {promoted} present, so that they fail the "
+                        "'not' subschema",
+                    )
             else:
                 lost |= not self.prover.accepts_all(sub, branch)
         if lost and not kept:

@@ -362,10 +362,11 @@ def _required_names(prover: Prover, schema: Any, depth: int = 0) -> list[str]:
 
 
 def discriminated(self: Subschemas, sub: Any, branch: Node) -> Node | None:
-    """`branch` with a required property's enum cut to the values `sub` rejects there, else None.
+    """`branch` with a property's values cut to those `sub` rejects there, else None.
 
     `not: {properties: {kind: {const: "a"}}}` (or an `if` on it, for the `else` side) with
-    `kind` required and one of `["a", "b"]`: the objects with `"kind": "b"` fail `sub`.
+    `kind` one of `["a", "b"]`: the objects with `"kind": "b"` fail `sub`. An optional
+    `kind` is made required: an object without it meets `sub`'s `properties`.
     """
     if branch.get("type") != "object" or not isinstance(sub, dict):
         return None
@@ -374,9 +375,15 @@ def discriminated(self: Subschemas, sub: Any, branch: Node) -> Node | None:
         return None
     for name, check in checks.items():
         prop = branch["properties"].get(name)
-        if name not in branch["required"] or not prop or set(prop) != {"enum"}:
+        if not prop:
             continue
-        values = [v for v in prop["enum"] if self.prover.holds(check, v) is False]
-        if values:
-            return {**branch, "properties": {**branch["properties"], name: {"enum": values}}}
+        if set(prop) == {"enum"}:
+            values = [v for v in prop["enum"] if self.prover.holds(check, v) is False]
+            cut: Node | None = {"enum": values} if values else None
+        else:
+            cut = prop if self.prover.rejects(check, prop) else None
+        if cut is not None:
+            required = list(dict.fromkeys([*branch["required"], name]))
+            props = {**branch["properties"], name: cut}
+            return {**branch, "properties": props, "required": required}
     return None
