@@ -23,6 +23,7 @@ from gclm.compiler.json_schema.numbers import number_regex
 from gclm.compiler.json_schema.objects import (
     discriminated,
     exclusive_object,
+    narrowing,
     object_node,
     without_optional,
 )
@@ -411,23 +412,21 @@ class Normalizer:
 
     def one_of(self, subs: list[Any], base: Node | None, ptr: str) -> Node | None:
         """Keep only what provably matches exactly one branch."""
+        if base is None:
+            return None
         kept, lost = [], False
         for i, sub in enumerate(subs):
-            generated = meet(base, self.schema(sub, f"{ptr}/oneOf/{i}"), ptr)
+            # Within the base, so that a branch's own oneOf/not sees the siblings too.
+            generated = self.schema(sub, f"{ptr}/oneOf/{i}", within=base)
             others = subs[:i] + subs[i + 1 :]
             for b in branches(generated):
                 if (e := self.proven(others, b)) is not None:
                     kept.append(e)
                 elif (e := exclusive_object(self, others, b)) is not None:
                     kept.append(e)
-                    dropped = [k for k in b["properties"] if k not in e["properties"]]
-                    promoted = [k for k in e["required"] if k not in b["required"]]
-                    how = [f"without the optional properties {dropped}"] if dropped else []
-                    how += [f"with {promoted} required"] if promoted else []
                     self.note(
                         f"{ptr}/oneOf/{i}",
-                        f"objects generated {' and '.join(how)}, so that they match this "
-                        "branch only",
+                        f"{narrowing(b, e)}, so that they match this branch only",
                     )
                 else:
                     lost = True
@@ -473,6 +472,12 @@ class Normalizer:
                         f"objects generated with {promoted} present, so that they fail the "
                         "'not' subschema",
                     )
+            elif (narrowed := exclusive_object(self, [sub], branch)) is not None:
+                kept.append(narrowed)
+                self.note(
+                    f"{ptr}/not",
+                    f"{narrowing(branch, narrowed)}, so that they fail the 'not' subschema",
+                )
             else:
                 lost |= not self.prover.accepts_all(sub, branch)
         if lost and not kept:

@@ -309,36 +309,63 @@ def without_optional(self: Subschemas, sub: Any, branch: Node, ptr: str) -> Node
 def exclusive_object(self: Subschemas, others: list[Any], branch: Node) -> Node | None:
     """`branch` narrowed until it provably fails every one of `others`, else None.
 
-    For each other oneOf branch not yet proven to fail: an optional property whose value
-    that branch rejects is made required (`{kind: {const: a}}` against `{kind: {const:
-    b}}`); else the first optional name that branch requires is left out (oneOf
-    [{required: [a]}, {required: [b]}]: the first branch is generated without `b`).
+    For each other schema not yet proven to fail (each of its anyOf/oneOf branches, if it
+    has them): an optional property whose value that schema rejects is made required
+    (`{kind: {const: a}}` against `{kind: {const: b}}`); else the first optional name it
+    requires is left out (oneOf [{required: [a]}, {required: [b]}]: the first branch is
+    generated without `b`).
     """
     if branch.get("type") != "object" or not branch["declared"]:
         return None
-    narrowed = {**branch, "additionalProperties": False}
+    narrowed: Node = {**branch, "additionalProperties": False}
     narrowed.pop("open", None)  # an extra key could be the one left out
     for other in others:
-        if self.prover.rejects(other, narrowed):
-            continue
-        props, required = narrowed["properties"], narrowed["required"]
-        checks = _properties(self.prover, other)
-        rejecting = [
-            n
-            for n, node in props.items()
-            if n not in required and n in checks and self.prover.rejects(checks[n], node)
-        ]
-        droppable = [
-            n for n in _required_names(self.prover, other) if n in props and n not in required
-        ]
-        if rejecting:
-            narrowed = {**narrowed, "required": [*required, rejecting[0]]}
-        elif droppable:
-            props = {k: v for k, v in props.items() if k != droppable[0]}
-            narrowed = {**narrowed, "properties": props}
+        for target in [*_alternatives(self.prover, other), other]:
+            if not self.prover.rejects(target, narrowed):
+                narrowed = _narrowed_against(self, target, narrowed)
         if not self.prover.rejects(other, narrowed):
             return None
     return narrowed
+
+
+def narrowing(before: Node, after: Node) -> str:
+    """What `exclusive_object` changed, for the rewrite report."""
+    dropped = [k for k in before["properties"] if k not in after["properties"]]
+    promoted = [k for k in after["required"] if k not in before["required"]]
+    how = [f"without the optional properties {dropped}"] if dropped else []
+    how += [f"with {promoted} required"] if promoted else []
+    return "objects generated " + " and ".join(how)
+
+
+def _narrowed_against(self: Subschemas, target: Any, narrowed: Node) -> Node:
+    """`narrowed` with one optional property made required or left out to fail `target`."""
+    props, required = narrowed["properties"], narrowed["required"]
+    checks = _properties(self.prover, target)
+    rejecting = [
+        n
+        for n, node in props.items()
+        if n not in required and n in checks and self.prover.rejects(checks[n], node)
+    ]
+    if rejecting:
+        return {**narrowed, "required": [*required, rejecting[0]]}
+    droppable = [
+        n for n in _required_names(self.prover, target) if n in props and n not in required
+    ]
+    if droppable:
+        props = {k: v for k, v in props.items() if k != droppable[0]}
+        return {**narrowed, "properties": props}
+    return narrowed
+
+
+def _alternatives(prover: Prover, schema: Any) -> list[Any]:
+    """The anyOf/oneOf branches of `schema` (behind a `$ref`); failing all fails it."""
+    if isinstance(schema, dict) and isinstance(schema.get("$ref"), str):
+        schema = prover.resolve(schema["$ref"])
+    if not isinstance(schema, dict):
+        return []
+    return [
+        x for key in ("anyOf", "oneOf") if isinstance(schema.get(key), list) for x in schema[key]
+    ]
 
 
 def _properties(prover: Prover, schema: Any) -> dict[str, Any]:

@@ -212,8 +212,17 @@ class Prover:
             return all(self.holds(schema, v) is True for v in node["enum"])
         if any(self.accepts_all(x, node) for x in schema.get("anyOf", [])):
             return True
-        if schema.keys() & ASSERTIONS - {"type"}:
+        said = schema.keys() & ASSERTIONS - {"type"}
+        if said == {"required"} and node["type"] == "object":
+            # An object node always writes its required names.
+            names = schema["required"]
+            if not isinstance(names, list) or any(n not in node["required"] for n in names):
+                return False
+            said = set()
+        if said:
             return False
+        if "type" not in schema:
+            return True
         types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
         return node["type"] in types or node["type"] == "integer" and "number" in types
 
