@@ -37,6 +37,7 @@ from gclm.compiler.json_schema.ops import (
     count_of,
     dedupe,
     escape_pointer,
+    is_any,
     keyword_types,
     meet,
     number_of,
@@ -178,7 +179,7 @@ class Normalizer:
         after the meet, so its proofs see what `within` and the siblings require.
         """
         if s is True or s == {}:
-            return within if within is not None else self.anything(ptr)
+            return within if within is not None and not is_any(within) else self.anything(ptr)
         if s is False:
             return None
         if not isinstance(s, dict):

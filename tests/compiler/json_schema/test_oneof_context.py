@@ -74,3 +74,9 @@ def test_overlapping_branches_still_refused():
     with pytest.raises(UnsupportedSchemaError) as e:
         to_regex(Constraint.json_schema(schema))
     assert (e.value.keyword, e.value.pointer) == ("oneOf", "/allOf/1")
+
+
+def test_a_true_branch_is_still_reported_as_bounded():
+    # `{}` within the base of a bare oneOf is the bounded any-value node: reported as such.
+    rewrites = to_regex(Constraint.json_schema({"oneOf": [{"type": "string"}, {}]})).rewrites
+    assert any(r.startswith("/oneOf/1: accepts any JSON value") for r in rewrites)
