@@ -186,8 +186,9 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
     if key_patterns and extra is not None:
         out["keyPatterns"] = key_patterns
     # A trigger that is not generated must not come back through an allOf sibling that
-    # declares it: the dependency would then go unchecked.
-    absent = sorted(t for t in {*dep_required, *dep_schemas} if t not in props)
+    # declares it (the dependency would then go unchecked), nor a declared name no value
+    # fits (`"a": false`, or a name propertyNames rejects).
+    absent = sorted(n for n in {*dep_required, *dep_schemas, *declared} if n not in props)
     if absent:
         out["absent"] = absent
     # An explicit `additionalProperties` (true or a schema) beside declared properties, or
