@@ -254,20 +254,18 @@ class Normalizer:
         cond = s["if"]
         sides = []
         for key, test in (("then", True), ("else", False)):
-            # `then` within what meets `if`, so that its own oneOf/not sees the condition;
-            # `else` within the siblings, and what fails `if` proven on the narrower result.
+            # `then` (`else`) within what meets (fails) `if`, so that its own oneOf/not
+            # sees the condition and the siblings.
             side = node
-            if not test and key in s and side is not None:
-                side = self.schema(s[key], f"{ptr}/{key}", within=side)
             try:
                 if test and side is not None:
                     side = self.schema(cond, f"{ptr}/if", within=side)
-                elif not test:
+                else:
                     side = self.exclude(cond, side, f"{ptr}/if")
             except UnsupportedSchemaError:
                 self.note(f"{ptr}/{key}", f"values taking the '{key}' branch are not generated")
                 side = None
-            if test and key in s and side is not None:
+            if key in s and side is not None:
                 side = self.schema(s[key], f"{ptr}/{key}", within=side)
             sides.append(side)
         if all(side is None for side in sides) and node is not None:
