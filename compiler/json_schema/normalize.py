@@ -190,7 +190,8 @@ class Normalizer:
             if key in s and s[key] is not True:
                 raise UnsupportedSchemaError(key, ptr)
         if "if" in s and ("then" in s or "else" in s):
-            return self.conditional(s, ptr, within)
+            node = self.conditional(s, ptr)
+            return node if within is None else meet(within, node, ptr)
         parts: list[Node | None] = [] if within is None else [within]
         if "$ref" in s:
             parts.append(self.ref(s["$ref"], ptr))
@@ -204,19 +205,16 @@ class Normalizer:
             if not isinstance(values, list) or not values:
                 raise ConstraintError(f"'enum' at {ptr or '/'} must be a non-empty array.")
             parts.append({"enum": dedupe(values)})
-        # An allOf member that only says `not`, `oneOf` or `if` is applied after the meet:
-        # what it excludes is easier to prove once the siblings have narrowed the value.
+        # An allOf member that only says `not` or `oneOf` is applied after the meet: what
+        # it excludes is easier to prove once the siblings have narrowed the value.
         nots = [(s["not"], ptr)] if "not" in s else []
         one_ofs = [(array_of(s, "oneOf", ptr), ptr)] if "oneOf" in s else []
-        conditions = []
         for i, x in enumerate(array_of(s, "allOf", ptr)):
             only = (x.keys() & ASSERTIONS) if isinstance(x, dict) else set()
             if only == {"not"}:
                 nots.append((x["not"], f"{ptr}/allOf/{i}"))
             elif only == {"oneOf"}:
                 one_ofs.append((array_of(x, "oneOf", f"{ptr}/allOf/{i}"), f"{ptr}/allOf/{i}"))
-            elif only == {"if"} and ("then" in x or "else" in x):
-                conditions.append((x, f"{ptr}/allOf/{i}"))
             else:
                 parts.append(self.schema(x, f"{ptr}/allOf/{i}"))
         if "anyOf" in s:
@@ -230,19 +228,15 @@ class Normalizer:
             )
         if not parts:
             # Only oneOf/not (or nothing) constrains this value.
-            parts.append(
-                any_node(self.any_depth) if nots or one_ofs or conditions else self.anything(ptr)
-            )
+            parts.append(any_node(self.any_depth) if nots or one_ofs else self.anything(ptr))
         node = reduce(lambda a, b: meet(a, b, ptr), parts)
         for subs, where in one_ofs:
             node = self.one_of(subs, node, where)
-        for x, where in conditions:
-            node = None if node is None else self.conditional(x, where, node)
         for sub, where in nots:
             node = self.exclude(sub, node, where)
         return node
 
-    def conditional(self, s: dict[str, Any], ptr: str, within: Node | None = None) -> Node | None:
+    def conditional(self, s: dict[str, Any], ptr: str) -> Node | None:
         """`if`/`then`/`else` as anyOf [allOf [rest, if, then], allOf [rest, else, not if]].
 
         The `else` side keeps only values proven to fail `if` (as `not` does); where nothing
@@ -250,23 +244,21 @@ class Normalizer:
         keyword is refused.
         """
         rest = {k: v for k, v in s.items() if k not in ("if", "then", "else")}
-        node = self.schema(rest, ptr, within)
+        node = self.schema(rest, ptr)
         cond = s["if"]
         sides = []
         for key, test in (("then", True), ("else", False)):
-            # `then` (`else`) within what meets (fails) `if`, so that its own oneOf/not
-            # sees the condition and the siblings.
             side = node
+            if key in s:
+                side = meet(side, self.schema(s[key], f"{ptr}/{key}"), ptr)
             try:
-                if test and side is not None:
-                    side = self.schema(cond, f"{ptr}/if", within=side)
+                if test:
+                    side = meet(side, self.schema(cond, f"{ptr}/if"), ptr)
                 else:
                     side = self.exclude(cond, side, f"{ptr}/if")
             except UnsupportedSchemaError:
                 self.note(f"{ptr}/{key}", f"values taking the '{key}' branch are not generated")
                 side = None
-            if key in s and side is not None:
-                side = self.schema(s[key], f"{ptr}/{key}", within=side)
             sides.append(side)
         if all(side is None for side in sides) and node is not None:
             raise UnsupportedSchemaError(
