@@ -18,15 +18,15 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
-from gclm.compiler.json_schema.finish import Finisher
-from gclm.compiler.json_schema.numbers import number_regex
-from gclm.compiler.json_schema.objects import (
+from gclm.compiler.json_schema.exclusions import (
     discriminated,
     exclusive_object,
     narrowing,
-    object_node,
     without_optional,
 )
+from gclm.compiler.json_schema.finish import Finisher
+from gclm.compiler.json_schema.numbers import number_regex
+from gclm.compiler.json_schema.objects import object_node
 from gclm.compiler.json_schema.ops import (
     ASSERTIONS,
     Node,
