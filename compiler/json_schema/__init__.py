@@ -4,6 +4,8 @@
   nodes, recording every rewrite that narrows what is generated; refuses what it cannot honour.
 - objects.py, refs.py, proofs.py, finish.py, ops.py: the object keywords, `$ref` resolution,
   proofs that a keyword is redundant, the final outlines-core form, and the node algebra.
+- exclusions.py, prefixes.py: objects narrowed until they fail a `not` or the other `oneOf`
+  branches, and the first characters of strings (proofs that two string schemas are disjoint).
 - numbers.py, patterns.py: regexes for the leaves (bounded numbers, patterns, formats).
 - regex.py: the normalised schema -> outlines-core's regex, with those leaves spliced in.
 """

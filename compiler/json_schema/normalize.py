@@ -18,9 +18,15 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
+from gclm.compiler.json_schema.exclusions import (
+    discriminated,
+    exclusive_object,
+    narrowing,
+    without_optional,
+)
 from gclm.compiler.json_schema.finish import Finisher
 from gclm.compiler.json_schema.numbers import number_regex
-from gclm.compiler.json_schema.objects import discriminated, object_node, without_optional
+from gclm.compiler.json_schema.objects import object_node
 from gclm.compiler.json_schema.ops import (
     ASSERTIONS,
     Node,
@@ -31,6 +37,7 @@ from gclm.compiler.json_schema.ops import (
     count_of,
     dedupe,
     escape_pointer,
+    is_any,
     keyword_types,
     meet,
     number_of,
@@ -165,9 +172,14 @@ class Normalizer:
 
     # --------------------------------------------------------------------- subschemas
 
-    def schema(self, s: Any, ptr: str) -> Node | None:
+    def schema(self, s: Any, ptr: str, within: Node | None = None) -> Node | None:
+        """The node of subschema `s`; with `within`, of `s` met with that node.
+
+        A `oneOf` or `not` of `s` (or of an allOf member that says only that) is applied
+        after the meet, so its proofs see what `within` and the siblings require.
+        """
         if s is True or s == {}:
-            return self.anything(ptr)
+            return within if within is not None and not is_any(within) else self.anything(ptr)
         if s is False:
             return None
         if not isinstance(s, dict):
@@ -178,8 +190,9 @@ class Normalizer:
             if key in s and s[key] is not True:
                 raise UnsupportedSchemaError(key, ptr)
         if "if" in s and ("then" in s or "else" in s):
-            return self.conditional(s, ptr)
-        parts: list[Node | None] = []
+            node = self.conditional(s, ptr)
+            return node if within is None else meet(within, node, ptr)
+        parts: list[Node | None] = [] if within is None else [within]
         if "$ref" in s:
             parts.append(self.ref(s["$ref"], ptr))
         types = self.types(s, ptr)
@@ -192,12 +205,16 @@ class Normalizer:
             if not isinstance(values, list) or not values:
                 raise ConstraintError(f"'enum' at {ptr or '/'} must be a non-empty array.")
             parts.append({"enum": dedupe(values)})
-        # An allOf member that only says `not` is applied after the meet: what it excludes
-        # is easier to prove once the siblings have narrowed the value.
+        # An allOf member that only says `not` or `oneOf` is applied after the meet: what
+        # it excludes is easier to prove once the siblings have narrowed the value.
         nots = [(s["not"], ptr)] if "not" in s else []
+        one_ofs = [(array_of(s, "oneOf", ptr), ptr)] if "oneOf" in s else []
         for i, x in enumerate(array_of(s, "allOf", ptr)):
-            if isinstance(x, dict) and "not" in x and not (x.keys() & ASSERTIONS) - {"not"}:
+            only = (x.keys() & ASSERTIONS) if isinstance(x, dict) else set()
+            if only == {"not"}:
                 nots.append((x["not"], f"{ptr}/allOf/{i}"))
+            elif only == {"oneOf"}:
+                one_ofs.append((array_of(x, "oneOf", f"{ptr}/allOf/{i}"), f"{ptr}/allOf/{i}"))
             else:
                 parts.append(self.schema(x, f"{ptr}/allOf/{i}"))
         if "anyOf" in s:
@@ -211,10 +228,10 @@ class Normalizer:
             )
         if not parts:
             # Only oneOf/not (or nothing) constrains this value.
-            parts.append(any_node(self.any_depth) if nots or "oneOf" in s else self.anything(ptr))
+            parts.append(any_node(self.any_depth) if nots or one_ofs else self.anything(ptr))
         node = reduce(lambda a, b: meet(a, b, ptr), parts)
-        if "oneOf" in s:
-            node = self.one_of(array_of(s, "oneOf", ptr), node, ptr)
+        for subs, where in one_ofs:
+            node = self.one_of(subs, node, where)
         for sub, where in nots:
             node = self.exclude(sub, node, where)
         return node
@@ -396,15 +413,24 @@ class Normalizer:
 
     def one_of(self, subs: list[Any], base: Node | None, ptr: str) -> Node | None:
         """Keep only what provably matches exactly one branch."""
+        if base is None:
+            return None
         kept, lost = [], False
         for i, sub in enumerate(subs):
-            generated = meet(base, self.schema(sub, f"{ptr}/oneOf/{i}"), ptr)
+            # Within the base, so that a branch's own oneOf/not sees the siblings too.
+            generated = self.schema(sub, f"{ptr}/oneOf/{i}", within=base)
             others = subs[:i] + subs[i + 1 :]
-            exclusive = [
-                e for b in branches(generated) if (e := self.proven(others, b)) is not None
-            ]
-            lost |= len(exclusive) < len(branches(generated))
-            kept += exclusive
+            for b in branches(generated):
+                if (e := self.proven(others, b)) is not None:
+                    kept.append(e)
+                elif (e := exclusive_object(self, others, b)) is not None:
+                    kept.append(e)
+                    self.note(
+                        f"{ptr}/oneOf/{i}",
+                        f"{narrowing(b, e)}, so that they match this branch only",
+                    )
+                else:
+                    lost = True
         if lost and not kept:
             raise UnsupportedSchemaError(
                 "oneOf",
@@ -440,6 +466,19 @@ class Normalizer:
                 kept.append(narrowed)
             elif (narrowed := discriminated(self, sub, branch)) is not None:
                 kept.append(narrowed)
+                promoted = [k for k in narrowed["required"] if k not in branch["required"]]
+                if promoted:
+                    self.note(
+                        f"{ptr}/not",
+                        f"objects generated with {promoted} present, so that they fail the "
+                        "'not' subschema",
+                    )
+            elif (narrowed := exclusive_object(self, [sub], branch)) is not None:
+                kept.append(narrowed)
+                self.note(
+                    f"{ptr}/not",
+                    f"{narrowing(branch, narrowed)}, so that they fail the 'not' subschema",
+                )
             else:
                 lost |= not self.prover.accepts_all(sub, branch)
         if lost and not kept:

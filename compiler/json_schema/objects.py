@@ -2,8 +2,9 @@
 
 Kept: properties, required, additionalProperties, patternProperties, min/maxProperties,
 propertyNames (checked against each declared name), dependentRequired (dependents of an
-optional property become required) and dependentSchemas of a required property; and a
-`not` of required names met by leaving optional properties out.
+optional property become required) and dependentSchemas (an optional trigger splits the
+object: without it, or with it and the dependent schema). Objects narrowed to fail a
+`not` or the other branches of a oneOf are in exclusions.py.
 """
 
 from __future__ import annotations
@@ -13,21 +14,24 @@ from functools import reduce
 from typing import Any, Protocol
 
 from gclm.compiler.json_schema.ops import (
+    ASSERTIONS,
     Node,
     any_node,
     array_of,
+    branches,
     count_of,
     escape_pointer,
     meet,
     object_of,
     union,
 )
+from gclm.compiler.json_schema.patterns import FORMATS
 from gclm.compiler.json_schema.proofs import Prover
 from gclm.compiler.rust_regex import parse_problem
 from gclm.errors import UnsupportedSchemaError, quote
 
-# `not` of required names: objects without each optional one, at most this many branches.
-MAX_NOT_DROPS = 4
+# dependentSchemas of optional triggers: each present or absent, 2**N objects at most.
+MAX_OPTIONAL_TRIGGERS = 4
 
 
 class Subschemas(Protocol):
@@ -38,8 +42,8 @@ class Subschemas(Protocol):
     open_objects: bool  # additionalProperties unsaid: other keys may follow the declared
     prover: Prover
 
-    def schema(self, s: Any, ptr: str) -> Node | None:
-        """The node of subschema `s` at pointer `ptr`."""
+    def schema(self, s: Any, ptr: str, within: Node | None = None) -> Node | None:
+        """The node of subschema `s` at pointer `ptr` (met with `within`, if given)."""
         ...
 
     def note(self, pointer: str, text: str) -> None:
@@ -98,10 +102,6 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
         raise UnsupportedSchemaError(
             key, ptr, "keys of an object without declared properties are free"
         )
-    if names_s not in (True, {}) and not declared:
-        raise UnsupportedSchemaError(
-            "propertyNames", ptr, "keys of an object without declared properties are free"
-        )
     # What an undeclared key may hold: additionalProperties and every pattern it might match.
     # A free-form object's values nest deeper than a `{}` value (see SchemaLimits).
     types = s.get("type")
@@ -124,7 +124,19 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
         extra = reduce(lambda a, b: meet(a, b, ptr), pattern_nodes)
     else:
         extra = reduce(lambda a, b: meet(a, b, ptr), pattern_nodes, extra)
-    if names_s not in (True, {}):
+    if names_s not in (True, {}) and not declared:
+        # Free keys: each name matches propertyNames, written as one key pattern.
+        name_pattern = _name_pattern(names_s)
+        if name_pattern is None or key_patterns:
+            raise UnsupportedSchemaError(
+                "propertyNames",
+                ptr,
+                "keys of an object without declared properties are generated only for a "
+                "propertyNames that is one pattern, format or enum of names"
+                + (" (and not with additionalProperties false)" if key_patterns else ""),
+            )
+        key_patterns = [name_pattern]
+    elif names_s not in (True, {}):
         extra = None  # undeclared keys could not be checked against propertyNames
     props: dict[str, Node] = {}
     for name in declared:
@@ -170,6 +182,12 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
     }
     if key_patterns and extra is not None:
         out["keyPatterns"] = key_patterns
+    # A trigger that is not generated must not come back through an allOf sibling that
+    # declares it (the dependency would then go unchecked), nor a declared name no value
+    # fits (`"a": false`, or a name propertyNames rejects).
+    absent = sorted(n for n in {*dep_required, *dep_schemas, *declared} if n not in props)
+    if absent:
+        out["absent"] = absent
     # An explicit `additionalProperties` (true or a schema) beside declared properties, or
     # none said under `open_objects` (the request's additional_properties "spec"): keys
     # other than the declared ones may follow them. Not with patterns, propertyNames,
@@ -190,62 +208,69 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
     for key in ("minProperties", "maxProperties"):
         if key in s:
             out[key] = count_of(s, key, ptr)
+    optional = [t for t in dep_schemas if t in props and t not in required]
+    if len(optional) > MAX_OPTIONAL_TRIGGERS:
+        raise UnsupportedSchemaError(
+            "dependentSchemas",
+            ptr,
+            f"{len(optional)} optional triggers {optional} (gclm writes each present or absent, "
+            f"at most {MAX_OPTIONAL_TRIGGERS}); make some of them required",
+        )
     for trigger, sub in dep_schemas.items():
-        if trigger in required:
-            out = meet(
-                out, self.schema(sub, f"{ptr}/dependentSchemas/{escape_pointer(trigger)}"), ptr
-            )
-        elif trigger in props:
-            raise UnsupportedSchemaError(
-                "dependentSchemas", ptr, f"{quote(trigger)} is optional; make it required"
+        if trigger in props:
+            out = _dependent(
+                self, out, trigger, sub, f"{ptr}/dependentSchemas/{escape_pointer(trigger)}"
             )
     return out
 
 
-def without_optional(self: Subschemas, sub: Any, branch: Node, ptr: str) -> Node | None:
-    """`branch` less an optional property, where that proves it fails `sub`, else None.
+def _dependent(
+    self: Subschemas, node: Node | None, trigger: str, sub: Any, ptr: str
+) -> Node | None:
+    """`node` where `sub` applies when `trigger` is present.
 
-    Each optional property whose absence proves it gives one branch of the result:
-    `not: {required: [a, b]}` (never both) generates objects without `a` or without `b`.
+    A required trigger meets `sub` (its oneOf and not see the object). An optional one
+    splits the object in two: without the trigger (which no allOf sibling may add back), or
+    with it required and `sub` met.
     """
-    if branch.get("type") != "object":
-        return None
-    kept: list[Node] = []
-    dropped: list[str] = []
-    for name in branch["properties"]:
-        if name in branch["required"] or len(kept) == MAX_NOT_DROPS:
-            continue
-        props = {k: v for k, v in branch["properties"].items() if k != name}
-        narrowed = {**branch, "properties": props, "additionalProperties": False}
-        narrowed.pop("open", None)  # an extra key could be the one left out
-        if self.prover.rejects(sub, narrowed):
-            kept.append(narrowed)
-            dropped.append(name)
-    if kept:
-        self.note(
-            f"{ptr}/not",
-            f"objects generated without one of the optional properties {dropped}, so that "
-            "they fail the 'not' subschema",
-        )
-    return union(kept)
+    out: list[Node | None] = []
+    for branch in branches(node):
+        if "enum" in branch:  # objects listed by value: keep those proven to meet `sub`
+            values = [
+                v
+                for v in branch["enum"]
+                if not isinstance(v, dict) or trigger not in v or self.prover.holds(sub, v)
+            ]
+            out.append({"enum": values} if values else None)
+        elif trigger in branch["required"]:
+            out.append(self.schema(sub, ptr, within=branch))
+        elif trigger not in branch["properties"]:
+            out.append(branch)
+        else:
+            props = {k: v for k, v in branch["properties"].items() if k != trigger}
+            absent = sorted({*branch.get("absent", ()), trigger})
+            out.append({**branch, "properties": props, "absent": absent})
+            present = {**branch, "required": [*branch["required"], trigger]}
+            out.append(self.schema(sub, ptr, within=present))
+    return union(out)
 
 
-def discriminated(self: Subschemas, sub: Any, branch: Node) -> Node | None:
-    """`branch` with a required property's enum cut to the values `sub` rejects there, else None.
+def _name_pattern(names: Any) -> str | None:
+    """One pattern that exactly the names `names` (a propertyNames schema) accepts, or None.
 
-    `not: {properties: {kind: {const: "a"}}}` (or an `if` on it, for the `else` side) with
-    `kind` required and one of `["a", "b"]`: the objects with `"kind": "b"` fail `sub`.
+    Kept: `pattern`, a `format` gclm writes (its subset), `enum`/`const` of strings, beside
+    `type: string` and annotations; anything else is None.
     """
-    if branch.get("type") != "object" or not isinstance(sub, dict):
+    if not isinstance(names, dict) or names.get("type", "string") != "string":
         return None
-    checks = sub.get("properties")
-    if not isinstance(checks, dict):
-        return None
-    for name, check in checks.items():
-        prop = branch["properties"].get(name)
-        if name not in branch["required"] or not prop or set(prop) != {"enum"}:
-            continue
-        values = [v for v in prop["enum"] if self.prover.holds(check, v) is False]
-        if values:
-            return {**branch, "properties": {**branch["properties"], name: {"enum": values}}}
+    said = names.keys() & ASSERTIONS - {"type"}
+    if said == {"pattern"} and isinstance(names["pattern"], str):
+        return names["pattern"]
+    if said == {"format"} and names["format"] in FORMATS:
+        return f"^(?:{FORMATS[names['format']]})$"
+    values = (
+        [names["const"]] if said == {"const"} else names.get("enum") if said == {"enum"} else None
+    )
+    if isinstance(values, list) and values and all(isinstance(v, str) for v in values):
+        return "^(?:" + "|".join(re.escape(v) for v in values) + ")$"
     return None

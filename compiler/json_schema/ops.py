@@ -3,9 +3,11 @@
 A node is what `compiler/json_schema/normalize.py` builds: `None` (no value), `{"anyOf": [...]}`,
 `{"enum": [...]}`, or `{"type": T, ...}` with only the keywords that type's generator
 reads. An object node carries `properties`, `required` and `additionalProperties`
-(`False` when undeclared keys are not allowed), and `keyPatterns` when an undeclared key's
-name must match one of those patterns; it generates its declared properties only, and
-after them undeclared keys when it is `open`.
+(`False` when undeclared keys are not allowed), `keyPatterns` when an undeclared key's
+name must match one of those patterns, and `absent`: names that may not be added by a
+meet (a dependency's trigger the node does not write, a declared name no value fits); it
+generates its declared
+properties only, and after them undeclared keys when it is `open`.
 
 `meet` is exact on what nodes generate, so allOf never widens the output. The checks that
 involve an original (unnormalised) schema - `holds`, `rejects`, `accepts_all` - answer
@@ -240,7 +242,7 @@ def array_node(items: Node | None, min_items: int, max_items: int | None) -> Nod
 
 def _meet_objects(a: Node, b: Node, pointer: str) -> Node | None:
     props: dict[str, Node] = {}
-    dropped = False
+    dropped: list[str] = []
     required = list(dict.fromkeys(a["required"] + b["required"]))
     for name in dict.fromkeys(list(a["properties"]) + list(b["properties"])):
         x = a["properties"].get(name, undeclared(a, name))
@@ -251,7 +253,7 @@ def _meet_objects(a: Node, b: Node, pointer: str) -> Node | None:
         elif name in required:
             return None
         else:
-            dropped = True  # a name no value fits: no extra key may be it
+            dropped.append(name)  # a name no value fits: no extra key may be it
     extra_a, extra_b = a["additionalProperties"], b["additionalProperties"]
     extra = meet(extra_a, extra_b, pointer) if extra_a and extra_b else None
     keys_a, keys_b = a.get("keyPatterns"), b.get("keyPatterns")
@@ -266,6 +268,9 @@ def _meet_objects(a: Node, b: Node, pointer: str) -> Node | None:
     }
     if extra is not None and (keys_a or keys_b):
         out["keyPatterns"] = keys_a or keys_b
+    absent = sorted({*a.get("absent", ()), *b.get("absent", ()), *dropped} - set(props))
+    if absent:
+        out["absent"] = absent
     if extra is not None and a.get("open") and b.get("open") and not dropped:
         out["open"] = True
     for key, pick in (("minProperties", max), ("maxProperties", min)):
@@ -277,6 +282,8 @@ def _meet_objects(a: Node, b: Node, pointer: str) -> Node | None:
 
 def undeclared(node: Node, name: str) -> Node | None:
     """What an object node allows under an undeclared key `name` (None: the key is not)."""
+    if name in node.get("absent", ()):
+        return None  # a dependency's trigger the node never writes (objects.py)
     patterns = node.get("keyPatterns")
     if patterns and not any(_searches(p, name) for p in patterns):
         return None

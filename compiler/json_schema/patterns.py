@@ -281,7 +281,8 @@ def _category_sets() -> dict[Any, tuple[list[tuple[int, int]], list[tuple[int, i
 _CATEGORY_SETS = _category_sets()
 
 
-def _in_ranges(items: list[tuple[Any, Any]]) -> list[tuple[int, int]]:
+def _in_ranges(items: list[tuple[Any, Any]], widest: bool = False) -> list[tuple[int, int]]:
+    """A character class's code points: those both readings take (`widest`: either takes)."""
     ranges: list[tuple[int, int]] = []
     negate = bool(items) and items[0][0] is sre.NEGATE
     for op, av in items:
@@ -294,7 +295,7 @@ def _in_ranges(items: list[tuple[Any, Any]]) -> list[tuple[int, int]]:
         elif op is sre.CATEGORY and av in _CATEGORY_SETS:
             # In a negated class an item takes the widest reading, so what is left is
             # outside it in both.
-            ranges += _CATEGORY_SETS[av][1 if negate else 0]
+            ranges += _CATEGORY_SETS[av][int(negate != widest)]
         else:
             raise ValueError(f"character class item {op} {av}")
     return complement_ranges(ranges) if negate else normalize_ranges(ranges)

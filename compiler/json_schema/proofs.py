@@ -23,6 +23,7 @@ from gclm.compiler.json_schema.ops import (
     string_ok,
 )
 from gclm.compiler.json_schema.patterns import CHECKED_FORMATS, FORMATS
+from gclm.compiler.json_schema.prefixes import meets, node_starts, pattern_starts
 
 
 class Prover:
@@ -175,10 +176,18 @@ class Prover:
                 return True
         if "not" in s and self.accepts_all(s["not"], node):
             return True
+        if t == "string" and isinstance(s.get("pattern"), str):
+            # Every string the schema accepts starts with one of `need` (and is not empty);
+            # every non-empty one the node writes with one of `have`.
+            need, have = pattern_starts(s["pattern"]), node_starts(node)
+            if need is not None and have is not None and not meets(need, have):
+                return True
         if t == "object":
             props = node["properties"]
-            # An open node may write any undeclared key among its extra keys.
-            if not node.get("open") and any(r not in props for r in s.get("required", [])):
+            # An open node may write any undeclared key among its extra keys, and a node
+            # without declared properties writes free keys: either may hold a required name.
+            closed = node["declared"] and not node.get("open")
+            if closed and any(r not in props for r in s.get("required", [])):
                 return True
             sprops = s.get("properties", {})
             if isinstance(sprops, dict):
@@ -203,8 +212,17 @@ class Prover:
             return all(self.holds(schema, v) is True for v in node["enum"])
         if any(self.accepts_all(x, node) for x in schema.get("anyOf", [])):
             return True
-        if schema.keys() & ASSERTIONS - {"type"}:
+        said = schema.keys() & ASSERTIONS - {"type"}
+        if said == {"required"} and node["type"] == "object":
+            # An object node always writes its required names.
+            names = schema["required"]
+            if not isinstance(names, list) or any(n not in node["required"] for n in names):
+                return False
+            said = set()
+        if said:
             return False
+        if "type" not in schema:
+            return True
         types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
         return node["type"] in types or node["type"] == "integer" and "number" in types
 

@@ -429,10 +429,10 @@ def test_anchors_inside_an_alternation_or_a_group():
         ),
         ({"type": "object", "propertyNames": {"maxLength": 3}}, "propertyNames", "/"),
         (
-            {
+            {  # five optional triggers: 32 objects, past MAX_OPTIONAL_TRIGGERS
                 "type": "object",
-                "properties": {"a": {}, "b": {}},
-                "dependentSchemas": {"a": {"required": ["b"]}},
+                "properties": {n: {} for n in "abcdef"},
+                "dependentSchemas": {n: {"required": ["f"]} for n in "abcde"},
             },
             "dependentSchemas",
             "/",

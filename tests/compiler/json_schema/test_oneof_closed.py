@@ -36,3 +36,15 @@ def test_open_branches_are_not_proven_exclusive():
     # Without additionalProperties false, {property, oldValue, newValue} matches all three.
     schema = {"oneOf": [{**b, "additionalProperties": True} for b in CHANGE["oneOf"]]}
     assert not accepts(schema, {"property": "a", "oldValue": "b", "newValue": "c"})
+
+
+def test_free_keys_are_not_proven_to_lack_a_required_name():
+    # `{"type": "object"}` writes free keys, `"a"` among them: {"a": 1} matches both object
+    # branches, so neither is generated; the string branch still is.
+    for free in (
+        {"type": "object"},
+        {"type": "object", "additionalProperties": {"type": "integer"}},
+    ):
+        schema = {"oneOf": [free, {"type": "object", "required": ["a"]}, {"type": "string"}]}
+        assert not accepts(schema, {"a": 1})
+        assert accepts(schema, "x")
