@@ -17,9 +17,12 @@
 - Background: a busy refusal whose compile goes on (`CompilerBusyError.compiling`) is
   followed; its table lands here (and on disk), or its failure is remembered, so that the
   retry its Retry-After asks for finds it.
-- First masks: `fetch_first` answers a constraint still compiling with masks walked state
-  by state from its byte DFA (compiler/lazy_table.py), as soon as the compile has built it,
-  for a request that needs no whole table; the table itself lands here as before.
+- First masks: `fetch_first` answers a request that needs no whole table with masks walked
+  state by state from the constraint's byte DFA (compiler/lazy_table.py): a LazyTable
+  cached by key beside the tables, counted by what it has walked, from a compile of the
+  DFA alone. The whole table is compiled only when `fetch` asks for it (a request whose
+  budget binds, or that thinks first); once it lands, it answers both and the LazyTable is
+  dropped. A whole compile in flight answers `fetch_first` with its DFA's LazyTable too.
 - Never blocking on a compile: `fetch` answers a memory hit, a cached failure or a disk hit
   at once (reading the file in the caller's thread), and otherwise a Future that the
   compile resolves. So a request whose table is cached never waits behind a compile.
@@ -36,7 +39,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.disk_cache import DiskCache
@@ -55,10 +58,26 @@ _NEGATIVE_OVERHEAD = 1024
 
 # A compile function returns the table, or a Future of it (compiler/pool.py's `submit`).
 CompileFn = Callable[[Constraint], "CompiledTable | Future[CompiledTable]"]
-# Masks for a constraint whose compile is in flight, ahead of its table: a Future of a
-# LazyTable, the same one for every call during one compile (None when there is none to be
-# had), or None (compiler/first_mask.py).
-FirstMasksFn = Callable[[Constraint], "Future[LazyTable | None] | None"]
+
+
+class FirstMasksSource(Protocol):
+    """Where `fetch_first`'s LazyTables come from (compiler/first_mask.py's FirstMasks)."""
+
+    def __call__(self, constraint: Constraint) -> Future[LazyTable | None] | None:
+        """The LazyTable of `constraint`'s whole compile in flight, the same Future for
+        every call during one compile (None in it when there is none to be had), or None
+        when no whole compile of it is in flight."""
+        ...
+
+    def compile(self, constraint: Constraint) -> Future[CompiledTable | LazyTable | None]:
+        """A compile of `constraint`'s byte DFA alone: its LazyTable, or its whole table
+        where no LazyTable serves it, or None (then compile the whole table)."""
+        ...
+
+
+def _first_key(key: str) -> str:
+    """Where a constraint's LazyTable is kept, beside its table's `key`."""
+    return f"{key}:first"
 
 
 def cache_key(constraint: Constraint, vocab_fingerprint: str) -> str:
@@ -83,7 +102,7 @@ class CacheStats:
 
 @dataclass(eq=False)
 class _Entry:
-    table: CompiledTable | None  # None: a negative entry
+    table: CompiledTable | LazyTable | None  # None: a negative entry (a LazyTable: first masks)
     error: GclmError | None
     size: int
     created: float
@@ -101,8 +120,8 @@ class TableCache:
         measure: bytes a cached table holds (default: `table.nbytes`); called outside the
             lock, at insertion and on later hits, so that it may build what it counts.
         limits_tag: the compile limits, as text: part of a remembered failure's disk key.
-        first_masks: LazyTables of compiles in flight, one per compile, for `fetch_first`
-            (None: it waits for the table, as `fetch` does).
+        first_masks: LazyTables for `fetch_first` (None: it waits for the table, as `fetch`
+            does).
     """
 
     def __init__(
@@ -117,7 +136,7 @@ class TableCache:
         negative_max: int = 1024,
         measure: Callable[[CompiledTable], int] | None = None,
         limits_tag: str = "",
-        first_masks: FirstMasksFn | None = None,
+        first_masks: FirstMasksSource | None = None,
     ):
         if max_bytes < 0:
             raise ValueError(f"the cache budget must be 0 bytes or more, got {max_bytes}")
@@ -211,10 +230,55 @@ class TableCache:
         return future
 
     def fetch_first(self, constraint: Constraint) -> Future[CompiledTable | LazyTable]:
-        """What `fetch` answers, or sooner, while the constraint compiles, a LazyTable of its
-        byte DFA: the same masks, walked as generation reaches states (one walk for the
-        first mask). `first_masks` gives requests that arrive during one compile one
-        LazyTable; the table, once compiled, is cached and answers every later request."""
+        """The table where it is known (cached, on disk or compiling), else a LazyTable of
+        the constraint's byte DFA: the same masks, walked as generation reaches states (one
+        walk for the first mask). A whole compile in flight answers with its DFA's LazyTable
+        if that comes first. Single-flight, as `fetch`."""
+        if self._first_masks is None:
+            return self.fetch(constraint)  # type: ignore[return-value]
+        key = self.key(constraint)
+        first = _first_key(key)
+        pending: Future[CompiledTable | LazyTable] | None = None
+        lazy: _Entry | None = None
+        with self._lock:
+            entry = self._entries.get(key)
+            whole = entry is not None and entry.table is not None
+            lazy = None if whole else self._entries.get(first)
+            # A failure remembered for the table stands, unless a LazyTable was made before
+            # it: a whole compile past its CPU limit does not stop generous requests.
+            known = whole or (lazy is None and (entry is not None or key in self._inflight))
+            if lazy is not None:
+                self._entries.move_to_end(first)
+                self.stats.hits += 1
+            elif not known:
+                if first in self._inflight:
+                    return self._inflight[first]  # type: ignore[return-value]
+                pending = self._inflight[first] = Future()  # type: ignore[assignment]
+                self.stats.misses += 1
+        if known:
+            return self._first_of_whole(constraint)
+        if lazy is not None:
+            self._remeasure(first, lazy)
+            return _done(lazy.table)  # type: ignore[arg-type,return-value]
+        assert pending is not None  # claimed above
+        try:
+            table = self._load(key)
+        except CompileLimitError as e:
+            self._first_failed(key, pending, e)
+            return pending
+        if table is not None:
+            loaded: Future[CompiledTable | LazyTable | None] = Future()
+            loaded.set_result(table)
+            self._first_compiled(key, pending, loaded, constraint, stored=True)
+            return pending
+        compiled = self._first_masks.compile(constraint)
+        compiled.add_done_callback(
+            lambda f: self._finisher.submit(self._first_compiled, key, pending, f, constraint)
+        )
+        return pending
+
+    def _first_of_whole(self, constraint: Constraint) -> Future[CompiledTable | LazyTable]:
+        """`fetch`'s answer, or sooner the LazyTable of the whole compile in flight."""
         whole = self.fetch(constraint)
         if whole.done() or self._first_masks is None:
             return whole  # type: ignore[return-value]
@@ -250,6 +314,94 @@ class TableCache:
         self._finisher.shutdown(wait=False, cancel_futures=True)
 
     # --- filling the cache ---
+
+    def _first_compiled(
+        self,
+        key: str,
+        pending: Future[CompiledTable | LazyTable],
+        compiled: Future[CompiledTable | LazyTable | None],
+        constraint: Constraint,
+        *,
+        stored: bool = False,
+    ) -> None:
+        """A FIRST compile (or a disk hit, `stored`) ended: keep what it made, answer
+        `pending`."""
+        try:
+            result = compiled.result()
+        except BaseException as e:
+            self._first_failed(key, pending, e)
+            return
+        if result is None:  # no LazyTable after all: the whole table answers
+            with self._lock:
+                del self._inflight[_first_key(key)]
+            whole = self.fetch(constraint)
+            whole.add_done_callback(lambda f: _copy(f, pending))
+            return
+        try:
+            self._land_first(key, result, stored=stored)
+        except BaseException as e:  # measuring builds mask rows: a bad table fails here
+            self._first_failed(key, pending, e)
+            return
+        with self._lock:
+            del self._inflight[_first_key(key)]
+        pending.set_result(result)
+
+    def _land_first(self, key: str, result: CompiledTable | LazyTable, *, stored: bool) -> None:
+        """Keep a FIRST compile's LazyTable, or the whole table it made instead."""
+        if not isinstance(result, CompiledTable):
+            with self._lock:
+                self._keep_first(key, result)
+            return
+        if not stored and self.disk is not None:
+            self.disk.store(key, result.to_bytes())
+        size = self._measure(result)
+        with self._lock:
+            if not stored:
+                self.stats.compiles += 1
+                self.stats.compile_seconds_total += result.compile_seconds
+            self._keep(key, result, size)
+
+    def _first_failed(
+        self, key: str, pending: Future[CompiledTable | LazyTable], error: BaseException
+    ) -> None:
+        """A FIRST compile failed: remember it as the table's failure (the whole compile
+        would fail the same way); follow a busy one that goes on in the background."""
+        compiling = error.compiling if isinstance(error, CompilerBusyError) else None
+        first = _first_key(key)
+        with self._lock:
+            self._remember(key, error)
+            del self._inflight[first]
+            follow = compiling is not None and first not in self._background
+            if follow:
+                self._background.add(first)
+        if follow:
+            compiling.add_done_callback(  # type: ignore[union-attr]
+                lambda f: self._finisher.submit(self._first_landed, key, f)
+            )
+        pending.set_exception(error)
+
+    def _first_landed(self, key: str, compiled: Future[CompiledTable | LazyTable | None]) -> None:
+        """A FIRST compile went on past its requests' deadline and ended: keep its outcome
+        for the retry the 429 asked for."""
+        try:
+            result = compiled.result()
+            if result is not None:
+                self._land_first(key, result, stored=False)
+        except BaseException as e:
+            with self._lock:
+                if key not in self._entries:
+                    self._remember(key, e)
+        finally:
+            with self._lock:
+                self._background.discard(_first_key(key))
+
+    def _keep_first(self, key: str, lazy: LazyTable) -> None:
+        """Cache a LazyTable (with the lock held), unless its table is cached already."""
+        entry = self._entries.get(key)
+        if entry is None or entry.table is None:  # none, or a failure of the whole compile
+            size = lazy.nbytes
+            if size <= self.max_bytes:
+                self._put(_first_key(key), _Entry(lazy, None, size, time.monotonic()))
 
     def _load(self, key: str) -> CompiledTable | None:
         """The table from disk; raises a CompileLimitError remembered there."""
@@ -350,7 +502,8 @@ class TableCache:
                 landing.set_result(outcome)
 
     def _keep(self, key: str, table: CompiledTable, size: int) -> None:
-        """Cache a table (with the lock held)."""
+        """Cache a table (with the lock held); it answers first masks too from now on."""
+        self._drop(_first_key(key))
         if size <= self.max_bytes:  # larger than the whole budget: serve it, keep none
             self._put(key, _Entry(table, None, size, time.monotonic()))
 
@@ -402,7 +555,8 @@ class TableCache:
                 return
 
     def _remeasure(self, key: str, entry: _Entry) -> None:
-        size = self._measure(entry.table)  # type: ignore[arg-type]
+        table = entry.table
+        size = self._measure(table) if isinstance(table, CompiledTable) else table.nbytes  # type: ignore[union-attr]
         if size == entry.size:
             return
         with self._lock:
@@ -422,6 +576,13 @@ def _failed(error: BaseException) -> Future[CompiledTable]:
     future: Future[CompiledTable] = Future()
     future.set_exception(error)
     return future
+
+
+def _copy(source: Future[CompiledTable], target: Future[CompiledTable | LazyTable]) -> None:
+    try:
+        target.set_result(source.result())
+    except BaseException as e:
+        target.set_exception(e)
 
 
 def _first_of(

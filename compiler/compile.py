@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import outlines_core
@@ -48,13 +49,43 @@ def compile_constraint(
     """
     started = time.perf_counter()
     report = Reporter(progress)
+    built = build_dfa(constraint)
+    if on_dfa is not None:
+        on_dfa(built.dfa)
+    return table_from_dfa(built, vocab, started, report, max_states=max_states)
+
+
+@dataclass(frozen=True)
+class BuiltDfa:
+    """A constraint's byte DFA, and what its regex's normalisation rewrote."""
+
+    dfa: ByteDfa
+    rewrites: tuple[str, ...]
+    regex_chars: int
+
+
+def build_dfa(constraint: Constraint) -> BuiltDfa:
+    """The constraint's byte DFA: the first half of `compile_constraint`, all a LazyTable
+    needs. Raises what `compile_constraint` raises for the regex."""
     regex = to_regex(constraint)
     try:
         dfa = byte_dfa(regex.regex)
     except (ValueError, RuntimeError, OverflowError) as e:
         raise index_error(e, len(regex.regex)) from e
-    if on_dfa is not None:
-        on_dfa(dfa)
+    return BuiltDfa(dfa, tuple(regex.rewrites), len(regex.regex))
+
+
+def table_from_dfa(
+    built: BuiltDfa,
+    vocab: TokenVocabulary,
+    started: float,
+    report: Reporter,
+    *,
+    max_states: int | None = None,
+) -> CompiledTable:
+    """The second half of `compile_constraint`: the token walk from every state, distances
+    and pruning. `started` (perf_counter) and `report` were made when the compile began."""
+    dfa = built.dfa
     # The token walk stops as soon as the limit is passed: a refusal costs what it walked.
     # Every state but the one before the sentinel may be reached: the walk's progress is
     # counted against that (or the limit).
@@ -66,10 +97,10 @@ def compile_constraint(
     report.finishing()
     if not grouped.accepting.any():
         # What outlines-core's token Index refuses as an incompatible vocabulary.
-        raise index_error(ValueError("vocabulary provided is incompatible"), len(regex.regex))
+        raise index_error(ValueError("vocabulary provided is incompatible"), built.regex_chars)
     table = table_from_grouped(grouped, vocab, max_states=max_states)
     table = with_shortest_output(table, vocab.token_bytes)
-    return table.with_info(rewrites=regex.rewrites, compile_seconds=time.perf_counter() - started)
+    return table.with_info(rewrites=built.rewrites, compile_seconds=time.perf_counter() - started)
 
 
 def too_many_states(states: object, max_states: int | None) -> CompileLimitError:

@@ -66,6 +66,7 @@ class Job:
 
     constraint: Constraint
     key: str
+    mode: str = "table"  # what the worker is asked for: compiler/worker.py's TABLE, FIRST
     outcome: Future[CompiledTable] = field(default_factory=Future)
     # The byte DFA (next, accepting), sent before the token walk; None when the worker sent
     # none (too large) or the compile ended without it.

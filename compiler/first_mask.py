@@ -1,16 +1,20 @@
-"""LazyTables from the byte DFAs that compile workers send ahead of their tables.
+"""LazyTables from the byte DFAs that compile workers build, in the server's process.
 
-A compile worker builds a constraint's byte DFA first, then walks the vocabulary through it
-from every state and computes distances (compiler/compile.py): at 200k tokens the walk is
-most of the compile. The worker sends the DFA to the pool as soon as it is built
-(compiler/worker.py); `FirstMasks` turns it into a LazyTable here, in the server's process,
-so that a request can start generating on masks walked state by state while its table is
-compiled. The table cache (`TableCache.fetch_first`) hands out whichever comes first.
+A whole compile builds a constraint's byte DFA, then walks the vocabulary through it from
+every state and computes distances (compiler/compile.py): at 200k tokens the walk is most of
+the compile, and nobody needs it unless a request's budget binds (graceful closure plans
+over the whole table) or it thinks first. So a request that can start on first masks asks
+for a FIRST compile (`FirstMasks.compile`): the worker builds the byte DFA alone, and
+`FirstMasks` makes it a LazyTable here, walked state by state as generation reaches states.
+The table cache keeps that LazyTable by key (`TableCache.fetch_first`); the whole table is
+compiled only when a request needs it. A whole compile in flight also sends its DFA ahead
+(`FirstMasks.__call__`), so that a request arriving meanwhile need not wait for its walk.
 
-No LazyTable is made (the request waits for the table) when the worker sends no DFA (over
-`worker.EARLY_DFA_MAX_STATES`), when some state reaches acceptance only through a byte
-that is no token by itself, or when no output can be spelled at all (the compile's own
-error then answers the request).
+No LazyTable is made, and the whole table answers, when the DFA is over
+`worker.EARLY_DFA_MAX_STATES` states, when some state reaches acceptance only through a
+byte that is no token by itself, or when no output can be spelled at all (the compile's own
+error then answers the request). A FIRST compile then goes on to the whole table in the same
+worker, so it costs no more than the whole compile.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ from typing import Any
 
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.lazy_table import LazyTable
-from gclm.compiler.tables import UNREACHABLE
+from gclm.compiler.tables import UNREACHABLE, CompiledTable
 from gclm.compiler.token_walk import ByteDfa, byte_dfa
 from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.errors import CompilerBusyError
 
 log = logging.getLogger("gclm.compiler")
 
@@ -33,16 +38,21 @@ _WARM_UP_REGEX = "[a-z]{1,3}"  # a regex whose byte DFA takes no time to build
 
 
 class FirstMasks:
-    """`TableCache`'s `first_masks`: a Future of a LazyTable for a compile in flight.
+    """`TableCache`'s `first_masks`: LazyTables of FIRST compiles, and of whole compiles in
+    flight.
 
     Args:
         early_dfa: the pool's `early_dfa` (a Future of a compile's (next, accepting), or
             None when nothing of the constraint is compiling).
         vocab: the vocabulary the tables are compiled for.
+        submit_first: the pool's `submit_first` (None: `compile` is not offered).
     """
 
-    def __init__(self, early_dfa: Any, vocab: TokenVocabulary) -> None:
+    def __init__(
+        self, early_dfa: Any, vocab: TokenVocabulary, submit_first: Any | None = None
+    ) -> None:
         self._early_dfa = early_dfa
+        self._submit_first = submit_first
         self.vocab = vocab
         # One thread: a LazyTable's bounds take a millisecond or so; never the pool's thread.
         self._builder = ThreadPoolExecutor(1, thread_name_prefix="gclm-first-mask")
@@ -65,6 +75,42 @@ class FirstMasks:
             out = self._built[dfa] = Future()
         dfa.add_done_callback(lambda f: self._builder.submit(self._build, f, out))
         return out
+
+    def compile(self, constraint: Constraint) -> Future[CompiledTable | LazyTable | None]:
+        """A FIRST compile of `constraint`: its LazyTable, or its whole table where no
+        LazyTable serves it (None where the worker's DFA turns out unservable here: then
+        compile the whole table). Errors as the pool's; a CompilerBusyError's `compiling`
+        resolves the same way."""
+        assert self._submit_first is not None, "FirstMasks was made without submit_first"
+        return self._made(self._submit_first(constraint))
+
+    def _made(self, sent: Future[Any]) -> Future[CompiledTable | LazyTable | None]:
+        out: Future[CompiledTable | LazyTable | None] = Future()
+        sent.add_done_callback(lambda f: self._builder.submit(self._make, f, out))
+        return out
+
+    def _make(self, sent: Future[Any], out: Future[CompiledTable | LazyTable | None]) -> None:
+        try:
+            result = sent.result()
+        except CompilerBusyError as e:  # the compile goes on: its outcome made the same way
+            if e.compiling is not None:
+                e.compiling = self._made(e.compiling)
+            out.set_exception(e)
+            return
+        except BaseException as e:
+            out.set_exception(e)
+            return
+        if isinstance(result, CompiledTable):
+            out.set_result(result)
+            return
+        try:
+            table = lazy_table(ByteDfa(result.next, result.accepting), self.vocab)
+        except Exception:  # a bug: the whole table answers instead
+            log.exception("could not build the first masks of a constraint")
+            table = None
+        if table is not None:
+            table.compile_seconds = result.seconds
+        out.set_result(table)
 
     def _build(self, dfa: Future[tuple[Any, Any] | None], out: Future[LazyTable | None]) -> None:
         try:

@@ -51,6 +51,16 @@ from gclm.errors import InternalError
 cache_per_version(__file__)
 
 
+def can_serve(dfa: ByteDfa, vocab: TokenVocabulary) -> bool:
+    """Whether a LazyTable of `dfa` serves `vocab`: every state that reaches acceptance by
+    bytes does so by single-byte tokens, and the start state does (else the whole compile
+    answers, with its table or its error)."""
+    every, single = byte_bounds(dfa, single_byte_tokens(vocab))
+    return bool(
+        np.array_equal(every == UNREACHABLE, single == UNREACHABLE) and single[0] != UNREACHABLE
+    )
+
+
 @dataclass(frozen=True)
 class Walked:
     """One state's tokens grouped by successor: group g leads to `nexts[g]` on the tokens of
@@ -113,6 +123,8 @@ class LazyTable:
         # The whole table's compile this LazyTable stands in for, when the table cache
         # handed it out ahead of it (TableCache.fetch_first).
         self.compiled: Future[CompiledTable] | None = None
+        # Seconds its own compile (the byte DFA alone) took, when there is no `compiled`.
+        self.compile_seconds = 0.0
 
     # -- what a state allows ----------------------------------------------------------------
 

@@ -62,7 +62,11 @@ from gclm.compiler.progress import Progress
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.compiler.worker import (
+    FIRST,
+    TABLE,
+    TABLE_AND_DFA,
     CompileLimits,
+    SentDfa,
     WorkerProcess,
     memory_error,
     rebuild_error,
@@ -150,6 +154,7 @@ class PoolStats:
     background_done: int = 0  # ... and ended (table or failure) with nobody waiting
     cpu_seconds: float = 0.0  # CPU time of ended compiles, in the workers
     started: int = 0  # compiles handed to a worker
+    first_started: int = 0  # ... of them FIRST compiles (the byte DFA alone, where it serves)
     queue_seconds: float = 0.0  # ... and the seconds they waited for one, in all
 
 
@@ -227,7 +232,16 @@ class CompilerPool:
         A constraint already queued or compiling is not compiled twice: the request joins
         that compile, with its own deadline.
         """
-        future: Future[CompiledTable] = Future()
+        return self._submit(constraint, TABLE_AND_DFA if self.sends_dfas else TABLE)
+
+    def submit_first(self, constraint: Constraint) -> Future[CompiledTable | SentDfa]:
+        """A future of the constraint's byte DFA (next, accepting, seconds) where a LazyTable
+        can serve it (compiler/first_mask.py), else of its whole table; errors and joining
+        as for `submit` (a FIRST compile is joined by FIRST compiles only)."""
+        return self._submit(constraint, FIRST)
+
+    def _submit(self, constraint: Constraint, mode: str) -> Future[Any]:
+        future: Future[Any] = Future()
         with self._lock:
             if self._broken:
                 future.set_exception(CompileLimitError(self._broken))
@@ -236,6 +250,8 @@ class CompilerPool:
                 future.set_exception(_shut_down())
                 return future
             key = constraint.key_material()
+            if mode == FIRST:
+                key = f"{FIRST}:{key}"
             job = self._active.get(key)
             if job is None:
                 if len(self._jobs) >= self.queue_size:
@@ -250,7 +266,7 @@ class CompilerPool:
                         )
                     )
                     return future
-                job = self._active[key] = Job(constraint, key)
+                job = self._active[key] = Job(constraint, key, mode)
                 self._jobs.append(job)
             job.waiters.append(Waiter(future, time.monotonic()))
         self._wake()
@@ -290,6 +306,7 @@ class CompilerPool:
                 "compiles_sent_to_background": self.stats.background,
                 "compile_cpu_seconds": self.stats.cpu_seconds,
                 "compiles_started": self.stats.started,
+                "first_compiles_started": self.stats.first_started,
                 "compile_queue_seconds": self.stats.queue_seconds,
                 "compiles_cpu_limited": self.stats.timeouts,
                 "compile_processes": len(self._procs),
@@ -553,13 +570,14 @@ class CompilerPool:
             proc = idle.pop(0)
             proc.worker.progress[:] = 0  # the last compile's: this one's is written after
             try:
-                proc.worker.conn.send((job.constraint, self.sends_dfas))
+                proc.worker.conn.send((job.constraint, job.mode))
             except OSError:  # the process died while idle: requeue the job
                 self._retire(proc)
                 self._jobs.appendleft(job)
                 continue
             proc.job, proc.started = job, now
             self.stats.started += 1
+            self.stats.first_started += job.mode == FIRST
             self.stats.queue_seconds += now - job.queued_at
             proc.cpu_at_start = proc.worker.cpu_seconds() or 0.0
 
@@ -608,6 +626,8 @@ class CompilerPool:
             except (ValueError, KeyError) as e:  # not reachable unless the worker is broken
                 log.error("a compile worker sent a malformed reply: %r", e)
                 outcome = unexpected_error()
+        elif kind == "first":
+            outcome = SentDfa(*payload)
         else:
             outcome = rebuild_error(*payload)
         self._end(job, outcome, done)

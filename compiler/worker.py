@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -35,10 +35,25 @@ log = logging.getLogger("gclm.compiler")
 # (compiler/lazy_table.py) while the whole table is compiled.
 EARLY_DFA_MAX_STATES = 16_384
 
+# What a worker is asked to compile (the second item of what it receives):
+TABLE = "table"  # the whole table
+TABLE_AND_DFA = "table+dfa"  # the whole table, its byte DFA sent ahead as ("dfa", ...)
+# The byte DFA alone, as ("first", (next, accepting, seconds)), when a LazyTable can serve
+# it (compiler/first_mask.py); else the whole table, as for TABLE.
+FIRST = "first"
+
 try:
     _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 except (AttributeError, ValueError, OSError):
     _CLOCK_TICKS = 100
+
+
+class SentDfa(NamedTuple):
+    """What a FIRST compile sends when a LazyTable can serve the constraint."""
+
+    next: np.ndarray  # int32 [S, 256]: compiler/token_walk.py's ByteDfa
+    accepting: np.ndarray  # bool [S]
+    seconds: float  # the compile's wall time in the worker
 
 
 @dataclass(frozen=True)
@@ -65,9 +80,9 @@ class CompileLimits:
 
 
 def _serve(conn: Connection, vocab: TokenVocabulary, limits: CompileLimits, shared: Any) -> None:
-    """Worker main loop: receive (Constraint, whether to send its byte DFA ahead), send back
-    table bytes or an error; report each compile's progress in `shared` (compiler/progress.py's
-    slots)."""
+    """Worker main loop: receive (Constraint, TABLE | TABLE_AND_DFA | FIRST), send back table
+    bytes, a byte DFA or an error; report each compile's progress in `shared`
+    (compiler/progress.py's slots)."""
     slots = np.frombuffer(shared, dtype=np.int64)
     try:
         import resource
@@ -82,17 +97,20 @@ def _serve(conn: Connection, vocab: TokenVocabulary, limits: CompileLimits, shar
     conn.send(("ready", None))
     while True:
         try:
-            constraint, early_dfa = conn.recv()
+            constraint, mode = conn.recv()
         except EOFError:
             return
         early = min(limits.max_states, EARLY_DFA_MAX_STATES)
         try:
+            if mode == FIRST:
+                _first(conn, constraint, vocab, limits, slots)
+                continue
             table = compile_constraint(
                 constraint,
                 vocab,
                 max_states=limits.max_states,
                 progress=slots,
-                on_dfa=partial(_send_dfa, conn, early) if early_dfa else None,
+                on_dfa=partial(_send_dfa, conn, early) if mode == TABLE_AND_DFA else None,
             )
             conn.send(("ok", table.to_bytes()))
         except GclmError as e:
@@ -102,6 +120,29 @@ def _serve(conn: Connection, vocab: TokenVocabulary, limits: CompileLimits, shar
         except Exception:  # a bug or an outlines-core failure: report, keep serving
             log.exception("compile failed unexpectedly")
             conn.send(("error", _flatten(unexpected_error())))
+
+
+def _first(
+    conn: Connection,
+    constraint: Constraint,
+    vocab: TokenVocabulary,
+    limits: CompileLimits,
+    slots: np.ndarray,
+) -> None:
+    """A FIRST compile: the byte DFA where a LazyTable can serve it, else the whole table."""
+    from gclm.compiler.compile import build_dfa, table_from_dfa
+    from gclm.compiler.lazy_table import can_serve
+    from gclm.compiler.progress import Reporter
+
+    started = time.perf_counter()
+    report = Reporter(slots)
+    built = build_dfa(constraint)
+    dfa = built.dfa
+    if dfa.next.shape[0] <= min(limits.max_states, EARLY_DFA_MAX_STATES) and can_serve(dfa, vocab):
+        conn.send(("first", tuple(SentDfa(dfa.next, dfa.accepting, time.perf_counter() - started))))
+        return
+    table = table_from_dfa(built, vocab, started, report, max_states=limits.max_states)
+    conn.send(("ok", table.to_bytes()))
 
 
 def _send_dfa(conn: Connection, max_states: int, dfa: ByteDfa) -> None:
@@ -158,9 +199,11 @@ def memory_error(limits: CompileLimits) -> CompileLimitError:
 class WorkerProcess:
     """One compile process and the parent's end of its pipe.
 
-    Protocol: the child sends ("ready", None) once warmed up, then answers each Constraint
-    it receives with ("ok", table bytes) or ("error", parts), and writes how far the
-    current compile has got to `progress` as it goes. Scheduling is compiler/pool.py's.
+    Protocol: the child sends ("ready", None) once warmed up, then answers each
+    (Constraint, mode) it receives with ("ok", table bytes), ("first", byte DFA) or
+    ("error", parts), ("dfa", byte DFA) ahead of the table in TABLE_AND_DFA mode, and writes
+    how far the current compile has got to `progress` as it goes. Scheduling is
+    compiler/pool.py's.
     """
 
     def __init__(

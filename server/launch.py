@@ -125,7 +125,7 @@ def build_compiler(
 def _first_masks(pool: CompilerPool, vocab: TokenVocabulary) -> Any:
     from gclm.compiler.first_mask import FirstMasks  # numba: not for vLLM's processes
 
-    return FirstMasks(pool.early_dfa, vocab)
+    return FirstMasks(pool.early_dfa, vocab, pool.submit_first)
 
 
 def precompile(cache: TableCache) -> None:

@@ -166,6 +166,11 @@ _KNOWN_STATS = {
         "Compiles handed to a worker process.",
         True,
     ),
+    "first_compiles_started": (
+        "gclm_first_compiles_started",
+        "Of those, compiles of a byte DFA alone, for first masks (--first-mask lazy).",
+        True,
+    ),
     "compile_queue_seconds": (
         "gclm_compile_queue_seconds",
         "Seconds compiles waited for a worker process before they started, in all.",

@@ -246,12 +246,12 @@ class Serving:
     async def compile(
         self, spec: ConstraintSpec, request: Request, first_mask: bool = False
     ) -> CompiledTable | LazyTable:
-        """The compiled table (with `first_mask`, a LazyTable of a constraint still
-        compiling may come first); a ConstraintError names the parameter the constraint
-        came from.
+        """The compiled table (with `first_mask`, a LazyTable where the constraint's table is
+        not compiled); a ConstraintError names the parameter the constraint came from.
 
-        The compile time goes to the API key of the first request that gets the table, or
-        the error of a compile stopped at its CPU limit (a cached one costs nothing)."""
+        The compile time goes to the API key of the first request that gets the table (or
+        the LazyTable), or the error of a compile stopped at its CPU limit (a cached one
+        costs nothing)."""
         try:
             table = await self.engine.constraints.compile(spec.constraint, first_mask=first_mask)
         except ConstraintError as e:
@@ -259,7 +259,10 @@ class Serving:
             raise with_param(e, spec.param) from None
         if not is_lazy(table):
             self._charge_compile(request, table)
-        elif table.compiled is not None and self.compile_charges.first_time(table):
+        elif table.compiled is None:  # its own compile, of the byte DFA alone
+            if self.compile_charges.first_time(table):
+                charge(request, compile_seconds=table.compile_seconds)
+        elif self.compile_charges.first_time(table):
             # The first request on first masks pays for the compile when it ends.
             loop = asyncio.get_running_loop()
             table.compiled.add_done_callback(

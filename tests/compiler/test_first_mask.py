@@ -4,6 +4,7 @@ table cache handing out whichever comes first (compiler/first_mask.py, TableCach
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future
 
 import numpy as np
@@ -20,7 +21,7 @@ from gclm.compiler.tables import CompiledTable
 from gclm.compiler.token_walk import byte_dfa
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.compiler.worker import CompileLimits
-from gclm.errors import CompileLimitError, ConstraintError
+from gclm.errors import CompileLimitError, CompilerBusyError, ConstraintError
 from gclm.masking import ConstraintState, mask_table
 
 # Every byte a token by itself, two longer tokens and EOS (id 258).
@@ -52,44 +53,87 @@ class HeldCompile:
 
 
 class HeldMasks:
-    """A first_masks function whose LazyTables arrive when the test says so: one per
-    constraint, as FirstMasks gives one per compile."""
+    """A first_masks source whose LazyTables arrive when the test says so: one per whole
+    compile in flight, as FirstMasks gives one per compile, and one per FIRST compile."""
 
     def __init__(self) -> None:
         self.asked: list[Constraint] = []
         self.futures: dict[str, Future[LazyTable | None]] = {}
+        self.compiled: dict[str, Future[CompiledTable | LazyTable | None]] = {}
 
     def __call__(self, constraint: Constraint) -> Future[LazyTable | None]:
         self.asked.append(constraint)
         return self.futures.setdefault(constraint.key_material(), Future())
+
+    def compile(self, constraint: Constraint) -> Future[CompiledTable | LazyTable | None]:
+        key = constraint.key_material()
+        assert key not in self.compiled, "one FIRST compile per constraint"
+        future: Future[CompiledTable | LazyTable | None] = Future()
+        self.compiled[key] = future
+        return future
 
     def land(self, constraint: Constraint) -> LazyTable:
         lazy = LazyTable(dfa_of(constraint), BYTES)
         self.futures[constraint.key_material()].set_result(lazy)
         return lazy
 
+    def land_first(self, constraint: Constraint) -> LazyTable:
+        lazy = LazyTable(dfa_of(constraint), BYTES)
+        self.compiled[constraint.key_material()].set_result(lazy)
+        return lazy
 
-def test_first_masks_come_before_the_table_and_the_table_is_kept() -> None:
+
+def held_cache(**kwargs) -> tuple[TableCache, HeldCompile, HeldMasks]:
     compiles, masks = HeldCompile(), HeldMasks()
-    cache = TableCache(compiles, BYTES.fingerprint, first_masks=masks)
+    return TableCache(compiles, BYTES.fingerprint, first_masks=masks, **kwargs), compiles, masks
+
+
+def test_a_new_constraint_is_served_by_its_dfa_alone_and_kept() -> None:
+    cache, compiles, masks = held_cache()
     first = cache.fetch_first(NUMBER)
     joined = cache.fetch_first(NUMBER)  # a second request during the same compile
-    assert not first.done()
-    lazy = masks.land(NUMBER)
-    assert first.result(timeout=5) is lazy and joined.result(timeout=5) is lazy
-    assert len(masks.asked) == 2  # asked for each request while the table compiles
+    assert joined is first and not first.done()
+    lazy = masks.land_first(NUMBER)
+    assert first.result(timeout=5) is lazy
+    assert not compiles.futures  # no whole compile: nobody needed the whole table
+    # Kept by key: the next request has it at once, with what was walked for the first.
+    ConstraintState(lazy).allowed_row(64)
+    again = cache.fetch_first(NUMBER)
+    assert again.done() and again.result() is lazy
+    assert cache.gauges()["table_cache_bytes"] == lazy.nbytes > 0
     # Its first mask is the whole table's.
-    table = compiles.land(NUMBER)
+    table = compile_constraint(NUMBER, BYTES)
     whole = ConstraintState(table).allowed_row(64)
     assert np.array_equal(ConstraintState(lazy).allowed_row(64), whole)
-    # Once the table is compiled it answers, at once; no more first masks are made.
+
+
+def test_the_whole_table_once_compiled_answers_both_and_the_lazy_table_goes() -> None:
+    cache, compiles, masks = held_cache()
+    cache.fetch_first(NUMBER)
+    masks.land_first(NUMBER)
+    whole = cache.fetch(NUMBER)  # a request whose budget binds
+    assert not whole.done()
+    table = compiles.land(NUMBER)
+    assert whole.result(timeout=5) is table
     assert cache.fetch_first(NUMBER).result(timeout=5) is table
-    assert len(masks.asked) == 2
+    assert cache.gauges()["table_cache_entries"] == 1
 
 
-def test_the_table_answers_when_it_comes_first() -> None:
-    compiles, masks = HeldCompile(), HeldMasks()
-    cache = TableCache(compiles, BYTES.fingerprint, first_masks=masks)
+def test_a_whole_compile_in_flight_answers_with_its_first_masks() -> None:
+    cache, compiles, masks = held_cache()
+    whole = cache.fetch(NUMBER)
+    first = cache.fetch_first(NUMBER)
+    assert not first.done() and not masks.compiled  # no second compile of it
+    lazy = masks.land(NUMBER)
+    assert first.result(timeout=5) is lazy
+    table = compiles.land(NUMBER)
+    assert whole.result(timeout=5) is table
+    assert cache.fetch_first(NUMBER).result(timeout=5) is table
+
+
+def test_a_whole_table_in_flight_answers_when_it_comes_first() -> None:
+    cache, compiles, masks = held_cache()
+    cache.fetch(NUMBER)
     first = cache.fetch_first(NUMBER)
     table = compiles.land(NUMBER)
     assert first.result(timeout=5) is table
@@ -98,9 +142,9 @@ def test_the_table_answers_when_it_comes_first() -> None:
 
 
 @pytest.mark.parametrize("masks_outcome", [None, RuntimeError("a bug")])
-def test_no_first_masks_means_waiting_for_the_table(masks_outcome) -> None:
-    compiles, masks = HeldCompile(), HeldMasks()
-    cache = TableCache(compiles, BYTES.fingerprint, first_masks=masks)
+def test_no_first_masks_of_a_whole_compile_means_waiting_for_it(masks_outcome) -> None:
+    cache, compiles, masks = held_cache()
+    cache.fetch(NUMBER)
     first = cache.fetch_first(NUMBER)
     future = masks.futures[NUMBER.key_material()]
     if masks_outcome is None:
@@ -112,17 +156,87 @@ def test_no_first_masks_means_waiting_for_the_table(masks_outcome) -> None:
     assert first.result(timeout=5) is table
 
 
-def test_a_failed_compile_before_its_first_masks_is_the_answer() -> None:
-    compiles, masks = HeldCompile(), HeldMasks()
-    cache = TableCache(compiles, BYTES.fingerprint, first_masks=masks)
+def test_a_first_compile_that_made_the_whole_table_keeps_it() -> None:
+    """No LazyTable serves the constraint: the FIRST compile went on to the table."""
+    cache, compiles, masks = held_cache()
     first = cache.fetch_first(NUMBER)
-    compiles.futures[NUMBER.key_material()].set_exception(ConstraintError("no output"))
+    table = compile_constraint(NUMBER, BYTES)
+    masks.compiled[NUMBER.key_material()].set_result(table)
+    assert first.result(timeout=5) is table
+    whole = cache.fetch(NUMBER)
+    assert whole.done() and whole.result() is table and not compiles.futures
+
+
+def test_no_lazy_table_after_all_means_the_whole_compile() -> None:
+    cache, compiles, masks = held_cache()
+    first = cache.fetch_first(NUMBER)
+    masks.compiled[NUMBER.key_material()].set_result(None)
+    wait_for(lambda: NUMBER.key_material() in compiles.futures)
+    table = compiles.land(NUMBER)
+    assert first.result(timeout=5) is table
+
+
+def test_a_failed_first_compile_is_the_tables_failure_too() -> None:
+    cache, compiles, masks = held_cache()
+    first = cache.fetch_first(NUMBER)
+    masks.compiled[NUMBER.key_material()].set_exception(ConstraintError("no output"))
     with pytest.raises(ConstraintError, match="no output"):
         first.result(timeout=5)
-    # Remembered: the next request is refused at once, without first masks.
+    # Remembered: the next requests are refused at once, with no compile.
     with pytest.raises(ConstraintError):
         cache.fetch_first(NUMBER).result(timeout=0)
-    assert len(masks.asked) == 1
+    with pytest.raises(ConstraintError):
+        cache.fetch(NUMBER).result(timeout=0)
+    assert not compiles.futures and not masks.asked
+
+
+def test_a_whole_compile_past_its_limit_leaves_the_lazy_table_serving() -> None:
+    """The whole table is refused (a tight budget cannot have it), generous requests go
+    on with the LazyTable that was made before."""
+    cache, compiles, masks = held_cache()
+    cache.fetch_first(NUMBER)
+    lazy = masks.land_first(NUMBER)
+    whole = cache.fetch(NUMBER)
+    compiles.futures[NUMBER.key_material()].set_exception(CompileLimitError("too costly"))
+    with pytest.raises(CompileLimitError):
+        whole.result(timeout=5)
+    assert cache.fetch_first(NUMBER).result(timeout=0) is lazy
+    with pytest.raises(CompileLimitError):
+        cache.fetch(NUMBER).result(timeout=0)
+
+
+def test_a_busy_first_compile_lands_for_the_retry() -> None:
+    cache, compiles, masks = held_cache()
+    first = cache.fetch_first(NUMBER)
+    going_on: Future[CompiledTable | LazyTable | None] = Future()
+    busy = CompilerBusyError("still compiling", 3.0, compiling=going_on)
+    masks.compiled[NUMBER.key_material()].set_exception(busy)
+    with pytest.raises(CompilerBusyError):
+        first.result(timeout=5)
+    lazy = LazyTable(dfa_of(NUMBER), BYTES)
+    going_on.set_result(lazy)
+    wait_for(lambda: cache.gauges()["table_cache_entries"] == 1)
+    retry = cache.fetch_first(NUMBER)
+    assert retry.done() and retry.result() is lazy
+
+
+def test_a_lazy_table_counts_against_the_memory_budget() -> None:
+    other = Constraint.regex(r'\{"a": [a-c]{1,3}\}')
+    sizes = [LazyTable(dfa_of(c), BYTES).nbytes for c in (NUMBER, other)]
+    cache, _, masks = held_cache(max_bytes=sum(sizes) - 1)  # room for either, not both
+    for constraint in (NUMBER, other):
+        answer = cache.fetch_first(constraint)
+        masks.land_first(constraint)
+        answer.result(timeout=5)  # kept before it is answered
+    assert cache.gauges()["table_cache_entries"] == 1  # the older one was evicted
+    assert cache.stats.evictions == 1
+
+
+def wait_for(condition, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
 
 
 def test_without_first_masks_fetch_first_is_fetch() -> None:
@@ -215,3 +329,52 @@ def test_one_lazy_table_per_compile_however_many_ask() -> None:
         assert isinstance(lazy, LazyTable) and first(NUMBER).result(timeout=5) is lazy
     finally:
         first.close()
+
+
+def test_a_first_compile_sends_the_byte_dfa_alone(embedded_vocab) -> None:
+    """A real worker: a FIRST compile answers with the byte DFA, no walk, and its LazyTable's
+    first mask is the compiled table's."""
+    constraint = Constraint.json_schema(
+        {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    )
+    pool = CompilerPool(embedded_vocab, CompileLimits(timeout_s=120), workers=1)
+    first = FirstMasks(pool.early_dfa, embedded_vocab, pool.submit_first)
+    try:
+        lazy = first.compile(constraint).result(timeout=120)
+        assert isinstance(lazy, LazyTable) and lazy.compile_seconds > 0
+        assert np.array_equal(lazy._trans, dfa_of(constraint).next)
+        table = compile_constraint(constraint, embedded_vocab)
+        row = mask_table(table).row(table.initial, 64)
+        assert np.array_equal(lazy.row(lazy.initial, 64), row)
+    finally:
+        first.close()
+        pool.close()
+
+
+def test_a_first_compile_no_lazy_table_serves_gives_the_whole_table() -> None:
+    """ "b" is no token by itself: the FIRST compile goes on to the whole table."""
+    letters = TokenVocabulary((b"ab", b"a", None), eos_token_id=2, scheme="plain")
+    constraint = Constraint.regex("ab")
+    pool = CompilerPool(letters, CompileLimits(timeout_s=120), workers=1)
+    first = FirstMasks(pool.early_dfa, letters, pool.submit_first)
+    try:
+        table = first.compile(constraint).result(timeout=120)
+        assert isinstance(table, CompiledTable)
+        assert mask_table(table).row(table.initial, 4).view(np.uint32)[0] & 1  # "ab"
+    finally:
+        first.close()
+        pool.close()
+
+
+def test_a_first_compile_over_the_state_limit_is_the_whole_compiles_refusal(
+    embedded_vocab,
+) -> None:
+    constraint = Constraint.json_schema({"type": "string", "maxLength": 50})
+    pool = CompilerPool(embedded_vocab, CompileLimits(timeout_s=120, max_states=20), workers=1)
+    first = FirstMasks(pool.early_dfa, embedded_vocab, pool.submit_first)
+    try:
+        with pytest.raises(CompileLimitError):
+            first.compile(constraint).result(timeout=120)
+    finally:
+        first.close()
+        pool.close()

@@ -37,12 +37,19 @@ def held_cache() -> tuple[TableCache, list[Future[CompiledTable]]]:
         held.append(Future())
         return held[-1]
 
-    def first_masks(constraint: Constraint) -> Future[LazyTable | None]:
+    return TableCache(compile_fn, BYTES.fingerprint, first_masks=DfaMasks()), held
+
+
+class DfaMasks:
+    """First masks at once, from the byte DFA: of a compile in flight, or of a FIRST one."""
+
+    def __call__(self, constraint: Constraint) -> Future[LazyTable | None]:
         future: Future[LazyTable | None] = Future()
         future.set_result(lazy_table(byte_dfa(to_regex(constraint).regex), BYTES))
         return future
 
-    return TableCache(compile_fn, BYTES.fingerprint, first_masks=first_masks), held
+    def compile(self, constraint: Constraint) -> Future[CompiledTable | LazyTable | None]:
+        return self(constraint)  # type: ignore[return-value]
 
 
 async def test_a_table_comes_with_its_mask_rows() -> None:

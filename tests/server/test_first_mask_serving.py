@@ -1,7 +1,7 @@
-"""Serving on first masks: a request whose constraint is still compiling generates on its
-LazyTable (compiler/first_mask.py), through the real SDK, on a BatchEngine over a tiny
+"""Serving on first masks: a request whose constraint's table is not compiled generates on
+its LazyTable (compiler/first_mask.py), through the real SDK, on a BatchEngine over a tiny
 random Llama with the embedded vocabulary. The whole compile is held back by the test, so
-the request cannot have used the table.
+the request cannot have used the table; a request that needs no whole table starts none.
 """
 
 from __future__ import annotations
@@ -43,20 +43,20 @@ MESSAGES: Any = [{"role": "user", "content": "A number, please."}]
 
 
 class HeldCompiles:
-    """Compiles that land when the test says so; first masks at once, from the byte DFA."""
+    """Whole compiles that land when the test says so; FIRST compiles and the first masks of
+    a whole compile in flight at once, from the byte DFA (`FIRST_SECONDS` each)."""
+
+    FIRST_SECONDS = 0.25
 
     def __init__(self, vocab: Any) -> None:
         self.vocab = vocab
         self.pending: dict[str, tuple[Constraint, Future[CompiledTable]]] = {}
+        self.started = 0  # whole compiles
 
     def compile(self, constraint: Constraint) -> Future[CompiledTable]:
         future: Future[CompiledTable] = Future()
         self.pending[constraint.key_material()] = (constraint, future)
-        return future
-
-    def first_masks(self, constraint: Constraint) -> Future[LazyTable | None]:
-        future: Future[LazyTable | None] = Future()
-        future.set_result(lazy_table(byte_dfa(to_regex(constraint).regex), self.vocab))
+        self.started += 1
         return future
 
     def land_all(self) -> None:
@@ -64,12 +64,43 @@ class HeldCompiles:
             future.set_result(compile_constraint(constraint, self.vocab))
         self.pending.clear()
 
+    # The cache's first_masks source (cache.FirstMasksSource):
+
+    def __call__(self, constraint: Constraint) -> Future[LazyTable | None]:
+        future: Future[LazyTable | None] = Future()
+        future.set_result(self._lazy(constraint))
+        return future
+
+    def first_compile(self, constraint: Constraint) -> Future[CompiledTable | LazyTable | None]:
+        future: Future[CompiledTable | LazyTable | None] = Future()
+        lazy = self._lazy(constraint)
+        if lazy is not None:
+            lazy.compile_seconds = self.FIRST_SECONDS
+        future.set_result(lazy)
+        return future
+
+    def _lazy(self, constraint: Constraint) -> LazyTable | None:
+        return lazy_table(byte_dfa(to_regex(constraint).regex), self.vocab)
+
+
+class FirstSource:
+    """HeldCompiles as the cache's first_masks (its `compile` is the whole compile's)."""
+
+    def __init__(self, held: HeldCompiles) -> None:
+        self.held = held
+
+    def __call__(self, constraint: Constraint) -> Future[LazyTable | None]:
+        return self.held(constraint)
+
+    def compile(self, constraint: Constraint) -> Future[CompiledTable | LazyTable | None]:
+        return self.held.first_compile(constraint)
+
 
 @pytest.fixture
 def held(embedded_vocab, tiny_batch_engine, tmp_path):
     compiles = HeldCompiles(embedded_vocab)
     cache = TableCache(
-        compiles.compile, embedded_vocab.fingerprint, first_masks=compiles.first_masks
+        compiles.compile, embedded_vocab.fingerprint, first_masks=FirstSource(compiles)
     )
     # Room for the default budget of a constrained request (512) after the prompt.
     engine = tiny_batch_engine(cache, max_position_embeddings=1024)
@@ -88,13 +119,12 @@ def compile_waits(app: Any) -> float | None:
     return app.state.serving.metrics.registry.get_sample_value("gclm_compile_seconds_count")
 
 
-async def test_a_new_schema_is_answered_before_its_table_is_compiled(held) -> None:
+async def test_a_new_schema_is_served_on_its_byte_dfa_alone(held) -> None:
     app, compiles = held
     async with openai_client(app) as client:
         done = await client.chat.completions.create(
             model="tiny", messages=MESSAGES, response_format=FORMAT, max_tokens=64, seed=1
         )
-        assert compiles.pending, "the whole compile is still held back"
         jsonschema.validate(json.loads(done.choices[0].message.content or ""), SCHEMA)
         assert done.choices[0].finish_reason == "stop"
         assert first_mask_requests(app) == 1
@@ -105,19 +135,14 @@ async def test_a_new_schema_is_answered_before_its_table_is_compiled(held) -> No
         text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
         jsonschema.validate(json.loads(text), SCHEMA)
         assert first_mask_requests(app) == 2
-        # Once the table is compiled, it answers.
-        compiles.land_all()
-        again = await client.chat.completions.create(
-            model="tiny", messages=MESSAGES, response_format=FORMAT, max_tokens=64, seed=3
-        )
-        jsonschema.validate(json.loads(again.choices[0].message.content or ""), SCHEMA)
-        assert first_mask_requests(app) == 2
-        assert compile_waits(app) == 3
+    assert compiles.started == 0, "no request needed the whole table"
+    assert compile_waits(app) == 2
 
 
 async def test_a_tight_budget_waits_for_the_whole_table(held) -> None:
     """Graceful closure paces a tight budget over the whole table: such a request waits
-    for it, and its minimum is the exact one either way."""
+    for it, and its minimum is the exact one either way. Once compiled, the table answers
+    the generous requests too."""
     app, compiles = held
     async with openai_client(app) as client:
         request = asyncio.ensure_future(
@@ -129,10 +154,16 @@ async def test_a_tight_budget_waits_for_the_whole_table(held) -> None:
         assert not request.done()
         compiles.land_all()
         done = await asyncio.wait_for(request, 60)
-    jsonschema.validate(json.loads(done.choices[0].message.content or ""), SCHEMA)
+        jsonschema.validate(json.loads(done.choices[0].message.content or ""), SCHEMA)
+        assert first_mask_requests(app) == 0
+        # One wait, first masks then the whole table: observed once.
+        assert compile_waits(app) == 1
+        again = await client.chat.completions.create(
+            model="tiny", messages=MESSAGES, response_format=FORMAT, max_tokens=64, seed=3
+        )
+        jsonschema.validate(json.loads(again.choices[0].message.content or ""), SCHEMA)
     assert first_mask_requests(app) == 0
-    # One wait, first masks then the whole table: observed once.
-    assert compile_waits(app) == 1
+    assert compiles.started == 1
 
 
 async def test_a_budget_below_the_minimum_is_a_400_naming_it_before_the_table(held) -> None:
@@ -143,26 +174,40 @@ async def test_a_budget_below_the_minimum_is_a_400_naming_it_before_the_table(he
             await client.chat.completions.create(
                 model="tiny", messages=MESSAGES, response_format=FORMAT, max_tokens=2
             )
-    assert compiles.pending, "answered before the whole compile"
+    assert compiles.started == 0, "answered without the whole table"
     minimum = compile_constraint(Constraint.json_schema(SCHEMA), compiles.vocab).min_tokens
     assert f"needs {minimum} tokens" in caught.value.message
     assert caught.value.param == "max_tokens"
 
 
+async def test_the_first_request_on_a_first_compile_pays_for_it(held, tmp_path) -> None:
+    """Its API key is charged the seconds of the byte DFA's compile; a request that then
+    finds the LazyTable cached pays nothing."""
+    app, compiles = held
+    app = keyed_app(app, tmp_path)
+    ask: Any = {"model": "tiny", "messages": MESSAGES, "response_format": FORMAT, "max_tokens": 64}
+    async with openai_client(app, api_key="sk-dave") as dave, http_client(app) as http:
+        await dave.chat.completions.create(**ask)
+        async with openai_client(app, api_key="sk-carol") as carol:
+            await carol.chat.completions.create(**ask)
+        assert await charged(http, "dave") == pytest.approx(compiles.FIRST_SECONDS)
+        assert await charged(http, "carol") is None
+    assert first_mask_requests(app) == 2 and compiles.started == 0
+
+
 @pytest.mark.parametrize("background", [False, True])
-async def test_the_first_request_on_first_masks_pays_for_the_compile(
+async def test_first_masks_of_a_whole_compile_pay_for_it_when_it_lands(
     held, tmp_path, background
 ) -> None:
-    """Its API key is charged the compile's seconds when the table lands, also when the
-    pool's deadline passed first (`background`: a 429 to the cache that carries the compile
-    going on); a request that then finds the table cached pays nothing (as without first
-    masks)."""
+    """A request served on the first masks of a whole compile in flight (started here by a
+    fetch, as a tight request would) is charged the compile's seconds when the table lands,
+    also when the pool's deadline passed first (`background`: a 429 to the cache that
+    carries the compile going on); a request that then finds the table cached pays
+    nothing."""
     app, compiles = held
-    keys = tmp_path / "keys"
-    keys.write_text("sk-dave name=dave\nsk-carol name=carol\n")
-    app = create_app(
-        app.state.serving.engine, ServerSettings(cache_dir=tmp_path, api_keys_file=keys)
-    )
+    app = keyed_app(app, tmp_path)
+    cache = app.state.serving.engine.constraints.cache
+    cache.fetch(Constraint.json_schema(SCHEMA))  # the whole compile, in flight
     ask: Any = {"model": "tiny", "messages": MESSAGES, "response_format": FORMAT, "max_tokens": 64}
     async with openai_client(app, api_key="sk-dave") as dave, http_client(app) as http:
         await dave.chat.completions.create(**ask)
@@ -185,6 +230,15 @@ async def test_the_first_request_on_first_masks_pays_for_the_compile(
         assert await charged(http, "dave") == pytest.approx(table.compile_seconds)
         assert await charged(http, "carol") is None
     assert first_mask_requests(app) == 1
+
+
+def keyed_app(app: Any, tmp_path: Any) -> Any:
+    """The same engine behind an app with two API keys, dave and carol."""
+    keys = tmp_path / "keys"
+    keys.write_text("sk-dave name=dave\nsk-carol name=carol\n")
+    return create_app(
+        app.state.serving.engine, ServerSettings(cache_dir=tmp_path, api_keys_file=keys)
+    )
 
 
 async def charged(http: httpx.AsyncClient, key: str) -> float | None:
