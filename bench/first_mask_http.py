@@ -13,7 +13,9 @@ second time its table is cached. The stream is closed at the first token. Report
 p90 / p99 over the schemas of (first token, new schema) minus (first token, cached), and
 the schemas the server refused (a 400) or failed; how long the new schema's compile waited
 for a worker process (from /metrics' gclm_compile_queue_seconds_total, read around the
-request); and, per model, lazy's p50 over whole's.
+request); what the schema holds in the table cache after its two requests
+(gclm_table_cache_bytes, read around them: the whole table and its mask rows, or the
+LazyTable with what it has walked); and, per model, lazy's p50 over whole's.
 
 Shared 2-core machine: one run, quote medians.
 """
@@ -59,14 +61,15 @@ def first_token_s(client: httpx.Client, schema: Any, max_tokens: int) -> float:
     raise RuntimeError("the stream ended without a token")
 
 
-def queue_seconds(client: httpx.Client) -> float:
-    """The server's gclm_compile_queue_seconds_total: what compiles have waited for a
-    worker process so far."""
+def gauge(client: httpx.Client, name: str) -> float:
+    """One sample of the server's /metrics, by name (gclm_compile_queue_seconds_total: what
+    compiles have waited for a worker process so far; gclm_table_cache_bytes: what the
+    table cache holds)."""
     for line in client.get("/metrics").text.splitlines():
-        name, _, value = line.partition(" ")
-        if name == "gclm_compile_queue_seconds_total":
+        sample, _, value = line.partition(" ")
+        if sample == name:
             return float(value)
-    raise RuntimeError("the server's /metrics has no gclm_compile_queue_seconds_total")
+    raise RuntimeError(f"the server's /metrics has no {name}")
 
 
 def run_model(model: str, mode: str, paths: list[Path], max_tokens: int) -> dict[str, Any]:
@@ -83,15 +86,19 @@ def run_model(model: str, mode: str, paths: list[Path], max_tokens: int) -> dict
                 schema = json.loads(path.read_text())["schema"]
                 row: dict[str, Any] = {"schema": path.name}
                 try:
-                    queued = queue_seconds(client)
+                    queued = gauge(client, "gclm_compile_queue_seconds_total")
+                    held = gauge(client, "gclm_table_cache_bytes")
                     row["new_s"] = first_token_s(client, schema, max_tokens)
-                    row["queue_s"] = queue_seconds(client) - queued
+                    row["queue_s"] = gauge(client, "gclm_compile_queue_seconds_total") - queued
                     row["cached_s"] = first_token_s(client, schema, max_tokens)
+                    # What the schema's table (or LazyTable, walked so far) holds in memory.
+                    row["cache_bytes"] = gauge(client, "gclm_table_cache_bytes") - held
                 except Exception as e:  # noqa: BLE001 - a refusal is a result here
                     row["error"] = str(e)[:200]
                 rows.append(row)
     added = [(r["new_s"] - r["cached_s"]) * 1e3 for r in rows if "cached_s" in r]
     queue = [r["queue_s"] * 1e3 for r in rows if "queue_s" in r]
+    held = [r["cache_bytes"] / 2**20 for r in rows if "cache_bytes" in r]
     return {
         "rows": rows,
         "added_ms": {q: percentile(added, int(q[1:])) for q in ("p50", "p90", "p99")},
@@ -101,6 +108,7 @@ def run_model(model: str, mode: str, paths: list[Path], max_tokens: int) -> dict
             [r["cached_s"] * 1e3 for r in rows if "cached_s" in r], 50
         ),
         "refused_or_failed": sum("error" in r for r in rows),
+        "cache_mb_per_schema": {q: percentile(held, int(q[1:])) for q in ("p50", "p90", "p99")},
     }
 
 
@@ -121,13 +129,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         modes = result["models"][model] = {}
         for mode in args.modes:
             entry = modes[mode] = run_model(model, mode, paths, args.max_tokens)
-            a, q = entry["added_ms"], entry["compile_queue_ms"]
+            a, q, m = entry["added_ms"], entry["compile_queue_ms"], entry["cache_mb_per_schema"]
             print(
                 f"{model}, --first-mask {mode}: a new schema adds p50 {a['p50']:.0f} / "
                 f"p90 {a['p90']:.0f} / p99 {a['p99']:.0f} ms to the first token (cached first "
                 f"token {entry['cached_first_token_ms_p50']:.0f} ms); waiting for a compile "
                 f"worker: p50 {q['p50']:.0f} / p90 {q['p90']:.0f} / p99 {q['p99']:.0f} ms; "
-                f"refused or failed: {entry['refused_or_failed']}",
+                f"cached MB per schema: p50 {m['p50']:.2f} / p90 {m['p90']:.2f} / p99 "
+                f"{m['p99']:.2f}; refused or failed: {entry['refused_or_failed']}",
                 flush=True,
             )
         if {"whole", "lazy"} <= modes.keys():

@@ -50,6 +50,8 @@ from gclm.errors import InternalError
 
 cache_per_version(__file__)
 
+_BITS = np.arange(32, dtype=np.uint32)
+
 
 def can_serve(dfa: ByteDfa, vocab: TokenVocabulary) -> bool:
     """Whether a LazyTable of `dfa` serves `vocab`: every state that reaches acceptance by
@@ -64,11 +66,17 @@ def can_serve(dfa: ByteDfa, vocab: TokenVocabulary) -> bool:
 @dataclass(frozen=True)
 class Walked:
     """One state's tokens grouped by successor: group g leads to `nexts[g]` on the tokens of
-    packed row `rows[g]`. Only successors that can reach acceptance are kept."""
+    `groups[g]`. Only successors that can reach acceptance are kept.
+
+    A group is stored as small as it goes: its token ids (int32, sorted) when they take
+    fewer bytes than a packed row, else a packed row (uint32 [W]) shared with every equal
+    row the table holds, as the forward rows are. Walked rows at 200k tokens were 25 KB
+    each, mostly for a few tokens: 36 MB after 284 states of one small schema, 3.8 MB
+    stored so."""
 
     nexts: np.ndarray  # int64 [G]
-    rows: np.ndarray  # uint32 [G, W]
-    forward: np.ndarray  # int32 [W]: the union of the rows, plus EOS if the state accepts
+    groups: tuple[np.ndarray, ...]  # G x (int32 ids [n] | uint32 packed row [W])
+    forward: np.ndarray  # int32 [W]: the union of the groups, plus EOS if the state accepts
     max_upper: int  # the largest upper bound among `nexts` (-1 if none): at or past it,
     # the forward row is budget exact
     next_list: list[int]  # `nexts` as Python ints, for the search
@@ -109,6 +117,7 @@ class LazyTable:
         self._lower_list = self.lower.tolist()
         self._accepting_list = dfa.accepting.tolist()
         self._walked: dict[int, Walked] = {}
+        self._rows: dict[bytes, np.ndarray] = {}  # packed rows by contents (Walked)
         self._exact: dict[int, int] = {}  # state -> token distance
         self._beyond: dict[int, int] = {}  # state -> k: its distance is known to exceed k
         self._lock = threading.RLock()
@@ -172,9 +181,28 @@ class LazyTable:
             forward.view(np.uint32)[self.eos_token_id >> 5] |= np.uint32(
                 1 << (self.eos_token_id & 31)
             )
-        forward.flags.writeable = False
+        groups = tuple(self._compact(row) for row in rows)
         max_upper = int(self.upper[nexts].max(initial=-1))
-        return Walked(nexts, rows, forward, max_upper, nexts.tolist())
+        return Walked(nexts, groups, self._shared(forward), max_upper, nexts.tolist())
+
+    def _compact(self, row: np.ndarray) -> np.ndarray:
+        """A group's packed row as its token ids, or shared, whichever is smaller."""
+        if int(np.bitwise_count(row).sum()) >= self.width:
+            return self._shared(row)
+        words = np.flatnonzero(row)
+        bits = (row[words, None] >> _BITS) & 1  # [n words, 32]
+        ids = (words[:, None] * 32 + _BITS)[bits.astype(bool)].astype(np.int32)
+        ids.flags.writeable = False
+        return ids
+
+    def _shared(self, row: np.ndarray) -> np.ndarray:
+        """The one read-only copy of a packed row that the table keeps for its contents."""
+        key = row.tobytes()
+        found = self._rows.get(key)
+        if found is None:
+            found = self._rows[key] = row.copy()
+            found.flags.writeable = False
+        return found
 
     def forward_row(self, state: int) -> np.ndarray:
         """int32 [W]: every token leading to a live state, EOS if `state` accepts."""
@@ -201,8 +229,13 @@ class LazyTable:
                 "(BudgetTooSmallError) before generation."
             )
         out = self._eos_only.copy() if accepting else np.zeros(self.width, dtype=np.int32)
-        if fit:
-            out |= np.bitwise_or.reduce(walked.rows[fit], axis=0).view(np.int32)
+        packed = out.view(np.uint32)
+        for g in fit:
+            group = walked.groups[g]
+            if group.dtype == np.uint32:
+                packed |= group
+            else:
+                np.bitwise_or.at(packed, group >> 5, np.uint32(1) << (group & 31).astype(np.uint32))
         return out
 
     def next_state(self, state: int, token: int) -> int:
@@ -211,8 +244,15 @@ class LazyTable:
             return -1
         walked = self.walked(state)
         word, bit = token >> 5, np.uint32(1 << (token & 31))
-        hit = np.flatnonzero(walked.rows[:, word] & bit)
-        return int(walked.nexts[hit[0]]) if hit.size else -1
+        for g, group in enumerate(walked.groups):
+            if group.dtype == np.uint32:
+                if group[word] & bit:
+                    return walked.next_list[g]
+            else:
+                at = int(np.searchsorted(group, token))
+                if at < group.size and group[at] == token:
+                    return walked.next_list[g]
+        return -1
 
     def is_accepting(self, state: int) -> bool:
         return self._accepting_list[state]
@@ -300,10 +340,13 @@ class LazyTable:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: the byte DFA and its bounds, and every walked state's rows."""
+        """Bytes held: the byte DFA and its bounds, every walked state's groups, and the
+        packed rows they share."""
         walked = sum(
-            w.nexts.nbytes + w.rows.nbytes + w.forward.nbytes for w in self._walked.values()
+            w.nexts.nbytes + sum(g.nbytes for g in w.groups if g.dtype != np.uint32)
+            for w in list(self._walked.values())
         )
+        walked += sum(row.nbytes for row in list(self._rows.values()))
         fixed = self._trans.nbytes + self._accepting.nbytes + self.upper.nbytes + self.lower.nbytes
         return fixed + walked + self._stamp.nbytes + self._slot.nbytes
 

@@ -267,9 +267,10 @@ class ServerSettings:
     first_mask: str = setting(
         "lazy",
         COMPILE,
-        "`lazy`: a request with a constraint still compiling starts on masks walked state by "
-        "state from its byte DFA (compiler/first_mask.py), `whole`: it waits for the whole "
-        "table (`--engine vllm` always waits)",
+        "`lazy`: a new constraint compiles its byte DFA alone and its requests start on masks "
+        "walked state by state (compiler/first_mask.py); the whole table is compiled only for "
+        "a request that needs it (thinking, a tight budget). `whole`: every request waits for "
+        "the whole table (`--engine vllm` always waits)",
         choices=("lazy", "whole"),
     )
     additional_properties: str = setting(

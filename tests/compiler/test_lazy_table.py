@@ -250,3 +250,27 @@ def test_graceful_closure_is_silent_on_a_generous_lazy_request_as_on_the_whole_t
     fill_bitmask(fill, 0, ConstraintState(exact), tight)
     apply_bitmask(exact_logits[None], fill)
     policy.adjust(exact_logits, ConstraintState(exact), tight, tight)  # the whole table paces
+
+
+def test_walked_groups_are_stored_small_and_shared(embedded_vocab):
+    """A group of fewer tokens than a packed row's words is kept as their ids, a larger one
+    as a packed row shared with every equal row, as forward rows are; the masks are
+    unchanged (the tests above) and the next states follow from either."""
+    lazy = lazy_table(Constraint.regex(r"x[a-z]{1,40}"), embedded_vocab)
+    x, a = embedded_vocab.token_bytes.index(b"x"), embedded_vocab.token_bytes.index(b"a")
+    states = [lazy.initial, lazy.next_state(lazy.initial, x)]
+    for _ in range(3):  # "xaaa": 37 or more letters left, every letter token fits
+        states.append(lazy.next_state(states[-1], a))
+    walked = [lazy.walked(s) for s in states]
+    shared = {id(row) for row in lazy._rows.values()}
+    for state, w in zip(states, walked, strict=True):
+        for g, group in enumerate(w.groups):
+            if group.dtype == np.int32:
+                assert group.size < lazy.width and np.all(np.diff(group) > 0)
+                token = int(group[0])
+            else:
+                assert group.dtype == np.uint32 and id(group) in shared
+                token = int(unpack_row(group.view(np.int32))[0])
+            assert lazy.next_state(state, token) == w.next_list[g]
+    assert walked[3].forward is walked[4].forward  # equal rows, one copy
+    assert any(g.dtype == np.uint32 for g in walked[3].groups)
