@@ -153,14 +153,16 @@ def _send_dfa(conn: Connection, max_states: int, dfa: ByteDfa) -> None:
 
 
 def _warm_up(vocab: TokenVocabulary) -> None:
-    """Build the outlines Vocabulary and load the compiled reader before the first request,
-    so that the first request's compile time is its own."""
-    from gclm.compiler.compile import compile_constraint
+    """Build the outlines Vocabulary and load the compiled reader and a FIRST compile's
+    bounds before the first request, so that the first request's compile time is its own."""
+    from gclm.compiler.compile import build_dfa, compile_constraint
+    from gclm.compiler.lazy_table import can_serve
 
     text = next((b.decode() for b in vocab.token_bytes if b and b.isalnum()), None)
     if text is not None:
         try:
             compile_constraint(Constraint.choice([text]), vocab)
+            can_serve(build_dfa(Constraint.choice([text])).dfa, vocab)
         except GclmError:
             pass
 
