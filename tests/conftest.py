@@ -20,7 +20,9 @@ import pytest
 from gclm.compiler.vocabulary import TokenVocabulary
 
 # Fixtures that start a real server: `gclm serve` in a subprocess, or vLLM's.
-SERVER_FIXTURES = frozenset({"gclm_server", "thinking_server", "vllm_gclm_servers", "vllm_server"})
+SERVER_FIXTURES = frozenset(
+    {"gclm_server", "thinking_server", "vllm_gclm_servers", "vllm_server", "o200k_server"}
+)
 # Fixtures that load the embedded model's weights.
 MODEL_FIXTURES = frozenset({"float32_engine"})
 SLOW_MARKERS = ("e2e", "vllm")
@@ -33,6 +35,7 @@ SLOW_TESTS = (
     "tests/compiler/test_compile_progress.py",  # 11 s: a compile pool, retried at Retry-After
     "tests/compiler/test_first_mask.py::test_the_pool_sends",  # 7 s: a compile pool
     "tests/compiler/test_first_mask.py::test_a_dfa_over",  # 3 s: a compile pool
+    "tests/compiler/test_first_mask.py::test_a_first_compile",  # 2-3 s each: a compile pool
     "tests/compiler/test_pool.py",  # 12 s: compile worker processes started and killed
     "tests/compiler/test_worker.py",  # 3 s: the same, one worker
     "tests/server/test_cli.py",  # 50 s: `gclm compile` in subprocesses
