@@ -41,18 +41,22 @@ def single_byte_tokens(vocab: TokenVocabulary) -> np.ndarray:
 def byte_bounds(dfa: ByteDfa, spelled: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(fewest bytes to acceptance, fewest bytes along bytes in `spelled` [256]) per state,
     int32 [S] each, UNREACHABLE where there is no such path."""
-    every = _byte_distances(dfa.next, dfa.accepting, np.ones(256, dtype=np.bool_))
-    single = _byte_distances(dfa.next, dfa.accepting, np.asarray(spelled, dtype=np.bool_))
+    columns = dfa.next.shape[1]
+    # A column (a class of bytes, for a compact DFA) is spelled if one of its bytes is.
+    by_column = np.zeros(columns, dtype=np.bool_)
+    np.logical_or.at(by_column, dfa.columns, np.asarray(spelled, dtype=np.bool_))
+    every = _byte_distances(dfa.next, dfa.accepting, np.ones(columns, dtype=np.bool_))
+    single = _byte_distances(dfa.next, dfa.accepting, by_column)
     return every, single
 
 
 @nb.njit(cache=True, nogil=True)
 def _byte_distances(trans, accepting, spelled):
-    """Reverse BFS over the byte DFA's edges whose byte is in `spelled`."""
-    states = trans.shape[0]
+    """Reverse BFS over the byte DFA's edges whose column is in `spelled`."""
+    states, columns = trans.shape
     offsets = np.zeros(states + 1, dtype=np.int64)
     for s in range(states):
-        for b in range(256):
+        for b in range(columns):
             n = trans[s, b]
             if n >= 0 and spelled[b]:
                 offsets[n + 1] += 1
@@ -61,7 +65,7 @@ def _byte_distances(trans, accepting, spelled):
     preds = np.empty(offsets[states], dtype=np.int64)
     fill = offsets[:-1].copy()
     for s in range(states):
-        for b in range(256):
+        for b in range(columns):
             n = trans[s, b]
             if n >= 0 and spelled[b]:
                 preds[fill[n]] = s

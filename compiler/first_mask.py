@@ -10,11 +10,12 @@ The table cache keeps that LazyTable by key (`TableCache.fetch_first`); the whol
 compiled only when a request needs it. A whole compile in flight also sends its DFA ahead
 (`FirstMasks.__call__`), so that a request arriving meanwhile need not wait for its walk.
 
-No LazyTable is made, and the whole table answers, when the DFA is over
-`worker.EARLY_DFA_MAX_STATES` states, when some state reaches acceptance only through a
-byte that is no token by itself, or when no output can be spelled at all (the compile's own
-error then answers the request). A FIRST compile then goes on to the whole table in the same
-worker, so it costs no more than the whole compile.
+No LazyTable is made, and the whole table answers, when the DFA is over the compile's state
+limit, when some state reaches acceptance only through a byte that is no token by itself, or
+when no output can be spelled at all (the compile's own error then answers the request). A
+FIRST compile then goes on to the whole table in the same worker, so it costs no more than
+the whole compile. A FIRST compile sends its DFA compact, a column per class of bytes; a
+whole compile sends its DFA ahead only up to `worker.EARLY_DFA_MAX_STATES` states.
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ class FirstMasks:
             out.set_result(result)
             return
         try:
-            table = lazy_table(ByteDfa(result.next, result.accepting), self.vocab)
+            dfa = ByteDfa(result.next, result.accepting, result.classes)
+            table = lazy_table(dfa, self.vocab)
         except Exception:  # a bug: the whole table answers instead
             log.exception("could not build the first masks of a constraint")
             table = None

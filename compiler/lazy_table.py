@@ -99,7 +99,8 @@ class LazyTable:
         self.eos_token_id = vocab.eos_token_id
         self.width = words_for(vocab.size)
         self.initial = 0
-        self._trans = dfa.next
+        self._trans = dfa.next  # [S, 256], or [S, K] for a compact DFA
+        self._columns = dfa.columns  # [256]: each byte's column of _trans
         self._accepting = dfa.accepting
         self._trie: TokenTrie = token_trie(vocab)
         every, single = byte_bounds(dfa, single_byte_tokens(vocab))
@@ -155,6 +156,7 @@ class LazyTable:
             self._walks += 1
             ng, nexts, rows = _walk_state(
                 self._trans,
+                self._columns,
                 state,
                 trie.byte,
                 trie.depth,
@@ -354,6 +356,7 @@ class LazyTable:
 @nb.njit(cache=True, nogil=True)
 def _walk_state(
     trans,
+    columns,
     state,
     node_byte,
     node_depth,
@@ -367,9 +370,10 @@ def _walk_state(
     slot_of,
     walk_id,
 ):
-    """The trie in preorder through `trans` from `state`, tokens bucketed by the DFA state
-    they end in (as token_walk._walk does for one state). Returns (groups, next states,
-    packed rows), groups -1 when there are more than `group_cap` successors."""
+    """The trie in preorder through `trans` (a byte's column: `columns[byte]`) from `state`,
+    tokens bucketed by the DFA state they end in (as token_walk._walk does for one state).
+    Returns (groups, next states, packed rows), groups -1 when there are more than
+    `group_cap` successors."""
     path = np.empty(max_depth + 1, dtype=np.int64)
     rows = np.zeros((group_cap, words), dtype=np.uint32)
     nexts = np.zeros(group_cap, dtype=np.int64)
@@ -378,7 +382,7 @@ def _walk_state(
     k = 0
     n_nodes = node_byte.size
     while k < n_nodes:
-        nxt = trans[path[node_depth[k] - 1], node_byte[k]]
+        nxt = trans[path[node_depth[k] - 1], columns[node_byte[k]]]
         if nxt < 0:  # dead: so is every token under this node
             k = node_skip[k]
             continue

@@ -18,9 +18,10 @@ from gclm.compiler.lazy_table import LazyTable
 from gclm.compiler.pool import CompilerPool
 from gclm.compiler.regex import to_regex
 from gclm.compiler.tables import CompiledTable
+from gclm.compiler.token_sets import unpack_row
 from gclm.compiler.token_walk import byte_dfa
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.compiler.worker import CompileLimits
+from gclm.compiler.worker import EARLY_DFA_MAX_STATES, CompileLimits
 from gclm.errors import CompileLimitError, CompilerBusyError, ConstraintError
 from gclm.masking import ConstraintState, mask_table
 
@@ -342,7 +343,9 @@ def test_a_first_compile_sends_the_byte_dfa_alone(embedded_vocab) -> None:
     try:
         lazy = first.compile(constraint).result(timeout=120)
         assert isinstance(lazy, LazyTable) and lazy.compile_seconds > 0
-        assert np.array_equal(lazy._trans, dfa_of(constraint).next)
+        expected = dfa_of(constraint).next
+        assert lazy._trans.shape[1] < 256  # sent compact: a column per class of bytes
+        assert np.array_equal(lazy._trans[:, lazy._columns], expected)
         table = compile_constraint(constraint, embedded_vocab)
         row = mask_table(table).row(table.initial, 64)
         assert np.array_equal(lazy.row(lazy.initial, 64), row)
@@ -375,6 +378,23 @@ def test_a_first_compile_over_the_state_limit_is_the_whole_compiles_refusal(
     try:
         with pytest.raises(CompileLimitError):
             first.compile(constraint).result(timeout=120)
+    finally:
+        first.close()
+        pool.close()
+
+
+def test_a_first_compile_serves_a_dfa_past_the_early_limit(embedded_vocab) -> None:
+    """A whole compile sends its DFA ahead only up to EARLY_DFA_MAX_STATES states; a FIRST
+    compile sends it compact up to the state limit, so large DFAs start on first masks too."""
+    constraint = Constraint.json_schema({"type": "string", "minLength": 2100, "maxLength": 2200})
+    pool = CompilerPool(embedded_vocab, CompileLimits(timeout_s=120), workers=1)
+    first = FirstMasks(pool.early_dfa, embedded_vocab, pool.submit_first)
+    try:
+        lazy = first.compile(constraint).result(timeout=120)
+        assert isinstance(lazy, LazyTable)
+        assert lazy._trans.shape[0] > EARLY_DFA_MAX_STATES
+        allowed = unpack_row(ConstraintState(lazy).allowed_row(4000))
+        assert allowed.size and all(embedded_vocab.token_bytes[t][:1] == b'"' for t in allowed)
     finally:
         first.close()
         pool.close()

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gclm.compiler.byte_bounds import single_byte_tokens
+from gclm.compiler.byte_bounds import byte_bounds, single_byte_tokens
 from gclm.compiler.compile import compile_constraint
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.lazy_table import LazyTable
@@ -274,3 +274,31 @@ def test_walked_groups_are_stored_small_and_shared(embedded_vocab):
             assert lazy.next_state(state, token) == w.next_list[g]
     assert walked[3].forward is walked[4].forward  # equal rows, one copy
     assert any(g.dtype == np.uint32 for g in walked[3].groups)
+
+
+@pytest.mark.parametrize("name", sorted(CONSTRAINTS))
+def test_a_compact_dfa_gives_the_same_bounds_and_masks(name, embedded_vocab):
+    """A column per class of bytes (what a FIRST compile sends): the same DFA."""
+    dense = byte_dfa(to_regex(CONSTRAINTS[name]).regex)
+    compact = dense.compact()
+    assert compact.next.shape[1] < 256
+    assert np.array_equal(compact.next[:, compact.columns], dense.next)
+    spelled = single_byte_tokens(embedded_vocab)
+    for a, b in zip(byte_bounds(dense, spelled), byte_bounds(compact, spelled), strict=True):
+        assert np.array_equal(a, b)
+    exact = compile_constraint(CONSTRAINTS[name], embedded_vocab)
+    lazy = LazyTable(compact, embedded_vocab)
+    for seed in range(3):
+        walk_both(exact, lazy, 40, np.random.default_rng(seed))
+
+
+def test_a_bytes_class_is_spelled_if_one_of_its_bytes_is():
+    """ "a" and "b" share a column; "a" alone a token is enough for the upper bound, as
+    for the dense DFA."""
+    letters = TokenVocabulary((b"a", b"ab", None), eos_token_id=2, scheme="plain")
+    dense = byte_dfa("[ab]{2,3}")
+    compact = dense.compact()
+    assert compact.classes is not None and compact.classes[ord("a")] == compact.classes[ord("b")]
+    spelled = single_byte_tokens(letters)
+    assert np.array_equal(byte_bounds(dense, spelled)[1], byte_bounds(compact, spelled)[1])
+    assert byte_bounds(compact, spelled)[1][0] == 2
