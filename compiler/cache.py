@@ -188,8 +188,7 @@ class TableCache:
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None and entry.table is None:
-                lasting = isinstance(entry.error, CompileLimitError)
-                if lasting or time.monotonic() - entry.created < self.negative_ttl_s:
+                if self._refuses(entry):
                     self.stats.negative_hits += 1
                     return _failed(entry.error)  # type: ignore[arg-type]
                 self._drop(key)
@@ -246,7 +245,8 @@ class TableCache:
             lazy = None if whole else self._entries.get(first)
             # A failure remembered for the table stands, unless a LazyTable was made before
             # it: a whole compile past its CPU limit does not stop generous requests.
-            known = whole or (lazy is None and (entry is not None or key in self._inflight))
+            refused = entry is not None and entry.table is None and self._refuses(entry)
+            known = whole or (lazy is None and (refused or key in self._inflight))
             if lazy is not None:
                 self._entries.move_to_end(first)
                 self.stats.hits += 1
@@ -276,6 +276,12 @@ class TableCache:
             lambda f: self._finisher.submit(self._first_compiled, key, pending, f, constraint)
         )
         return pending
+
+    def _refuses(self, entry: _Entry) -> bool:
+        """Whether a negative entry still answers: a compile limit for as long as it is
+        cached, another failure for `negative_ttl_s`."""
+        lasting = isinstance(entry.error, CompileLimitError)
+        return lasting or time.monotonic() - entry.created < self.negative_ttl_s
 
     def _first_of_whole(self, constraint: Constraint) -> Future[CompiledTable | LazyTable]:
         """`fetch`'s answer, or sooner the LazyTable of the whole compile in flight."""

@@ -191,6 +191,19 @@ def test_a_failed_first_compile_is_the_tables_failure_too() -> None:
     assert not compiles.futures and not masks.asked
 
 
+def test_an_expired_failure_is_compiled_again_for_first_masks() -> None:
+    """A failure that is not a compile limit is forgotten after negative_ttl_s; the next
+    request then asks for a FIRST compile again, not for the whole table."""
+    cache, compiles, masks = held_cache(negative_ttl_s=0.0)
+    first = cache.fetch_first(NUMBER)
+    masks.compiled.pop(NUMBER.key_material()).set_exception(ConstraintError("flaky"))
+    with pytest.raises(ConstraintError):
+        first.result(timeout=5)
+    again = cache.fetch_first(NUMBER)
+    lazy = masks.land_first(NUMBER)
+    assert again.result(timeout=5) is lazy and not compiles.futures
+
+
 def test_a_whole_compile_past_its_limit_leaves_the_lazy_table_serving() -> None:
     """The whole table is refused (a tight budget cannot have it), generous requests go
     on with the LazyTable that was made before."""
