@@ -235,9 +235,10 @@ class CompilerPool:
         return self._submit(constraint, TABLE_AND_DFA if self.sends_dfas else TABLE)
 
     def submit_first(self, constraint: Constraint) -> Future[CompiledTable | SentDfa]:
-        """A future of the constraint's byte DFA (next, accepting, seconds) where a LazyTable
-        can serve it (compiler/first_mask.py), else of its whole table; errors and joining
-        as for `submit` (a FIRST compile is joined by FIRST compiles only)."""
+        """A future of the constraint's byte DFA, compact (a SentDfa), where a LazyTable can
+        serve it (compiler/first_mask.py), else of its whole table; errors and joining as
+        for `submit` (a FIRST compile is joined by FIRST compiles only). A FIRST compile's
+        Retry-After is estimated as a whole compile's: too late, never too soon."""
         return self._submit(constraint, FIRST)
 
     def _submit(self, constraint: Constraint, mode: str) -> Future[Any]:
