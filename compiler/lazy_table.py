@@ -33,6 +33,7 @@ scratch arrays, so they run under a lock; the compiled walk releases the GIL.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -118,7 +119,8 @@ class LazyTable:
         self._lower_list = self.lower.tolist()
         self._accepting_list = dfa.accepting.tolist()
         self._walked: dict[int, Walked] = {}
-        self._rows: dict[bytes, np.ndarray] = {}  # packed rows by contents (Walked)
+        self._rows: dict[bytes, list[np.ndarray]] = {}  # packed rows by digest (Walked)
+        self._held = 0  # bytes of the walked states' groups and of `_rows`
         self._exact: dict[int, int] = {}  # state -> token distance
         self._beyond: dict[int, int] = {}  # state -> k: its distance is known to exceed k
         self._lock = threading.RLock()
@@ -185,6 +187,7 @@ class LazyTable:
             )
         groups = tuple(self._compact(row) for row in rows)
         max_upper = int(self.upper[nexts].max(initial=-1))
+        self._held += nexts.nbytes + sum(g.nbytes for g in groups if g.dtype == np.int32)
         return Walked(nexts, groups, self._shared(forward), max_upper, nexts.tolist())
 
     def _compact(self, row: np.ndarray) -> np.ndarray:
@@ -198,12 +201,16 @@ class LazyTable:
         return ids
 
     def _shared(self, row: np.ndarray) -> np.ndarray:
-        """The one read-only copy of a packed row that the table keeps for its contents."""
-        key = row.tobytes()
-        found = self._rows.get(key)
-        if found is None:
-            found = self._rows[key] = row.copy()
-            found.flags.writeable = False
+        """The one read-only copy of a packed row that the table keeps for its contents
+        (found by a digest, so that no second copy is kept as a key)."""
+        same = self._rows.setdefault(hashlib.blake2b(row, digest_size=16).digest(), [])
+        for found in same:
+            if np.array_equal(found, row):
+                return found
+        found = row.copy()
+        found.flags.writeable = False
+        same.append(found)
+        self._held += found.nbytes
         return found
 
     def forward_row(self, state: int) -> np.ndarray:
@@ -343,14 +350,9 @@ class LazyTable:
     @property
     def nbytes(self) -> int:
         """Bytes held: the byte DFA and its bounds, every walked state's groups, and the
-        packed rows they share."""
-        walked = sum(
-            w.nexts.nbytes + sum(g.nbytes for g in w.groups if g.dtype != np.uint32)
-            for w in list(self._walked.values())
-        )
-        walked += sum(row.nbytes for row in list(self._rows.values()))
+        packed rows they share (counted as they are made)."""
         fixed = self._trans.nbytes + self._accepting.nbytes + self.upper.nbytes + self.lower.nbytes
-        return fixed + walked + self._stamp.nbytes + self._slot.nbytes
+        return fixed + self._held + self._stamp.nbytes + self._slot.nbytes
 
 
 @nb.njit(cache=True, nogil=True)

@@ -262,7 +262,7 @@ def test_walked_groups_are_stored_small_and_shared(embedded_vocab):
     for _ in range(3):  # "xaaa": 37 or more letters left, every letter token fits
         states.append(lazy.next_state(states[-1], a))
     walked = [lazy.walked(s) for s in states]
-    shared = {id(row) for row in lazy._rows.values()}
+    shared = {id(row) for same in lazy._rows.values() for row in same}
     for state, w in zip(states, walked, strict=True):
         for g, group in enumerate(w.groups):
             if group.dtype == np.int32:
@@ -274,6 +274,12 @@ def test_walked_groups_are_stored_small_and_shared(embedded_vocab):
             assert lazy.next_state(state, token) == w.next_list[g]
     assert walked[3].forward is walked[4].forward  # equal rows, one copy
     assert any(g.dtype == np.uint32 for g in walked[3].groups)
+    # What it holds, counted as it walks: the DFA and bounds, the groups, the shared rows.
+    held = {id(g): g.nbytes for w in lazy._walked.values() for g in (*w.groups, w.forward)}
+    nexts = sum(w.nexts.nbytes for w in lazy._walked.values())
+    fixed = lazy._trans.nbytes + lazy._accepting.nbytes + 2 * lazy.upper.nbytes
+    fixed += lazy._stamp.nbytes + lazy._slot.nbytes
+    assert lazy.nbytes == fixed + nexts + sum(held.values())
 
 
 @pytest.mark.parametrize("name", sorted(CONSTRAINTS))
