@@ -203,7 +203,7 @@ class LazyTable:
     def _shared(self, row: np.ndarray) -> np.ndarray:
         """The one read-only copy of a packed row that the table keeps for its contents
         (found by a digest, so that no second copy is kept as a key)."""
-        same = self._rows.setdefault(hashlib.blake2b(row, digest_size=16).digest(), [])
+        same = self._rows.setdefault(hashlib.blake2b(row.data, digest_size=16).digest(), [])
         for found in same:
             if np.array_equal(found, row):
                 return found
