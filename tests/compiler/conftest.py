@@ -12,7 +12,7 @@ from gclm.compiler.vocabulary import TokenVocabulary
 
 @pytest.fixture(scope="session")
 def o200k_dir() -> Path:
-    """bench/o200k.py's model directory (o200k_base tokenizer, one-layer random Llama, 25 MB),
+    """bench/o200k.py's model directory (o200k_base tokenizer, one-layer random Llama, 51 MB),
     built on first use and kept in gclm's cache directory ($GCLM_O200K_DIR to move it)."""
     pytest.importorskip("bpe_openai", reason="pip install bpe-openai==0.1.4 tiktoken (dev)")
     pytest.importorskip("tiktoken", reason="pip install tiktoken (dev)")
