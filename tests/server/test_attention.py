@@ -201,3 +201,11 @@ def test_a_switched_model_gives_a_plain_forwards_logits(tiny_llama, monkeypatch,
     # 3 steps and 2 packed decode rows run masked in bfloat16 (float32: SDPA)
     assert ran.count("causal_attention") == 2 * 6
     assert ran.count("masked_attention") == (2 * (1 + 3 + 2) if dtype == torch.bfloat16 else 0)
+
+
+def test_the_engine_switches_its_cpu_model(tiny_batch_engine):
+    engine = tiny_batch_engine()
+    try:
+        assert engine.model.config._attn_implementation == ATTENTION
+    finally:
+        engine.shutdown()
