@@ -223,3 +223,12 @@ class GclmServer(ServerProcess):
         if self.max_batch is not None:
             command += ["--max-batch", str(self.max_batch)]
         return command
+
+
+class BaselineServer(GclmServer):
+    """gclm served by another checkout's interpreter (`python`: CHECKOUT/.venv/bin/python),
+    run in that checkout so that the `gclm` it imports is that checkout's alone: a change
+    measured against the code before it, in one run."""
+
+    def cwd(self) -> Path:
+        return Path(self.python).absolute().parents[2]

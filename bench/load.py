@@ -2,7 +2,7 @@
 
     python -m bench.load [--scenario a c prefill] [--prompt-tokens 4000] [--streams 6]
                          [--sizes 1000 2000] [--burst 150] [--no-vllm] [--peers NAME...]
-                         [--dtype bfloat16] [--json PATH]
+                         [--dtype bfloat16] [--baseline PYTHON] [--json PATH]
 
 Each scenario starts its servers on 127.0.0.1 (the embedded model, CPU, every server in
 `--dtype`: bfloat16 by default, gclm's own default on a CPU with bf16 instructions;
@@ -25,6 +25,9 @@ float32 for a CPU without them), one after another in one run, and prints the ra
     prefill       time to first token of a prompt of each of `--sizes` tokens, alone:
                   gclm against vLLM-CPU (target >= 1.0x its speed), both servers up,
                   taking turns prompt by prompt; the median of `--prompts` prompts.
+                  `--baseline` adds a third, the default gclm server run by another
+                  checkout's interpreter (its .venv/bin/python: before and after a change,
+                  in one run).
 
 Scenarios (b) (new schemas under load) and (d) (compile bombs) are the compile pool's:
 bench/compile_load.py.
@@ -46,7 +49,7 @@ from typing import Any
 
 import httpx
 
-from bench._server import GclmServer
+from bench._server import BaselineServer, GclmServer
 from bench._vllm import SERVED_NAME, VllmServer
 
 STORY = "Once upon a time, in a town by a river, there lived"
@@ -227,6 +230,9 @@ def main() -> int:
     parser.add_argument(
         "--dtype", default="bfloat16", help="every server's --dtype (float32 where no bf16)"
     )
+    parser.add_argument(
+        "--baseline", help="prefill: also gclm served by this Python (another checkout's venv)"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results: dict[str, Any] = {
@@ -257,6 +263,12 @@ def main() -> int:
             )
     if "prefill" in args.scenario:
         names = ("gclm", "vllm") if not args.no_vllm else ("gclm",)
+        if args.baseline:
+            weights = ("--dtype", args.dtype)
+            peers["gclm_baseline"] = lambda: BaselineServer(
+                max_batch=8, extra_args=weights, python=args.baseline
+            )
+            names = (*names, "gclm_baseline")
         with contextlib.ExitStack() as stack:
             urls = {name: stack.enter_context(peers[name]()).url for name in names}
             results["prefill"] = asyncio.run(ttft(urls, SERVED_NAME, args.sizes, args.prompts))
@@ -265,6 +277,10 @@ def main() -> int:
             g = results["prefill"]["gclm"]["median_s"]
             v = results["prefill"]["vllm"]["median_s"]
             results["prefill"]["speed_vs_vllm"] = {k: round(v[k] / g[k], 2) for k in g}
+            if "gclm_baseline" in results["prefill"]:
+                b = results["prefill"]["gclm_baseline"]["median_s"]
+                speed = {k: round(v[k] / b[k], 2) for k in b}
+                results["prefill"]["baseline_speed_vs_vllm"] = speed
     print(json.dumps(results, indent=2))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")

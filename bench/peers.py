@@ -2,6 +2,7 @@
 
     .venv-vllm/bin/python -m bench.peers [--json PATH] [--markdown PATH] [--quick]
                                          [--cores LIST] [--eager] [--repeats N]
+                                         [--baseline PYTHON]
 
 Three systems serve the embedded SmolLM2-135M-Instruct on CPU, one at a time:
 
@@ -23,7 +24,9 @@ system whose output lengths vary), at a generous budget (96 tokens) and a tight 
 minimum for the schema + 4). Per cell: completion tokens/s over wall time,
 p50/p99 latency, % schema-valid (json.loads + jsonschema), finish reasons, and where gclm
 refuses a budget the 400 count. The ratio gclm-vllm / vllm of tokens/s is the mask's cost
-next to vLLM's own structured-output cost.
+next to vLLM's own structured-output cost. `--baseline PYTHON` adds gclm-baseline, the gclm
+server run by another checkout's interpreter (CHECKOUT/.venv/bin/python), taking turns
+with the others: a change against the code before it, in one run.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from typing import Any
 import jsonschema
 import openai
 
-from bench._server import ROOT, GclmServer
+from bench._server import ROOT, BaselineServer, GclmServer
 from bench._vllm import VllmServer, vllm_env, vllm_python
 from bench.serve import SCHEMAS
 
@@ -295,6 +298,10 @@ def main() -> int:
     parser.add_argument(
         "--systems", default="gclm,gclm-vllm,vllm", help="comma-separated subset to run"
     )
+    parser.add_argument(
+        "--baseline",
+        help="also gclm-baseline: gclm served by this Python (another checkout's venv)",
+    )
     args = parser.parse_args()
     if not vllm_python().exists():
         print(f"vLLM's environment is missing ({vllm_python()}): run make install-vllm")
@@ -318,6 +325,11 @@ def main() -> int:
                 max_batch=None, threads=1, python=python, extra_args=("--dtype", args.dtype)
             )
             servers.append(("gclm", stack.enter_context(gclm).url))
+        if args.baseline:
+            before = BaselineServer(
+                max_batch=None, threads=1, python=args.baseline, extra_args=("--dtype", args.dtype)
+            )
+            servers.append(("gclm-baseline", stack.enter_context(before).url))
         if "gclm-vllm" in systems:
             extra = ("--engine", "vllm", "--max-model-len", "2048", "--dtype", args.dtype, *eager)
             ours = GclmServer(

@@ -48,6 +48,7 @@ from gclm.server.engine.logprobs import token_logprobs
 from gclm.server.engine.protocol import EngineStats, GenerationRequest
 from gclm.server.engine.shared import TokenizerEngine, TokenizerPrompts
 from gclm.server.engine.transformers.admission import AdmissionQueue
+from gclm.server.engine.transformers.attention import use_on as cpu_attention_on
 from gclm.server.engine.transformers.cpu_linear import pack_linears
 from gclm.server.engine.transformers.kv_store import KVStore, plan_slots
 from gclm.server.engine.transformers.pace import StepPace
@@ -134,6 +135,8 @@ class BatchEngine(TokenizerEngine):
             packed = pack_linears(model)
             if packed:
                 log.info("%d linear layers prepacked for oneDNN (bfloat16)", packed)
+            if cpu_attention_on(model):
+                log.info("attention in float32 matmuls on the CPU (attention.py), SDPA elsewhere")
         self.eos_ids = _eos_ids(model, tokenizer)
         self.context_length = _context_length(model, tokenizer)
         self.max_batch, self.max_positions = plan_slots(

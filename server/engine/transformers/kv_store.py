@@ -43,6 +43,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from gclm.server.engine.transformers.attention import ATTENTION as CPU_ATTENTION
 from gclm.server.engine.transformers.packed import Segment, can_pack, packed_attention_on
 
 # Capacity grows by this many positions at a time.
@@ -269,6 +270,10 @@ class KVStore:
         self._min = torch.finfo(self.dtype).min
         self._text_config = _text_config(model.config)
         self.packs = can_pack(self._text_config, self.device)  # extend_packed runs
+        # attention.use_on switched the model (the engine does, on the CPU)
+        self._cpu_attention = (
+            getattr(self._text_config, "_attn_implementation", None) == CPU_ATTENTION
+        )
 
     # --- slots ---
 
@@ -493,12 +498,17 @@ class KVStore:
             distinct = sorted(set(last))
             keep, pick = self._on(torch.tensor(distinct)), [distinct.index(i) for i in last]
         pick_t = None if pick is None else self._on(torch.tensor(pick))
+        # One row of several tokens is one prompt's chunk (or a forced run): its mask is
+        # causal, offset by what the slot holds: attention.causal_attention needs no mask.
+        prompt = ids.shape[0] == 1 and ids.shape[1] > 1
+        extra = {"gclm_prompt": True} if prompt and self._cpu_attention else {}
         out = self.model(
             input_ids=self._on(ids),
             attention_mask=None if mask is None else self._on(mask[:, None]),
             position_ids=self._on(positions),
             use_cache=True,
             logits_to_keep=keep,
+            **extra,
             **{self._cache_kwarg: self.cache},
         )
         logits = out.logits  # [n, k, V]

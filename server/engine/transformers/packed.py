@@ -25,6 +25,14 @@ from torch.nn import functional as F
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import repeat_kv, use_gqa_in_sdpa
 
+from gclm.server.engine.transformers.attention import ATTENTION as CPU_ATTENTION
+from gclm.server.engine.transformers.attention import (
+    causal_attention,
+    masked_attention,
+    runs,
+    runs_masked,
+)
+
 # The name the per-sequence attention is registered under.
 ATTENTION = "gclm_packed"
 
@@ -68,7 +76,9 @@ def packed_attention(
 ) -> tuple[torch.Tensor, None]:
     """Attention for a packed row: `query` [1, heads, T, D]; `key`/`value` the store's whole
     buffers [slots, kv_heads, capacity, D], this pass's keys already written. Each segment's
-    queries attend to its slot's positions up to their own. Returns [1, T, heads, D]."""
+    queries attend to its slot's positions up to their own, through attention.py's paths
+    where they apply (a prompt's chunk, a few decoded tokens in bfloat16), else SDPA.
+    Returns [1, T, heads, D]."""
     groups = getattr(module, "num_key_value_groups", 1)
     outputs = []
     for seg in gclm_segments:
@@ -77,6 +87,13 @@ def packed_attention(
         k = key[seg.slot : seg.slot + 1, :, :width]
         v = value[seg.slot : seg.slot + 1, :, :width]
         mask = seg.mask
+        if runs(module, q, k, dropout, kwargs):
+            outputs.append(causal_attention(q, k, v, scaling).transpose(1, 2))
+            continue
+        mask4 = None if mask is None else mask[None, None]
+        if runs_masked(module, q, k, mask4, dropout, kwargs):
+            outputs.append(masked_attention(q, k, v, mask4, scaling).transpose(1, 2))
+            continue
         causal = seg.length > 1 and seg.start == 0  # a prompt's first chunk: SDPA's own kernel
         extra = {}
         if groups > 1:
@@ -98,8 +115,9 @@ AttentionInterface.register(ATTENTION, packed_attention)
 def can_pack(text_config: Any, device: torch.device) -> bool:
     """Whether a model runs packed passes: on the CPU (on a GPU, one kernel launch per
     sequence and layer costs more than the second pass it saves), where it attends with
-    SDPA (the function here is SDPA per sequence)."""
-    return device.type == "cpu" and getattr(text_config, "_attn_implementation", None) == "sdpa"
+    SDPA (the function here is SDPA per sequence), or attention.py's."""
+    attention = getattr(text_config, "_attn_implementation", None)
+    return device.type == "cpu" and attention in ("sdpa", CPU_ATTENTION)
 
 
 @contextmanager
