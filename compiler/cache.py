@@ -20,9 +20,10 @@
 - First masks: `fetch_first` answers a request that needs no whole table with masks walked
   state by state from the constraint's byte DFA (compiler/lazy_table.py): a LazyTable
   cached by key beside the tables, counted by what it has walked, from a compile of the
-  DFA alone. The whole table is compiled only when `fetch` asks for it (a request whose
-  budget binds, or that thinks first); once it lands, it answers both and the LazyTable is
-  dropped. A whole compile in flight answers `fetch_first` with its DFA's LazyTable too.
+  DFA alone, which is kept on disk too. The whole table is compiled only when `fetch` asks
+  for it (a request whose budget binds, or that thinks first); once it lands, it answers
+  both and the LazyTable is dropped. A whole compile in flight answers `fetch_first` with
+  its DFA's LazyTable too.
 - Never blocking on a compile: `fetch` answers a memory hit, a cached failure or a disk hit
   at once (reading the file in the caller's thread), and otherwise a Future that the
   compile resolves. So a request whose table is cached never waits behind a compile.
@@ -72,6 +73,11 @@ class FirstMasksSource(Protocol):
     def compile(self, constraint: Constraint) -> Future[CompiledTable | LazyTable | None]:
         """A compile of `constraint`'s byte DFA alone: its LazyTable, or its whole table
         where no LazyTable serves it, or None (then compile the whole table)."""
+        ...
+
+    def from_dfa(self, data: bytes) -> Future[LazyTable | None]:
+        """The LazyTable of a byte DFA stored on disk (`ByteDfa.to_bytes`), or None when
+        the bytes are damaged."""
         ...
 
 
@@ -271,11 +277,39 @@ class TableCache:
             loaded.set_result(table)
             self._first_compiled(key, pending, loaded, constraint, stored=True)
             return pending
-        compiled = self._first_masks.compile(constraint)
+        stored = self.disk.load(first) if self.disk is not None else None
+        if stored is not None:  # the byte DFA of a FIRST compile before a restart
+            made = self._first_masks.from_dfa(stored)
+            made.add_done_callback(
+                lambda f: self._finisher.submit(self._first_stored, key, pending, f, constraint)
+            )
+            return pending
+        self._first_compile(key, pending, constraint)
+        return pending
+
+    def _first_compile(
+        self, key: str, pending: Future[CompiledTable | LazyTable], constraint: Constraint
+    ) -> None:
+        compiled = self._first_masks.compile(constraint)  # type: ignore[union-attr]
         compiled.add_done_callback(
             lambda f: self._finisher.submit(self._first_compiled, key, pending, f, constraint)
         )
-        return pending
+
+    def _first_stored(
+        self,
+        key: str,
+        pending: Future[CompiledTable | LazyTable],
+        made: Future[LazyTable | None],
+        constraint: Constraint,
+    ) -> None:
+        """A LazyTable from disk; a damaged file is dropped and the DFA compiled again."""
+        if made.result() is None:
+            self.disk.discard(_first_key(key))  # type: ignore[union-attr]
+            self._first_compile(key, pending, constraint)
+            return
+        with self._lock:
+            self.stats.disk_hits += 1
+        self._first_compiled(key, pending, made, constraint, stored=True)  # type: ignore[arg-type]
 
     def _refuses(self, entry: _Entry) -> bool:
         """Whether a negative entry still answers: a compile limit for as long as it is
@@ -355,6 +389,8 @@ class TableCache:
     def _land_first(self, key: str, result: CompiledTable | LazyTable, *, stored: bool) -> None:
         """Keep a FIRST compile's LazyTable, or the whole table it made instead."""
         if not isinstance(result, CompiledTable):
+            if not stored and self.disk is not None:
+                self.disk.store(_first_key(key), result.dfa.to_bytes())
             with self._lock:
                 self._keep_first(key, result)
             return

@@ -85,6 +85,21 @@ class FirstMasks:
         assert self._submit_first is not None, "FirstMasks was made without submit_first"
         return self._made(self._submit_first(constraint))
 
+    def from_dfa(self, data: bytes) -> Future[LazyTable | None]:
+        """The LazyTable of a byte DFA the table cache stored (`ByteDfa.to_bytes`), made on
+        this object's thread; None when the bytes are damaged or it cannot serve."""
+        out: Future[LazyTable | None] = Future()
+
+        def make() -> None:
+            try:
+                out.set_result(lazy_table(ByteDfa.from_bytes(data), self.vocab))
+            except (ValueError, KeyError, OSError) as e:
+                log.warning("ignoring a damaged stored byte DFA (%s)", e)
+                out.set_result(None)
+
+        self._builder.submit(make)
+        return out
+
     def _made(self, sent: Future[Any]) -> Future[CompiledTable | LazyTable | None]:
         out: Future[CompiledTable | LazyTable | None] = Future()
         sent.add_done_callback(lambda f: self._builder.submit(self._make, f, out))

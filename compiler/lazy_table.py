@@ -100,6 +100,7 @@ class LazyTable:
         self.eos_token_id = vocab.eos_token_id
         self.width = words_for(vocab.size)
         self.initial = 0
+        self.dfa = dfa
         self._trans = dfa.next  # [S, 256], or [S, K] for a compact DFA
         self._columns = dfa.columns  # [256]: each byte's column of _trans
         self._accepting = dfa.accepting

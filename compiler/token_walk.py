@@ -29,6 +29,7 @@ outlines-core's breadth-first search does.
 from __future__ import annotations
 
 import hashlib
+import io
 import weakref
 from dataclasses import dataclass
 
@@ -115,6 +116,24 @@ class ByteDfa:
             classes[b] = found
         classes.flags.writeable = False
         return ByteDfa(np.ascontiguousarray(self.next[:, kept]), self.accepting, classes)
+
+    def to_bytes(self) -> bytes:
+        """The DFA as an .npz file's bytes (`from_bytes` reads them back)."""
+        out = io.BytesIO()
+        np.savez(out, next=self.next, accepting=self.accepting, classes=self.columns)
+        return out.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ByteDfa:
+        """The DFA `to_bytes` wrote; raises ValueError (or KeyError, OSError) when damaged."""
+        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+            next_, accepting, classes = arrays["next"], arrays["accepting"], arrays["classes"]
+        if next_.ndim != 2 or accepting.shape != (next_.shape[0],) or classes.shape != (256,):
+            raise ValueError("a stored byte DFA of the wrong shape")
+        if int(classes.max()) >= next_.shape[1]:
+            raise ValueError("a stored byte DFA whose classes point past its columns")
+        classes.flags.writeable = False
+        return cls(next_, accepting, None if next_.shape[1] == 256 else classes)
 
 
 _IDENTITY = np.arange(256, dtype=np.uint8)

@@ -19,7 +19,7 @@ from gclm.compiler.pool import CompilerPool
 from gclm.compiler.regex import to_regex
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.token_sets import unpack_row
-from gclm.compiler.token_walk import byte_dfa
+from gclm.compiler.token_walk import ByteDfa, byte_dfa
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.compiler.worker import EARLY_DFA_MAX_STATES, CompileLimits
 from gclm.errors import CompileLimitError, CompilerBusyError, ConstraintError
@@ -71,6 +71,14 @@ class HeldMasks:
         assert key not in self.compiled, "one FIRST compile per constraint"
         future: Future[CompiledTable | LazyTable | None] = Future()
         self.compiled[key] = future
+        return future
+
+    def from_dfa(self, data: bytes) -> Future[LazyTable | None]:
+        future: Future[LazyTable | None] = Future()
+        try:
+            future.set_result(LazyTable(ByteDfa.from_bytes(data), BYTES))
+        except (ValueError, KeyError, OSError):
+            future.set_result(None)
         return future
 
     def land(self, constraint: Constraint) -> LazyTable:
@@ -202,6 +210,27 @@ def test_an_expired_failure_is_compiled_again_for_first_masks() -> None:
     again = cache.fetch_first(NUMBER)
     lazy = masks.land_first(NUMBER)
     assert again.result(timeout=5) is lazy and not compiles.futures
+
+
+def test_a_first_compiles_dfa_outlives_a_restart_on_disk(tmp_path) -> None:
+    """The byte DFA is kept beside the tables on disk: after a restart the first request
+    starts on it with no compile; a damaged file is compiled again."""
+    cache, _, masks = held_cache(disk_dir=tmp_path)
+    first = cache.fetch_first(NUMBER)
+    lazy = masks.land_first(NUMBER)
+    assert first.result(timeout=5) is lazy
+    restarted, compiles, masks = held_cache(disk_dir=tmp_path)
+    again = restarted.fetch_first(NUMBER).result(timeout=5)
+    assert isinstance(again, LazyTable) and not masks.compiled and not compiles.futures
+    assert np.array_equal(again.row(again.initial, 9), lazy.row(lazy.initial, 9))
+    assert restarted.stats.disk_hits == 1
+    for path in tmp_path.glob("*first*"):
+        path.write_bytes(b"not an npz")
+    damaged, _, masks = held_cache(disk_dir=tmp_path)
+    answer = damaged.fetch_first(NUMBER)
+    wait_for(lambda: NUMBER.key_material() in masks.compiled)
+    compiled_again = masks.land_first(NUMBER)
+    assert answer.result(timeout=5) is compiled_again
 
 
 def test_a_whole_compile_past_its_limit_leaves_the_lazy_table_serving() -> None:

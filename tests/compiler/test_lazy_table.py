@@ -16,7 +16,7 @@ from gclm.compiler.lazy_table import LazyTable
 from gclm.compiler.regex import to_regex
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.token_sets import unpack_row
-from gclm.compiler.token_walk import byte_dfa
+from gclm.compiler.token_walk import ByteDfa, byte_dfa
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import BudgetTooSmallError, InternalError
 from gclm.masking import ConstraintState, check_budget
@@ -292,8 +292,12 @@ def test_a_compact_dfa_gives_the_same_bounds_and_masks(name, embedded_vocab):
     spelled = single_byte_tokens(embedded_vocab)
     for a, b in zip(byte_bounds(dense, spelled), byte_bounds(compact, spelled), strict=True):
         assert np.array_equal(a, b)
+    stored = ByteDfa.from_bytes(compact.to_bytes())  # as the table cache's disk keeps it
+    assert np.array_equal(stored.next, compact.next) and np.array_equal(
+        stored.columns, compact.columns
+    )
     exact = compile_constraint(CONSTRAINTS[name], embedded_vocab)
-    lazy = LazyTable(compact, embedded_vocab)
+    lazy = LazyTable(stored, embedded_vocab)
     for seed in range(3):
         walk_both(exact, lazy, 40, np.random.default_rng(seed))
 
