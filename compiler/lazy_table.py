@@ -81,6 +81,10 @@ class Walked:
     max_upper: int  # the largest upper bound among `nexts` (-1 if none): at or past it,
     # the forward row is budget exact
     next_list: list[int]  # `nexts` as Python ints, for the search
+    # For `next_state`, one search however many groups: every id-stored group's tokens,
+    # sorted (a token leads to one successor), and the group each one is in.
+    sparse_ids: np.ndarray  # int32 [n]
+    sparse_group: np.ndarray  # int32 [n]
 
 
 class LazyTable:
@@ -188,8 +192,13 @@ class LazyTable:
             )
         groups = tuple(self._compact(row) for row in rows)
         max_upper = int(self.upper[nexts].max(initial=-1))
-        self._held += nexts.nbytes + sum(g.nbytes for g in groups if g.dtype == np.int32)
-        return Walked(nexts, groups, self._shared(forward), max_upper, nexts.tolist())
+        sparse = [g for g, group in enumerate(groups) if group.dtype == np.int32]
+        ids = np.concatenate([groups[g] for g in sparse]) if sparse else np.zeros(0, np.int32)
+        owner = np.repeat(np.array(sparse, dtype=np.int32), [groups[g].size for g in sparse])
+        order = np.argsort(ids, kind="stable")
+        ids, owner = ids[order], owner[order]
+        self._held += nexts.nbytes + 2 * ids.nbytes + owner.nbytes
+        return Walked(nexts, groups, self._shared(forward), max_upper, nexts.tolist(), ids, owner)
 
     def _compact(self, row: np.ndarray) -> np.ndarray:
         """A group's packed row as its token ids, or shared, whichever is smaller."""
@@ -253,15 +262,14 @@ class LazyTable:
         if not 0 <= token < self.vocab_size or token == self.eos_token_id:
             return -1
         walked = self.walked(state)
+        ids = walked.sparse_ids
+        at = int(np.searchsorted(ids, token))
+        if at < ids.size and ids[at] == token:
+            return walked.next_list[walked.sparse_group[at]]
         word, bit = token >> 5, np.uint32(1 << (token & 31))
         for g, group in enumerate(walked.groups):
-            if group.dtype == np.uint32:
-                if group[word] & bit:
-                    return walked.next_list[g]
-            else:
-                at = int(np.searchsorted(group, token))
-                if at < group.size and group[at] == token:
-                    return walked.next_list[g]
+            if group.dtype == np.uint32 and group[word] & bit:
+                return walked.next_list[g]
         return -1
 
     def is_accepting(self, state: int) -> bool:

@@ -276,7 +276,9 @@ def test_walked_groups_are_stored_small_and_shared(embedded_vocab):
     assert any(g.dtype == np.uint32 for g in walked[3].groups)
     # What it holds, counted as it walks: the DFA and bounds, the groups, the shared rows.
     held = {id(g): g.nbytes for w in lazy._walked.values() for g in (*w.groups, w.forward)}
-    nexts = sum(w.nexts.nbytes for w in lazy._walked.values())
+    nexts = sum(
+        w.nexts.nbytes + w.sparse_ids.nbytes + w.sparse_group.nbytes for w in lazy._walked.values()
+    )
     fixed = lazy._trans.nbytes + lazy._accepting.nbytes + 2 * lazy.upper.nbytes
     fixed += lazy._stamp.nbytes + lazy._slot.nbytes
     assert lazy.nbytes == fixed + nexts + sum(held.values())
