@@ -40,7 +40,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.disk_cache import DiskCache
@@ -270,7 +270,7 @@ class TableCache:
         try:
             table = self._load(key)
         except CompileLimitError as e:
-            self._first_failed(key, pending, e)
+            self._fail(key, pending, e, first=True)
             return pending
         if table is not None:
             loaded: Future[CompiledTable | LazyTable | None] = Future()
@@ -369,7 +369,7 @@ class TableCache:
         try:
             result = compiled.result()
         except BaseException as e:
-            self._first_failed(key, pending, e)
+            self._fail(key, pending, e, first=True)
             return
         if result is None:  # no LazyTable after all: the whole table answers
             with self._lock:
@@ -380,7 +380,7 @@ class TableCache:
         try:
             self._land_first(key, result, stored=stored)
         except BaseException as e:  # measuring builds mask rows: a bad table fails here
-            self._first_failed(key, pending, e)
+            self._fail(key, pending, e, first=True)
             return
         with self._lock:
             del self._inflight[_first_key(key)]
@@ -402,25 +402,6 @@ class TableCache:
                 self.stats.compiles += 1
                 self.stats.compile_seconds_total += result.compile_seconds
             self._keep(key, result, size)
-
-    def _first_failed(
-        self, key: str, pending: Future[CompiledTable | LazyTable], error: BaseException
-    ) -> None:
-        """A FIRST compile failed: remember it as the table's failure (the whole compile
-        would fail the same way); follow a busy one that goes on in the background."""
-        compiling = error.compiling if isinstance(error, CompilerBusyError) else None
-        first = _first_key(key)
-        with self._lock:
-            self._remember(key, error)
-            del self._inflight[first]
-            follow = compiling is not None and first not in self._background
-            if follow:
-                self._background.add(first)
-        if follow:
-            compiling.add_done_callback(  # type: ignore[union-attr]
-                lambda f: self._finisher.submit(self._first_landed, key, f)
-            )
-        pending.set_exception(error)
 
     def _first_landed(self, key: str, compiled: Future[CompiledTable | LazyTable | None]) -> None:
         """A FIRST compile went on past its requests' deadline and ended: keep its outcome
@@ -489,16 +470,28 @@ class TableCache:
             del self._inflight[key]
         future.set_result(table)
 
-    def _fail(self, key: str, future: Future[CompiledTable], error: BaseException) -> None:
+    def _fail(
+        self, key: str, future: Future[Any], error: BaseException, *, first: bool = False
+    ) -> None:
+        """A compile failed (`first`: a FIRST compile, remembered as the table's failure too:
+        the whole compile would fail the same way); a busy one that goes on in the
+        background is followed, so that its table, LazyTable or failure is kept."""
         compiling = error.compiling if isinstance(error, CompilerBusyError) else None
+        flight = _first_key(key) if first else key
         with self._lock:
             self._remember(key, error)
-            del self._inflight[key]
-            follow = compiling is not None and key not in self._background
+            del self._inflight[flight]
+            follow = compiling is not None and flight not in self._background
             if follow:
-                self._background.add(key)
+                self._background.add(flight)
         if follow:
-            compiling.add_done_callback(lambda f: self._land(key, f))  # type: ignore[union-attr]
+            compiling.add_done_callback(  # type: ignore[union-attr]
+                lambda f: (
+                    self._finisher.submit(self._first_landed, key, f)
+                    if first
+                    else self._land(key, f)
+                )
+            )
         future.set_exception(error)
 
     def _land(self, key: str, compiled: Future[CompiledTable]) -> None:
