@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import re._constants as sre
 import re._parser as sre_parse
+from functools import lru_cache
 from typing import Any
 
 from outlines_core.json_schema import STRING_INNER
@@ -86,7 +87,6 @@ _DURATION = (
     rf"|{_DURATION_TIME})"
 )
 _JSON_POINTER = r"(?:/(?:[^~/]|~[01])*)*"
-
 # Formats gclm enforces. Each is a subset of what RFC 3339 / 3986 / 3987 / 4291 / 5321 /
 # 6901 allow, written as patterns (`string_regex` JSON-encodes them), so every string one
 # matches passes a format-checking validator; none takes every valid value (see README).
@@ -345,6 +345,31 @@ def _emit(items: list[tuple[Any, Any]], pattern: str, pointer: str, quotes: bool
 
 
 def pattern_regex(
+    pattern: str,
+    pointer: str,
+    min_length: int = 0,
+    max_length: int | None = None,
+    quotes: bool = True,
+) -> str:
+    """Regex for the JSON-encoded text of strings that contain a match of `pattern` (see
+    `_pattern_regex`). A translation is kept: a schema whose `$ref`s repeat a pattern or a
+    format in thousands of places translates it once (the pointer only names errors).
+
+    Raises:
+        UnsupportedSchemaError: as `_pattern_regex`, naming `pointer`.
+    """
+    try:
+        return _kept_pattern_regex(pattern, min_length, max_length, quotes)
+    except UnsupportedSchemaError:
+        return _pattern_regex(pattern, pointer, min_length, max_length, quotes)  # raises
+
+
+@lru_cache(maxsize=1024)
+def _kept_pattern_regex(pattern: str, min_length: int, max_length: int | None, quotes: bool) -> str:
+    return _pattern_regex(pattern, "", min_length, max_length, quotes)
+
+
+def _pattern_regex(
     pattern: str,
     pointer: str,
     min_length: int = 0,
