@@ -87,6 +87,25 @@ _DURATION = (
     rf"|{_DURATION_TIME})"
 )
 _JSON_POINTER = r"(?:/(?:[^~/]|~[01])*)*"
+# format "regex": ECMA-262 patterns (Unicode mode too) that Python's `re` also compiles
+# without a warning, so every validator's check passes. Literals are never metacharacters;
+# escapes are of syntax characters (`\-` only inside a class: ECMA-262's Unicode mode
+# refuses it outside) and of \d \w \s; classes hold literals, escapes and the ranges a-z,
+# A-Z and 0-9 (never an unescaped `-`, `[` or `^` past the first); a quantifier follows an
+# atom, once, with n < m in `{n,m}`; groups (plain or `(?:`) nest 2 deep, with `|` anywhere.
+_RX_LITERAL = r"[A-Za-z0-9 _,:;=@%'!<>#&~/\-]"
+_RX_ESCAPE = r"\\[.*+?()\[\]{}|^$\\/dDwWsS]"
+_RX_CLASS = r"\[\^?(?:[A-Za-z0-9 _.,:;=@%/]|a-z|A-Z|0-9|\\[\[\]\\\-^.dDwWsS])+\]"
+_RX_QUANTIFIER = r"(?:[*+?]|\{[0-9]{1,3},?\}|\{[0-9],[1-9][0-9]{1,2}\})\??"
+
+
+def _regex_syntax(depth: int) -> str:
+    """Alternatives of pieces, with groups nested `depth` deep (see _RX_LITERAL)."""
+    group = rf"|\((?:\?:)?{_regex_syntax(depth - 1)}\)" if depth else ""
+    piece = rf"(?:(?:{_RX_LITERAL}|\.|{_RX_ESCAPE}|{_RX_CLASS}{group})(?:{_RX_QUANTIFIER})?|\^|\$)"
+    return rf"{piece}*(?:\|{piece}*)*"
+
+
 # Formats gclm enforces. Each is a subset of what RFC 3339 / 3986 / 3987 / 4291 / 5321 /
 # 6901 allow, written as patterns (`string_regex` JSON-encodes them), so every string one
 # matches passes a format-checking validator; none takes every valid value (see README).
@@ -119,9 +138,7 @@ FORMATS: dict[str, str] = {
     + r"(?:\."
     + _LABEL
     + r"){1,3}",
-    # A regex of literal characters only (no metacharacter, no escape): it matches itself,
-    # in ECMA-262 and in every other dialect a validator compiles it with.
-    "regex": r"[A-Za-z0-9 _,:;=@%/'!<>\-]*",
+    "regex": _regex_syntax(2),
 }
 # Formats that format-checking validators (Draft 2019-09/2020-12's format vocabulary) check.
 # One of these that is not in FORMATS is refused, never ignored: ignoring it would let an

@@ -6,6 +6,7 @@ import json
 import re
 from datetime import date, datetime
 
+import numpy as np
 import pytest
 
 from gclm.compiler.json_schema.patterns import FORMATS, escape_literal, pattern_regex, string_regex
@@ -100,7 +101,14 @@ VALID_FORMATS = {
     "json-pointer": ["", "/a/b", "/a~1b/~0", "/é"],
     "relative-json-pointer": ["0", "1/a", "2#"],
     "idn-email": ["a.b+c@example.co.uk"],
-    "regex": ["", "abc", "id: 42, name=x/y"],
+    "regex": [
+        "",
+        "abc",
+        "id: 42, name=x/y",
+        "^[a-zA-Z0-9_]{3,16}$",
+        "^(?:[a-z]+|\\d{2,})?-x*?$",
+        "(a|b(c|[^\\]]))+",
+    ],
 }
 
 INVALID_FORMATS = {
@@ -113,7 +121,9 @@ INVALID_FORMATS = {
     # jsonschema 4.26's checker reads a 0 after a digit as a leading zero ("406/a", "10#").
     "relative-json-pointer": ["01", "-1", "/a", "406/a", "10#"],
     "idn-email": ["no-at-sign"],
-    "regex": ["a(", "[x", "a+", "\\d", "^a$", "x{2}"],  # metacharacters: none is written
+    # Each an error in Python's `re` or in ECMA-262's Unicode mode (test below), then two
+    # valid ones the format does not write: a look-ahead, groups nested 3 deep.
+    "regex": ["a(", "[x", "a**", "^*", "{", "x{3,2}", "\\-", "[]", "\\1", "(?=a)", "((()))"],
 }
 
 
@@ -164,16 +174,101 @@ def test_format_with_unfoldable_lengths_is_refused_not_ignored():
     assert re.fullmatch(regex, '"2024-01-31"')
 
 
-def test_regex_format_values_are_regexes_to_a_format_checker():
-    """Every character the `regex` format writes, alone and in a row, is a regex that
-    jsonschema's format checker (Python's `re`) accepts and that matches itself."""
+def _samples(regex: str, count: int, seed: int) -> list[str]:
+    """`count` random texts of `regex`'s byte DFA: random bytes for up to 60 steps, then
+    the shortest way to acceptance."""
+    import random
+
+    from gclm.compiler.byte_bounds import byte_bounds
+    from gclm.compiler.token_walk import byte_dfa
+
+    dfa = byte_dfa(regex)
+    distance, _ = byte_bounds(dfa, np.ones(256, dtype=bool))
+    rng = random.Random(seed)
+    texts = []
+    for _ in range(count):
+        state, out, free = 0, bytearray(), rng.randrange(60)
+        while len(out) < free or not dfa.accepting[state]:
+            live = [b for b in range(256) if dfa.next[state, dfa.columns[b]] >= 0]
+            if len(out) >= free:  # on to acceptance
+                live = [
+                    b for b in live if distance[dfa.next[state, dfa.columns[b]]] < distance[state]
+                ]
+            elif not live:
+                break
+            byte = rng.choice(live)
+            out.append(byte)
+            state = int(dfa.next[state, dfa.columns[byte]])
+        assert dfa.accepting[state]
+        texts.append(out.decode())
+    return texts
+
+
+def test_format_regex_values_compile_in_python_and_ecma_262():
+    """Every value the format generates is a regex Python's `re` compiles without a warning
+    and, where node is installed, one JavaScript's RegExp takes with and without the `u`
+    flag (validators check `format: regex` with one of the two)."""
+    import shutil
+    import subprocess
+    import warnings
+
     import jsonschema
 
-    regex = re.compile(string_regex({"type": "string", "format": "regex"}, ""))
-    alphabet = [chr(c) for c in range(0x20, 0x7F) if regex.fullmatch(json.dumps(chr(c)))]
-    assert "a" in alphabet and "(" not in alphabet and "\\" not in alphabet
-    text = "".join(alphabet)
-    assert re.fullmatch(re.compile(text), text) and regex.fullmatch(json.dumps(text))
+    values = [json.loads(t) for t in _samples(string_regex({"format": "regex"}, ""), 400, 7)]
+    assert len(set(values)) > 300
+    assert any("(" in v for v in values) and any("[" in v for v in values)
     checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
-    for value in [text, *alphabet]:
-        jsonschema.validate(value, {"format": "regex"}, format_checker=checker)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for value in values:
+            re.compile(value)
+            jsonschema.validate(value, {"format": "regex"}, format_checker=checker)
+    node = shutil.which("node")
+    if node is None:
+        return
+    script = (
+        "const vs = JSON.parse(require('fs').readFileSync(0, 'utf8')); const bad = [];"
+        "for (const v of vs) { for (const f of ['', 'u']) {"
+        " try { new RegExp(v, f); } catch (e) { bad.push([v, f, String(e)]); } } }"
+        "console.log(JSON.stringify(bad));"
+    )
+    run = subprocess.run(
+        [node, "-e", script],
+        input=json.dumps(values),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert json.loads(run.stdout) == []
+
+
+@pytest.mark.skipif(not __import__("shutil").which("node"), reason="node is not installed")
+def test_format_regex_rejects_what_ecma_262_refuses():
+    """The invalid values above are refused by JavaScript too (so the test list is right)."""
+    import subprocess
+
+    values = INVALID_FORMATS["regex"][:-2]
+    script = (
+        "const vs = JSON.parse(require('fs').readFileSync(0, 'utf8'));"
+        "console.log(JSON.stringify(vs.map(v => { try { new RegExp(v, 'u'); return true; }"
+        " catch (e) { return false; } })));"
+    )
+    run = subprocess.run(
+        ["node", "-e", script],
+        input=json.dumps(values),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    python_ok = []
+    for v in values:
+        try:
+            re.compile(v)
+            python_ok.append(True)
+        except re.error:
+            python_ok.append(False)
+    assert not any(js and py for js, py in zip(json.loads(run.stdout), python_ok, strict=True)), (
+        values
+    )
