@@ -395,7 +395,7 @@ class TableCache:
                 self._keep_first(key, result)
             return
         if not stored and self.disk is not None:
-            self.disk.store(key, result.to_bytes())
+            self._store_table(key, result)
         size = self._measure(result)
         with self._lock:
             if not stored:
@@ -456,7 +456,7 @@ class TableCache:
             self.stats.compiles += 1
             self.stats.compile_seconds_total += time.perf_counter() - started
         if self.disk is not None:
-            self.disk.store(key, table.to_bytes())
+            self._store_table(key, table)
         self._finish(key, future, table)
 
     def _finish(self, key: str, future: Future[CompiledTable], table: CompiledTable) -> None:
@@ -522,7 +522,7 @@ class TableCache:
         else:
             outcome = table
             if self.disk is not None:
-                self.disk.store(key, table.to_bytes())
+                self._store_table(key, table)
             with self._lock:
                 self._background.discard(key)
                 self.stats.compiles += 1
@@ -535,6 +535,12 @@ class TableCache:
                 landing.set_exception(outcome)
             else:
                 landing.set_result(outcome)
+
+    def _store_table(self, key: str, table: CompiledTable) -> None:
+        """Write a whole table to disk, and remove the schema's DFA file: the table answers
+        first masks too, and is looked up first."""
+        self.disk.store(key, table.to_bytes())  # type: ignore[union-attr]
+        self.disk.discard(_first_key(key))  # type: ignore[union-attr]
 
     def _keep(self, key: str, table: CompiledTable, size: int) -> None:
         """Cache a table (with the lock held); it answers first masks too from now on."""

@@ -105,7 +105,7 @@ class DiskCache:
                 self._evict()
 
     def discard(self, key: str) -> None:
-        """Remove a damaged file."""
+        """Remove a file: a damaged one, or one a newer file supersedes (nothing if none)."""
         with self._lock:
             self._bytes -= self._sizes.pop(key, 0)
         self.path(key).unlink(missing_ok=True)

@@ -233,6 +233,22 @@ def test_a_first_compiles_dfa_outlives_a_restart_on_disk(tmp_path) -> None:
     assert answer.result(timeout=5) is compiled_again
 
 
+def test_a_whole_table_on_disk_replaces_the_dfa_file(tmp_path) -> None:
+    """Once the whole table is written, the schema's DFA file goes: the table answers
+    first masks too after a restart."""
+    cache, compiles, masks = held_cache(disk_dir=tmp_path)
+    cache.fetch_first(NUMBER)
+    masks.land_first(NUMBER)
+    wait_for(lambda: any(tmp_path.glob("*first*")))
+    whole = cache.fetch(NUMBER)
+    table = compiles.land(NUMBER)
+    assert whole.result(timeout=5) is table
+    wait_for(lambda: not any(tmp_path.glob("*first*")))
+    restarted, compiles, masks = held_cache(disk_dir=tmp_path)
+    again = restarted.fetch_first(NUMBER).result(timeout=5)
+    assert isinstance(again, CompiledTable) and not masks.compiled and not compiles.futures
+
+
 def test_a_whole_compile_past_its_limit_leaves_the_lazy_table_serving() -> None:
     """The whole table is refused (a tight budget cannot have it), generous requests go
     on with the LazyTable that was made before."""
