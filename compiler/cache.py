@@ -394,7 +394,7 @@ class TableCache:
             with self._lock:
                 self._keep_first(key, result)
             return
-        if not stored and self.disk is not None:
+        if not stored:
             self._store_table(key, result)
         size = self._measure(result)
         with self._lock:
@@ -455,8 +455,7 @@ class TableCache:
         with self._lock:
             self.stats.compiles += 1
             self.stats.compile_seconds_total += time.perf_counter() - started
-        if self.disk is not None:
-            self._store_table(key, table)
+        self._store_table(key, table)
         self._finish(key, future, table)
 
     def _finish(self, key: str, future: Future[CompiledTable], table: CompiledTable) -> None:
@@ -521,8 +520,7 @@ class TableCache:
                     self._remember(key, e)
         else:
             outcome = table
-            if self.disk is not None:
-                self._store_table(key, table)
+            self._store_table(key, table)
             with self._lock:
                 self._background.discard(key)
                 self.stats.compiles += 1
@@ -537,10 +535,11 @@ class TableCache:
                 landing.set_result(outcome)
 
     def _store_table(self, key: str, table: CompiledTable) -> None:
-        """Write a whole table to disk, and remove the schema's DFA file: the table answers
-        first masks too, and is looked up first."""
-        self.disk.store(key, table.to_bytes())  # type: ignore[union-attr]
-        self.disk.discard(_first_key(key))  # type: ignore[union-attr]
+        """Write a whole table to disk (if the cache has one), and remove the schema's DFA
+        file: the table answers first masks too, and is looked up first."""
+        if self.disk is not None:
+            self.disk.store(key, table.to_bytes())
+            self.disk.discard(_first_key(key))
 
     def _keep(self, key: str, table: CompiledTable, size: int) -> None:
         """Cache a table (with the lock held); it answers first masks too from now on."""

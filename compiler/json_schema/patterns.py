@@ -387,11 +387,7 @@ def _kept_pattern_regex(pattern: str, min_length: int, max_length: int | None, q
 
 
 def _pattern_regex(
-    pattern: str,
-    pointer: str,
-    min_length: int = 0,
-    max_length: int | None = None,
-    quotes: bool = True,
+    pattern: str, pointer: str, min_length: int, max_length: int | None, quotes: bool
 ) -> str:
     """Regex for the JSON-encoded text of strings that contain a match of `pattern`.
 
