@@ -1,6 +1,7 @@
 """Constraint -> regex -> byte DFA -> token walk -> CompiledTable, in this process.
 
-outlines-core builds the regex's DFA; compiler/token_walk.py walks the vocabulary through it
+outlines-core builds the regex's DFA, compiler/minimize.py makes it minimal (every later
+stage costs per state), compiler/token_walk.py walks the vocabulary through it
 (what outlines-core's token Index does, about 30x faster on string-heavy schemas), and
 compiler/tables.py computes distances and prunes. `table_from_index` still reads an
 outlines-core token Index, for tests and benchmarks that compare the two.
@@ -21,6 +22,7 @@ import outlines_core
 
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.index_reader import GroupedIndex, read_index
+from gclm.compiler.minimize import minimized
 from gclm.compiler.progress import Reporter
 from gclm.compiler.regex import to_regex
 from gclm.compiler.tables import CompiledTable, finish_table, with_shortest_output
@@ -69,7 +71,7 @@ def build_dfa(constraint: Constraint) -> BuiltDfa:
     needs. Raises what `compile_constraint` raises for the regex."""
     regex = to_regex(constraint)
     try:
-        dfa = byte_dfa(regex.regex)
+        dfa = minimized(byte_dfa(regex.regex))
     except (ValueError, RuntimeError, OverflowError) as e:
         raise index_error(e, len(regex.regex)) from e
     return BuiltDfa(dfa, tuple(regex.rewrites), len(regex.regex))
@@ -87,9 +89,9 @@ def table_from_dfa(
     and pruning. `started` (perf_counter) and `report` were made when the compile began."""
     dfa = built.dfa
     # The token walk stops as soon as the limit is passed: a refusal costs what it walked.
-    # Every state but the one before the sentinel may be reached: the walk's progress is
-    # counted against that (or the limit).
-    reachable = dfa.next.shape[0] - 1
+    # Every state of a minimal DFA may be reached: the walk's progress is counted against
+    # them (or the limit).
+    reachable = dfa.next.shape[0]
     report.walking(reachable if max_states is None else min(reachable, max_states))
     grouped = walk_tokens(dfa, vocab, max_states=max_states, progress=report.slots)
     if grouped is None:

@@ -28,7 +28,6 @@ outlines-core's breadth-first search does.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import weakref
 from dataclasses import dataclass
@@ -101,19 +100,7 @@ class ByteDfa:
         schemas' DFAs: a quarter of the bytes to send and keep)."""
         if self.classes is not None:
             return self
-        cols = np.ascontiguousarray(self.next.T)  # [256, S]
-        classes = np.empty(256, dtype=np.uint8)
-        kept: list[int] = []
-        by_digest: dict[bytes, list[int]] = {}
-        for b in range(256):
-            digest = hashlib.blake2b(cols[b].tobytes(), digest_size=16).digest()
-            same = by_digest.setdefault(digest, [])
-            found = next((c for c in same if np.array_equal(cols[kept[c]], cols[b])), None)
-            if found is None:
-                found = len(kept)
-                kept.append(b)
-                same.append(found)
-            classes[b] = found
+        classes, kept = _column_classes(self.next)
         classes.flags.writeable = False
         return ByteDfa(np.ascontiguousarray(self.next[:, kept]), self.accepting, classes)
 
@@ -138,6 +125,47 @@ class ByteDfa:
 
 _IDENTITY = np.arange(256, dtype=np.uint8)
 _IDENTITY.flags.writeable = False
+# A random weight per state (by id mod 4096): a column's hash, before columns are compared.
+_STATE_WEIGHTS = np.random.default_rng(0).integers(1, 2**63, size=4096, dtype=np.uint64)
+
+
+def _column_classes(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(uint8 [256]: each column's class, int64 [K]: the first column of each class), where
+    columns of `table` [S, 256] are in one class when they are equal in every row."""
+    first: dict[int, int] = {}
+    rep = np.array(
+        [first.setdefault(h, b) for b, h in enumerate(_column_hashes(table, _STATE_WEIGHTS))],
+        dtype=np.int64,
+    )
+    if not _columns_equal(table, rep):  # a hash collision: compare column by column
+        rep = np.arange(256, dtype=np.int64)
+        for b in range(256):
+            rep[b] = next(a for a in range(b + 1) if np.array_equal(table[:, a], table[:, b]))
+    kept = np.unique(rep)
+    classes = np.searchsorted(kept, rep).astype(np.uint8)
+    return classes, kept
+
+
+@nb.njit(cache=True, nogil=True)
+def _column_hashes(table, weights):
+    """uint64 [columns]: each column's hash, read row by row."""
+    states, columns = table.shape
+    out = np.zeros(columns, dtype=np.uint64)
+    for s in range(states):
+        w = weights[s % weights.size]
+        for c in range(columns):
+            out[c] += np.uint64(table[s, c] + 2) * w
+    return out
+
+
+@nb.njit(cache=True, nogil=True)
+def _columns_equal(table, rep):
+    """Whether every column c of `table` equals column rep[c], in every row."""
+    for s in range(table.shape[0]):
+        for c in range(table.shape[1]):
+            if table[s, c] != table[s, rep[c]]:
+                return False
+    return True
 
 
 def byte_dfa(regex: str) -> ByteDfa:

@@ -11,15 +11,14 @@ import numpy as np
 import pytest
 
 from gclm.compiler.cache import TableCache
-from gclm.compiler.compile import compile_constraint
+from gclm.compiler.compile import build_dfa, compile_constraint
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.first_mask import FirstMasks, lazy_table
 from gclm.compiler.lazy_table import LazyTable
 from gclm.compiler.pool import CompilerPool
-from gclm.compiler.regex import to_regex
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.token_sets import unpack_row
-from gclm.compiler.token_walk import ByteDfa, byte_dfa
+from gclm.compiler.token_walk import ByteDfa
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.compiler.worker import EARLY_DFA_MAX_STATES, CompileLimits
 from gclm.errors import CompileLimitError, CompilerBusyError, ConstraintError
@@ -33,7 +32,7 @@ NUMBER = Constraint.regex(r'\{"a": [0-9]{1,3}\}')
 
 
 def dfa_of(constraint: Constraint):
-    return byte_dfa(to_regex(constraint).regex)
+    return build_dfa(constraint).dfa
 
 
 class HeldCompile:

@@ -1,4 +1,5 @@
-"""The token walk against outlines-core's own token Index: the same table, state for state."""
+"""The token walk against outlines-core's own token Index: the same table, state for state
+(over the DFA as built; the compiled table's DFA is minimal, and has the same language)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import numpy as np
 import outlines_core
 import pytest
 from test_index_reader import _canonical
+from test_sentinel import same_language
 
-from gclm.compiler.compile import compile_constraint, table_from_index
+from gclm.compiler.compile import compile_constraint, table_from_grouped, table_from_index
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.regex import to_regex
+from gclm.compiler.tables import with_shortest_output
 from gclm.compiler.token_walk import byte_dfa, token_trie, walk_tokens
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import CompileLimitError, ConstraintError
@@ -46,14 +49,24 @@ CONSTRAINTS = {
 
 @pytest.mark.parametrize("constraint", CONSTRAINTS.values(), ids=CONSTRAINTS.keys())
 def test_walk_matches_outlines_token_index(constraint, embedded_vocab):
-    walked = compile_constraint(constraint, embedded_vocab)
-    index = outlines_core.Index(to_regex(constraint).regex, embedded_vocab.outlines)
-    reference = table_from_index(index, embedded_vocab)
+    regex = to_regex(constraint).regex
+    grouped = walk_tokens(byte_dfa(regex), embedded_vocab)
+    assert grouped is not None
+    walked = with_shortest_output(
+        table_from_grouped(grouped, embedded_vocab), embedded_vocab.token_bytes
+    )
+    reference = table_from_index(
+        outlines_core.Index(regex, embedded_vocab.outlines), embedded_vocab
+    )
     assert _canonical(walked) == _canonical(reference)
     assert walked.shortest_output == reference.shortest_output
     for s in range(walked.num_states):  # forward sets are the union of the groups
         tokens, _ = walked.transitions(s)
         assert np.array_equal(walked.token_sets.tokens_of(int(walked.state_set[s])), tokens)
+    compiled = compile_constraint(constraint, embedded_vocab)  # over the minimal DFA
+    assert same_language(compiled, reference)
+    assert compiled.min_tokens == reference.min_tokens
+    assert compiled.num_states <= reference.num_states
 
 
 def test_walk_retries_with_more_room_for_successors(embedded_vocab):
