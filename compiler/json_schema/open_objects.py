@@ -2,8 +2,9 @@
 
 - keyed: `additionalProperties: false` with `patternProperties` and nothing declared; every
   key's name matches one of the patterns.
-- open: declared properties (in order, the required ones always) followed by any number of
-  other keys, for an explicit `additionalProperties` (true or a schema). An extra key is
+- open: declared properties (in order, the required ones always) with any number of other
+  keys before, between and after them, for an explicit `additionalProperties` (true or a
+  schema) or none said under `--additional-properties spec`. An extra key is
   never a declared name: it is written with raw characters only (no escapes, so one text per
   name) and a trie of the declared names is left out of it, so no key can repeat a declared
   one (a validator reads the last of two equal keys; the declared schema would not hold).
@@ -38,30 +39,39 @@ def keyed_object_regex(
     return rf"\{{{ws}{body}{ws}\}}"
 
 
-def open_object_regex(entries: list[tuple[str, str, bool]], extra: str, ws: str) -> str:
-    """Declared (name, value regex, required) entries in order, then other keys' entries."""
+def open_object_regex(
+    entries: list[tuple[str, str, bool]], extra: str, ws: str, anywhere: bool = True
+) -> str:
+    """Declared (name, value regex, required) entries in order, with other keys' entries
+    before, between and after them (`anywhere`), or after them only.
+
+    Written left to right so that each part appears once or twice, not once per way of
+    starting the object: `upto` is every way to write what comes before entry k's place,
+    something written (so entry k needs a comma); entry k is also the first thing written
+    while no entry before it is required. A form with one alternative per first entry,
+    each with its own copy of the rest, is quadratic in the entries, and its DFA keeps a
+    copy of every later value per alternative.
+    """
     names = [name for name, _, _ in entries]
-    written = [
-        (f'"{escape_literal(json.dumps(n, ensure_ascii=False)[1:-1])}"{ws}:{ws}(?:{v})', req)
-        for n, v, req in entries
-    ]
+    sep = f"{ws},{ws}"
     other = f"{other_key_regex(names)}{ws}:{ws}(?:{extra})"
-    others = f"(?:{ws},{ws}{other})*"
-
-    def tail(start: int) -> str:
-        return "".join(
-            f"{ws},{ws}{e}" if req else f"(?:{ws},{ws}{e})?" for e, req in written[start:]
-        )
-
-    first_required = next((i for i, (_, req) in enumerate(written) if req), None)
-    last_first = len(written) - 1 if first_required is None else first_required
-    # The first entry written: a declared one up to the first required, or an extra key.
-    # The extra keys' loop is written once after the declared entries (not once per first
-    # entry): each copy of it is a copy of its states in the automaton.
-    starts = [written[k][0] + tail(k + 1) for k in range(last_first + 1)]
-    body = "(?:" + "|".join(starts) + ")" + others
-    if first_required is None:
-        body = f"(?:{body}|{other}{others})?"
+    others = f"(?:{sep}{other})*"
+    between = others if anywhere else ""
+    upto: str | None = f"{other}{others}" if anywhere else None  # before entry 0
+    may_start = True  # no entry so far is required: this one may be the first written
+    for name, value, required in entries:
+        key = escape_literal(json.dumps(name, ensure_ascii=False)[1:-1])
+        entry = f'"{key}"{ws}:{ws}(?:{value})'
+        if upto is None:
+            written = entry
+        else:
+            after = f"{upto}{sep}{entry}" if required else f"{upto}(?:{sep}{entry})?"
+            written = f"(?:{after}|{entry})" if may_start else after
+        upto = written + between
+        may_start = may_start and not required
+    body = upto if anywhere else f"{upto}{others}"
+    if may_start:  # nothing required: other keys alone, or nothing
+        body = f"(?:{body})?" if anywhere else f"(?:{body}|{other}{others})?"
     return rf"\{{{ws}{body}{ws}\}}"
 
 

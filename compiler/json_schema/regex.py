@@ -217,7 +217,8 @@ def _object_regex(node: dict[str, Any], ptr: str, ws: str) -> str:
             (name, schema_regex(sub, ws, top_level=False), name in node["required"])
             for name, sub in node["properties"].items()
         ]
-        return open_object_regex(entries, schema_regex(node["extraKeys"], ws, False), ws)
+        extra = schema_regex(node["extraKeys"], ws, False)
+        return open_object_regex(entries, extra, ws, anywhere=not node.get("extrasAfter"))
     names = [
         '"' + pattern_regex(p, f"{ptr}/patternProperties/{escape_pointer(p)}") + '"'
         for p in node["keyPatterns"]

@@ -1,15 +1,20 @@
-"""An explicit additionalProperties beside declared properties: extra keys after them."""
+"""An explicit additionalProperties beside declared properties: extra keys before, between
+and after them."""
 
 from __future__ import annotations
 
 import json
 import re
 
-from hypothesis import given
+import jsonschema
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from json_accepts import accepts, accepts_text
 
+from gclm.compiler.constraint import Constraint
+from gclm.compiler.json_schema.finish import MAX_EXTRAS_ANYWHERE
 from gclm.compiler.json_schema.open_objects import other_key_regex
+from gclm.compiler.regex import to_regex
 from gclm.compiler.token_walk import byte_dfa
 
 # MaskBench Snowplow---sp_180: a newsletter object that allows other keys.
@@ -20,12 +25,51 @@ NEWSLETTER = {
 }
 
 
-def test_extra_keys_follow_the_declared_ones():
+def test_extra_keys_go_anywhere_among_the_declared_ones():
     assert accepts(NEWSLETTER, {"id": "a", "send_id": "b", "extra": "c", "more": [1, None]})
     assert accepts(NEWSLETTER, {"extra": 1})
     assert accepts(NEWSLETTER, {"send_id": "b", "x": {"y": 2}})
     assert accepts(NEWSLETTER, {})
+    assert accepts(NEWSLETTER, {"x": 1, "id": "a", "y": 2, "send_id": "b", "z": 3})
+    assert accepts(NEWSLETTER, {"x": 1, "y": 2, "send_id": "b"})
     assert not accepts_text(NEWSLETTER, '{,"x":1}')
+    assert not accepts_text(NEWSLETTER, '{"x":1,}')
+    assert not accepts_text(NEWSLETTER, '{"x":1"id":"a"}')
+    assert not accepts_text(NEWSLETTER, '{"x":1,,"id":"a"}')
+    # The declared ones keep their order.
+    assert not accepts(NEWSLETTER, {"send_id": "b", "x": 1, "id": "a"})
+
+
+PROPERTIES = {"a": {"type": "integer"}, "bb": {"type": "string"}, "c": {"type": "boolean"}}
+VALUES = {"a": 1, "bb": "t", "c": True}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from(list(PROPERTIES)), unique=True).map(sorted),
+    st.lists(st.sampled_from(list(PROPERTIES)), unique=True),
+    st.lists(
+        st.tuples(
+            st.integers(0, 3),
+            st.text(alphabet="abcx", max_size=3),
+            st.sampled_from([0, "s", None, [1], {"k": False}]),
+        ),
+        max_size=4,
+    ),
+)
+def test_open_objects_accept_exactly_what_the_specification_allows(present, required, extras):
+    """Declared properties in order (some left out), other keys inserted anywhere: accepted
+    exactly when a validator says the object is valid and no other key is a declared one."""
+    schema = {"type": "object", "properties": PROPERTIES, "required": required}
+    items = [(n, VALUES[n]) for n in present]
+    for place, name, value in extras:
+        items.insert(min(place, len(items)), (name, value))
+    text = "{" + ",".join(f"{json.dumps(n)}:{json.dumps(v)}" for n, v in items) + "}"
+    # An extra key never repeats a declared one; extra keys may repeat each other (a parser
+    # keeps the last, which the schema allows as much as the first).
+    declared_once = all(name not in PROPERTIES for _, name, _ in extras)
+    valid = declared_once and jsonschema.Draft202012Validator(schema).is_valid(dict(items))
+    assert accepts_text(schema, text, additional_properties="spec") == valid
 
 
 def test_an_extra_key_never_repeats_a_declared_one():
@@ -104,3 +148,22 @@ def test_spec_mode_accepts_other_keys_where_none_are_said():
     assert not accepts_text(schema, '{"id":"a","id":1}', **spec)  # never a declared name
     closed = {**schema, "additionalProperties": False}
     assert not accepts(closed, {"id": "a", "extra": "c"}, **spec)  # said false: closed
+
+
+def test_many_declared_properties_take_other_keys_after_them_only():
+    """Past MAX_EXTRAS_ANYWHERE declared properties, other keys go after them (each place
+    among them would cost its own copy of the other keys' automaton), and the rewrite says
+    so."""
+    props = {f"p{i}": {"type": "integer"} for i in range(MAX_EXTRAS_ANYWHERE + 1)}
+    schema = {"type": "object", "properties": props, "additionalProperties": True}
+    assert accepts(schema, {"p0": 1, "p5": 2, "x": 3, "y": [4]})
+    assert accepts(schema, {"x": 3})
+    assert accepts(schema, {})
+    assert not accepts(schema, {"x": 3, "p0": 1})
+    assert not accepts(schema, {"p0": 1, "x": 3, "p5": 2})
+    assert not accepts_text(schema, '{"p0":1,"p0":2}')
+    rewrites = to_regex(Constraint.json_schema(schema)).rewrites
+    assert any("other keys only after the 17 declared properties" in r for r in rewrites)
+    fewer = {**schema, "properties": dict(list(props.items())[:MAX_EXTRAS_ANYWHERE])}
+    assert accepts(fewer, {"x": 3, "p0": 1})
+    assert not to_regex(Constraint.json_schema(fewer)).rewrites
