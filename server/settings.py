@@ -278,7 +278,8 @@ class ServerSettings:
         COMPILE,
         "JSON Schema objects with declared properties and no `additionalProperties`: "
         "`declared` generates the declared properties only, `spec` also accepts other keys "
-        "after them, as the specification allows (larger automata, slower compiles), tool "
+        "before, between and after them, as the specification allows (larger automata, "
+        "slower compiles), tool "
         "parameters included; a request's `structured_outputs.disable_additional_properties` "
         "decides for itself",
         choices=ADDITIONAL_PROPERTIES,

@@ -102,6 +102,8 @@ class Finisher:
         if node.get("open") and props == node["properties"] and extra:
             # Undeclared keys among the declared ones (see `open_objects.py`).
             out["extraKeys"] = self.finish(extra, f"{ptr}/additionalProperties")
+            if node.get("absent"):  # names no extra key may take either
+                out["absentKeys"] = list(node["absent"])
             if len(props) > MAX_EXTRAS_ANYWHERE:
                 out["extrasAfter"] = True
                 self.note(

@@ -190,15 +190,14 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
         out["absent"] = absent
     # An explicit `additionalProperties` (true or a schema) beside declared properties, or
     # none said under `open_objects` (the request's additional_properties "spec"): keys
-    # other than the declared ones may follow them. Not with patterns, propertyNames,
+    # other than the declared ones may go among them. Not with patterns, propertyNames,
     # property counts or dependencies (an extra key could be a trigger), which one regex of
-    # extra keys cannot honour, nor when a declared name is never generated (`"a": false`:
-    # an extra key must not be it).
+    # extra keys cannot honour. A declared name never generated (`"a": false`) is `absent`:
+    # no extra key may be it either.
     if (
         ("additionalProperties" in s or self.open_objects)
         and extra is not None
         and props
-        and set(props) == set(declared)
         and not patterns
         and names_s in (True, {})
         and not s.keys() & {"minProperties", "maxProperties"}

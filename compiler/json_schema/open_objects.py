@@ -40,10 +40,15 @@ def keyed_object_regex(
 
 
 def open_object_regex(
-    entries: list[tuple[str, str, bool]], extra: str, ws: str, anywhere: bool = True
+    entries: list[tuple[str, str, bool]],
+    extra: str,
+    ws: str,
+    anywhere: bool = True,
+    absent: list[str] | None = None,
 ) -> str:
     """Declared (name, value regex, required) entries in order, with other keys' entries
-    before, between and after them (`anywhere`), or after them only.
+    before, between and after them (`anywhere`), or after them only. No other key is a
+    declared name, nor one of `absent` (names the object may not hold).
 
     Written left to right so that each part appears once or twice, not once per way of
     starting the object: `upto` is every way to write what comes before entry k's place,
@@ -52,7 +57,7 @@ def open_object_regex(
     each with its own copy of the rest, is quadratic in the entries, and its DFA keeps a
     copy of every later value per alternative.
     """
-    names = [name for name, _, _ in entries]
+    names = [name for name, _, _ in entries] + list(absent or ())
     sep = f"{ws},{ws}"
     other = f"{other_key_regex(names)}{ws}:{ws}(?:{extra})"
     others = f"(?:{sep}{other})*"

@@ -271,7 +271,7 @@ def _meet_objects(a: Node, b: Node, pointer: str) -> Node | None:
     absent = sorted({*a.get("absent", ()), *b.get("absent", ()), *dropped} - set(props))
     if absent:
         out["absent"] = absent
-    if extra is not None and a.get("open") and b.get("open") and not dropped:
+    if extra is not None and a.get("open") and b.get("open"):  # `dropped` names: absent
         out["open"] = True
     for key, pick in (("minProperties", max), ("maxProperties", min)):
         values = [n[key] for n in (a, b) if key in n]

@@ -218,7 +218,8 @@ def _object_regex(node: dict[str, Any], ptr: str, ws: str) -> str:
             for name, sub in node["properties"].items()
         ]
         extra = schema_regex(node["extraKeys"], ws, False)
-        return open_object_regex(entries, extra, ws, anywhere=not node.get("extrasAfter"))
+        anywhere = not node.get("extrasAfter")
+        return open_object_regex(entries, extra, ws, anywhere, node.get("absentKeys", []))
     names = [
         '"' + pattern_regex(p, f"{ptr}/patternProperties/{escape_pointer(p)}") + '"'
         for p in node["keyPatterns"]

@@ -126,13 +126,20 @@ def test_other_key_automaton_stays_small():
     assert states < 2 * sum(len(n) for n in names) + 20
 
 
-def test_a_forbidden_declared_name_keeps_the_object_closed():
+def test_a_forbidden_declared_name_is_no_other_key():
     schema = {**NEWSLETTER, "properties": {**NEWSLETTER["properties"], "secret": False}}
     assert accepts(schema, {"id": "a"})
+    assert accepts(schema, {"other": 1, "id": "a", "more": 2})
     assert not accepts(schema, {"id": "a", "secret": 1})
+    assert not accepts(schema, {"secret": 1})
     both = {"allOf": [NEWSLETTER, {**NEWSLETTER, "properties": {"id": {"type": "integer"}}}]}
     assert not accepts(both, {"id": 1})  # no value fits "id" ...
     assert not accepts(both, {"send_id": "b", "id": 1})  # ... so no extra key may be it
+    assert accepts(both, {"send_id": "b", "x": 1})
+    # MaskBench Github_easy o31158: a declared enum of strings that says `type: object`.
+    impossible = {"properties": {"builtin": {"enum": ["A"], "type": "object"}, "n": {}}}
+    assert accepts(impossible, {"builtin ": "A", "n": 1}, additional_properties="spec")
+    assert not accepts(impossible, {"builtin": "A"}, additional_properties="spec")
 
 
 def test_dependencies_keep_the_object_closed():
