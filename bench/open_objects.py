@@ -14,8 +14,9 @@ default) and once with `false` (the specification's open objects). Per setting:
 - refused: the compile's 400 or 429 (`spec` automata are larger);
 - valid: outputs a JSON Schema validator accepts (every output should be);
 - stop: outputs that ended on their own, not at max_tokens;
-- with other keys: outputs holding a key that a declared-properties object of the schema
-  does not declare (found by walking `properties`, `items` and local `$ref`s);
+- with other keys: outputs holding a key that an object of the schema with declared
+  properties neither declares nor requires (found by walking `properties`, `items` and
+  local `$ref`s; not `allOf`/`anyOf` branches);
 - declared kept: of the top-level declared properties, the share present;
 - latency p50: the request, compile included (each schema is new to the server).
 """
@@ -56,7 +57,8 @@ def differs(schema: Any) -> bool:
 
 
 def other_keys(value: Any, schema: Any, root: Any, depth: int = 0) -> int:
-    """Keys of `value` that its schema's declared-properties objects do not declare."""
+    """Keys of `value` that its schema's objects with declared properties neither declare
+    nor require, where they leave additionalProperties and patternProperties unsaid."""
     if depth > 20 or not isinstance(schema, dict):
         return 0
     ref = schema.get("$ref")
@@ -69,9 +71,11 @@ def other_keys(value: Any, schema: Any, root: Any, depth: int = 0) -> int:
                 else {}
             )
         return other_keys(value, target, root, depth + 1)
-    if isinstance(value, dict) and isinstance(schema.get("properties"), dict):
-        props = schema["properties"]
-        n = 0 if "additionalProperties" in schema else sum(k not in props for k in value)
+    props = schema.get("properties")
+    if isinstance(value, dict) and isinstance(props, dict) and props:
+        named = set(props) | set(schema.get("required", []))
+        said = {"additionalProperties", "patternProperties"} & set(schema)
+        n = 0 if said else sum(k not in named for k in value)
         return n + sum(
             other_keys(v, props[k], root, depth + 1) for k, v in value.items() if k in props
         )
@@ -151,7 +155,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--rejudge", type=Path, help="judge the replies of an earlier --json again, serving nothing"
+    )
     args = parser.parse_args(argv)
+    if args.rejudge:
+        return rejudge(args.rejudge, args.json)
     paths = [
         p for p in select(DEFAULT_SCHEMAS, args.half, None, None)
         if differs(json.loads(p.read_text())["schema"])
@@ -178,6 +187,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(name, json.dumps(summary))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+    return result
+
+
+def rejudge(source: Path, out: Path | None) -> dict[str, Any]:
+    """An earlier run's replies judged again (after a change to `judge`)."""
+    result = json.loads(source.read_text())
+    for name, rows in result["rows"].items():
+        for i, row in enumerate(rows):
+            schema = json.loads((DEFAULT_SCHEMAS / row["schema"]).read_text())["schema"]
+            reply = {k: row[k] for k in ("text", "finish_reason", "seconds", "refused") if k in row}
+            rows[i] = {"schema": row["schema"], **judge(schema, reply)}
+        result["summary"][name] = summarize(rows)
+        print(name, json.dumps(result["summary"][name]))
+    if out:
+        out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
     return result
 
 
