@@ -7,8 +7,8 @@ For each MaskBench schema of ../shared/jsonschemabench (bench/maskbench.py's ord
 halves), the regex is written once, then the whole table is compiled twice, the two in
 alternating order from one schema to the next: over the minimal byte DFA (what
 compile_constraint does) and over the DFA as outlines-core builds it (the code before
-compiler/minimize.py). Per variant: byte-DFA states, the DFA's build (minimization
-included), the token walk with distances and pruning, and the table's bytes. A schema whose
+compiler/minimize.py). Per variant: the table's states, the whole compile (DFA build,
+minimization, token walk, distances and pruning) and the table's bytes. A schema whose
 DFA as built has more than --max-states states is left out of both (reported): one compile
 of those takes minutes here. Refusals (unsupported, over the limits) are counted.
 Medians and the median per-schema ratio are printed; --json writes every row.
@@ -27,10 +27,9 @@ from bench.first_mask import load_tokenizer
 from bench.maskbench import DEFAULT_SCHEMAS, select
 from gclm.compiler.compile import BuiltDfa, table_from_dfa
 from gclm.compiler.constraint import Constraint
-from gclm.compiler.minimize import minimized
 from gclm.compiler.progress import Reporter
 from gclm.compiler.regex import to_regex
-from gclm.compiler.token_walk import ByteDfa, byte_dfa
+from gclm.compiler.token_walk import byte_dfa
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import GclmError
 
@@ -39,17 +38,10 @@ VARIANTS = ("minimal", "as_built")
 
 def compile_once(regex: str, vocab: TokenVocabulary, minimal: bool) -> dict[str, Any]:
     started = time.perf_counter()
-    dfa: ByteDfa = byte_dfa(regex)
-    if minimal:
-        dfa = minimized(dfa)
-    built_s = time.perf_counter() - started
-    table = table_from_dfa(
-        BuiltDfa(dfa, (), len(regex)), vocab, time.perf_counter(), Reporter(None)
-    )
+    built = BuiltDfa(byte_dfa(regex), (), len(regex))
+    table = table_from_dfa(built, vocab, started, Reporter(None), minimal=minimal)
     return {
-        "states": int(dfa.next.shape[0]),
-        "dfa_s": built_s,
-        "tables_s": time.perf_counter() - started - built_s,
+        "states": table.num_states,
         "total_s": time.perf_counter() - started,
         "table_bytes": table.nbytes,
         "min_tokens": table.min_tokens,

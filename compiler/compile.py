@@ -67,11 +67,13 @@ class BuiltDfa:
 
 
 def build_dfa(constraint: Constraint) -> BuiltDfa:
-    """The constraint's byte DFA: the first half of `compile_constraint`, all a LazyTable
-    needs. Raises what `compile_constraint` raises for the regex."""
+    """The constraint's byte DFA as outlines-core builds it: the first half of
+    `compile_constraint`, all a LazyTable needs (which walks only the states generation
+    reaches, so it is not made minimal first: that would delay the first mask). Raises
+    what `compile_constraint` raises for the regex."""
     regex = to_regex(constraint)
     try:
-        dfa = minimized(byte_dfa(regex.regex))
+        dfa = byte_dfa(regex.regex)
     except (ValueError, RuntimeError, OverflowError) as e:
         raise index_error(e, len(regex.regex)) from e
     return BuiltDfa(dfa, tuple(regex.rewrites), len(regex.regex))
@@ -84,14 +86,16 @@ def table_from_dfa(
     report: Reporter,
     *,
     max_states: int | None = None,
+    minimal: bool = True,
 ) -> CompiledTable:
-    """The second half of `compile_constraint`: the token walk from every state, distances
-    and pruning. `started` (perf_counter) and `report` were made when the compile began."""
-    dfa = built.dfa
+    """The second half of `compile_constraint`: the DFA made minimal (unless not
+    `minimal`), the token walk from every state, distances and pruning. `started`
+    (perf_counter) and `report` were made when the compile began."""
+    dfa = minimized(built.dfa) if minimal else built.dfa
     # The token walk stops as soon as the limit is passed: a refusal costs what it walked.
-    # Every state of a minimal DFA may be reached: the walk's progress is counted against
-    # them (or the limit).
-    reachable = dfa.next.shape[0]
+    # Every state of a minimal DFA may be reached (of one as built, all but the one before
+    # the sentinel): the walk's progress is counted against them (or the limit).
+    reachable = dfa.next.shape[0] - (0 if minimal else 1)
     report.walking(reachable if max_states is None else min(reachable, max_states))
     grouped = walk_tokens(dfa, vocab, max_states=max_states, progress=report.slots)
     if grouped is None:
