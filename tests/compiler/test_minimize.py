@@ -65,11 +65,11 @@ def test_equal_suffixes_become_one() -> None:
 
 
 def test_optional_properties_keep_one_copy_of_each_value() -> None:
-    """An object whose properties are all optional, other keys allowed, is one alternative
-    per first property, each with its own copy of the rest; nested, the copies multiply
-    (MaskBench Github_hard o90821)."""
+    """An object whose properties are all optional, other keys allowed anywhere, writes each
+    entry twice (first, or after a comma) and other keys at every place; nested, the DFA
+    as built multiplies the copies (MaskBench Github_hard o90821)."""
     inner: dict = {"type": "string"}
-    for depth in range(2):  # 6,538 states as built, 801 minimal
+    for depth in range(2):  # 10,126 states as built, 2,383 minimal
         inner = {"type": "object", "properties": {f"p{depth}{i}": inner for i in range(3)}}
     constraint = Constraint.json_schema(inner, additional_properties="spec")
     as_built = byte_dfa(to_regex(constraint).regex)
