@@ -53,14 +53,48 @@ def read_index(index: outlines_core.Index, vocab_size: int, eos_token_id: int) -
     return parse_index_bytes(blob, vocab_size, eos_token_id)
 
 
+def read_byte_index(index: outlines_core.Index, eos_token_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Decode `index`, built over one token per byte (id = the byte), into a dense table:
+    (int32 [S, 256], -1 where a byte dies; bool [S], accepting), ids in order of first
+    sight as read_index gives them (the initial state 0).
+
+    No grouping: a byte DFA's table is what its callers want, and at 256 tokens the groups
+    and their packed rows cost more than the table (read_index took longer than the Index
+    build on string-heavy schemas).
+    """
+    _, (blob,) = index.__reduce__()
+    buf = np.frombuffer(blob, dtype=np.uint8)
+    max_id, _, end, eos = _extent(buf)
+    if end != buf.size or eos != eos_token_id:
+        raise ValueError(
+            f"Index layout not understood (EOS {eos}, {buf.size - end} trailing bytes): this "
+            f"reader supports outlines-core {OUTLINES_CORE_VERSION} only."
+        )
+    table, accepting = _byte_table(buf, max_id, eos_token_id)
+    return table, accepting.astype(bool)
+
+
 def parse_index_bytes(
-    blob: bytes, vocab_size: int, eos_token_id: int, *, id_cap: int = 1 << 16, group_cap: int = 64
+    blob: bytes,
+    vocab_size: int,
+    eos_token_id: int,
+    *,
+    id_cap: int | None = None,
+    group_cap: int | None = None,
 ) -> GroupedIndex:
     """Decode a serialised Index. One compiled pass buckets each state's tokens by
-    successor into packed rows and interns the rows; no per-edge array is built. The pass
-    runs again with more room when a state id or a state's successor count exceeds the caps.
+    successor into packed rows and interns the rows; no per-edge array is built. The caps
+    (room for state ids, and for one state's successors) come from a first pass that only
+    reads the numbers; the grouping pass runs again with more room when one passed in is
+    exceeded.
     """
     buf = np.frombuffer(blob, dtype=np.uint8)
+    if id_cap is None or group_cap is None:
+        # outlines-core's state ids are sparse (a multiple of the DFA's stride): guessing
+        # the room and retrying allocated and filled arrays of millions (0.1-0.5 s).
+        max_id, max_degree, _, _ = _extent(buf)
+        id_cap = max_id + 1 if id_cap is None else id_cap
+        group_cap = max(max_degree, 1) if group_cap is None else group_cap
     words = (vocab_size + 31) // 32
     hashes = _token_hashes(words * 32)
     while True:
@@ -113,6 +147,79 @@ def _varint(buf, pos):
     for i in range(8):
         v |= np.int64(buf[pos + 1 + i]) << (8 * i)
     return v, pos + 9
+
+
+@nb.njit(cache=True)
+def _extent(buf):
+    """(largest state id, largest number of edges of a state, end position, EOS id) of a
+    serialised Index, read without keeping anything."""
+    pos = 0
+    max_id, pos = _varint(buf, pos)
+    n_final, pos = _varint(buf, pos)
+    for _ in range(n_final):
+        sid, pos = _varint(buf, pos)
+        max_id = max(max_id, sid)
+    n_rec, pos = _varint(buf, pos)
+    max_degree = np.int64(0)
+    for _ in range(n_rec):
+        sid, pos = _varint(buf, pos)
+        max_id = max(max_id, sid)
+        deg, pos = _varint(buf, pos)
+        max_degree = max(max_degree, deg)
+        for _ in range(deg):
+            _, pos = _varint(buf, pos)
+            nxt, pos = _varint(buf, pos)
+            max_id = max(max_id, nxt)
+    eos, pos = _varint(buf, pos)
+    _, pos = _varint(buf, pos)  # vocab_size
+    return max_id, max_degree, pos, eos
+
+
+@nb.njit(cache=True)
+def _byte_table(buf, max_id, eos):
+    """read_byte_index's pass: dense ids in order of first sight (as _group gives them),
+    then the table filled in a second read of the records."""
+    dense = np.full(max_id + 1, -1, dtype=np.int64)
+    pos = 0
+    initial, pos = _varint(buf, pos)
+    dense[initial] = 0
+    n = 1
+    n_final, pos = _varint(buf, pos)
+    finals = np.empty(n_final, dtype=np.int64)
+    for i in range(n_final):
+        sid, pos = _varint(buf, pos)
+        if dense[sid] == -1:
+            dense[sid] = n
+            n += 1
+        finals[i] = dense[sid]
+    n_rec, pos = _varint(buf, pos)
+    records = pos
+    for _ in range(n_rec):
+        sid, pos = _varint(buf, pos)
+        if dense[sid] == -1:
+            dense[sid] = n
+            n += 1
+        deg, pos = _varint(buf, pos)
+        for _ in range(deg):
+            _, pos = _varint(buf, pos)
+            nxt, pos = _varint(buf, pos)
+            if dense[nxt] == -1:
+                dense[nxt] = n
+                n += 1
+    table = np.full((n, 256), -1, dtype=np.int32)
+    pos = records
+    for _ in range(n_rec):
+        sid, pos = _varint(buf, pos)
+        src = dense[sid]
+        deg, pos = _varint(buf, pos)
+        for _ in range(deg):
+            tok, pos = _varint(buf, pos)
+            nxt, pos = _varint(buf, pos)
+            if tok != eos and tok < 256:
+                table[src, tok] = dense[nxt]
+    accepting = np.zeros(n, dtype=np.uint8)
+    accepting[finals] = 1
+    return table, accepting
 
 
 # _group's status codes: done, or retry with more room for state ids or per-state groups.

@@ -45,12 +45,11 @@ from gclm.compiler.index_reader import (
     _intern,
     _rehash,
     _token_hashes,
-    read_index,
+    read_byte_index,
 )
 from gclm.compiler.numba_cache import cache_per_version
 from gclm.compiler.progress import DONE as _DONE
 from gclm.compiler.progress import new_slots
-from gclm.compiler.token_sets import spans
 from gclm.compiler.vocabulary import TokenVocabulary
 
 cache_per_version(__file__)
@@ -176,25 +175,16 @@ def byte_dfa(regex: str) -> ByteDfa:
     turns them into gclm errors).
     """
     index = outlines_core.Index(SENTINEL_REGEX + regex, byte_vocabulary())
-    grouped = read_index(index, 256, BYTE_EOS)
-    states = grouped.accepting.shape[0]
-    # Bytes of each distinct set (few), then of each group through them: no [groups, 256].
-    bits = np.unpackbits(grouped.packed_sets.view(np.uint8), axis=1, bitorder="little")
-    set_of, byte = np.nonzero(bits[:, :256])
-    offsets = np.zeros(bits.shape[0] + 1, dtype=np.int64)
-    np.cumsum(np.bincount(set_of, minlength=bits.shape[0]), out=offsets[1:])
-    idx, group = spans(offsets, grouped.group_set)
-    table = np.full((states, 256), -1, dtype=np.int32)  # 1 KiB a state
-    table[grouped.group_src[group], byte[idx]] = grouped.group_next[group]
+    table, accepting = read_byte_index(index, BYTE_EOS)
     # The state after the sentinel becomes state 0 (ids 0 and `start` swap); the state
     # before it is left where no token leads.
     start = int(table[0, SENTINEL_BYTE])
-    swap = np.arange(states, dtype=np.int32)
+    swap = np.arange(table.shape[0], dtype=np.int32)
     swap[0], swap[start] = start, 0
     table = table[swap]
     live = table >= 0
     table[live] = swap[table[live]]
-    return ByteDfa(next=table, accepting=grouped.accepting[swap])
+    return ByteDfa(next=table, accepting=accepting[swap])
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,16 @@ import pytest
 
 from gclm.compiler.compile import table_from_index
 from gclm.compiler.constraint import Constraint
-from gclm.compiler.index_reader import OUTLINES_CORE_VERSION, parse_index_bytes
+from gclm.compiler.index_reader import (
+    OUTLINES_CORE_VERSION,
+    _extent,
+    parse_index_bytes,
+    read_byte_index,
+    read_index,
+)
 from gclm.compiler.regex import to_regex
 from gclm.compiler.tables import CompiledTable, build_table
+from gclm.compiler.token_walk import BYTE_EOS, byte_vocabulary
 
 
 def test_pinned_outlines_core_version():
@@ -113,3 +120,60 @@ def test_reader_retries_with_more_room(embedded_vocab):
     roomy, cramped = parse_index_bytes(*args), parse_index_bytes(*args, id_cap=1, group_cap=1)
     for name in ("accepting", "group_src", "group_next", "group_set", "state_set", "packed_sets"):
         assert np.array_equal(getattr(roomy, name), getattr(cramped, name)), name
+
+
+@pytest.mark.parametrize(
+    "regex",
+    [
+        r"(ab|b)a?",
+        r'"(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]){0,3}"',  # UTF-8 continuation states
+        to_regex(Constraint.choice(["alpha", "beta", "alphabet"])).regex,
+    ],
+    ids=["regex", "string", "choice"],
+)
+def test_byte_reader_matches_get_transitions(regex):
+    """read_byte_index's dense table holds exactly get_transitions()'s byte edges, with
+    read_index's state ids (first sight, the initial state 0)."""
+    index = outlines_core.Index(regex, byte_vocabulary())
+    table, accepting = read_byte_index(index, BYTE_EOS)
+    transitions = index.get_transitions()
+    ids: dict[int, int] = {index.get_initial_state(): 0}
+    for s in index.get_final_states():
+        ids.setdefault(s, len(ids))
+    expected = {}
+    for s, row in transitions.items():
+        ids.setdefault(s, len(ids))
+        for byte, n in row.items():
+            if byte != BYTE_EOS:
+                expected[ids[s], byte] = ids.setdefault(n, len(ids))
+    assert table.shape == (len(ids), 256)
+    assert {
+        (int(s), int(b)): int(table[s, b]) for s, b in zip(*np.nonzero(table >= 0), strict=True)
+    } == expected
+    assert sorted(np.flatnonzero(accepting).tolist()) == sorted(
+        ids[f] for f in index.get_final_states()
+    )
+    grouped = read_index(index, 256, BYTE_EOS)
+    assert np.array_equal(grouped.accepting, accepting)
+
+
+def test_reader_sizes_its_arrays_from_the_blob():
+    """The first pass's extent is the blob's largest state id and degree, so the grouping
+    pass needs no retry: a state id past the old fixed room (65,536) reads the same as
+    with caps that force retries."""
+    index = outlines_core.Index(r"(ab|cd){0,3000}", byte_vocabulary())
+    transitions = index.get_transitions()
+    largest = max(max(transitions), *(n for row in transitions.values() for n in row.values()))
+    assert largest > 1 << 16
+    _, (blob,) = index.__reduce__()
+    max_id, max_degree, end, eos = _extent(np.frombuffer(blob, dtype=np.uint8))
+    assert (max_id, max_degree, end, eos) == (
+        largest,
+        max(len(row) for row in transitions.values()),
+        len(blob),
+        BYTE_EOS,
+    )
+    args = (blob, 256, BYTE_EOS)
+    sized, given = parse_index_bytes(*args), parse_index_bytes(*args, id_cap=1, group_cap=1)
+    for name in ("accepting", "group_src", "group_next", "group_set", "state_set", "packed_sets"):
+        assert np.array_equal(getattr(sized, name), getattr(given, name)), name
