@@ -65,11 +65,7 @@ def read_byte_index(index: outlines_core.Index, eos_token_id: int) -> tuple[np.n
     _, (blob,) = index.__reduce__()
     buf = np.frombuffer(blob, dtype=np.uint8)
     max_id, _, end, eos = _extent(buf)
-    if end != buf.size or eos != eos_token_id:
-        raise ValueError(
-            f"Index layout not understood (EOS {eos}, {buf.size - end} trailing bytes): this "
-            f"reader supports outlines-core {OUTLINES_CORE_VERSION} only."
-        )
+    _check_layout(buf, end, eos, eos_token_id)
     table, accepting = _byte_table(buf, max_id, eos_token_id)
     return table, accepting.astype(bool)
 
@@ -108,11 +104,7 @@ def parse_index_bytes(
         else:
             break
     eos, end = int(meta[0]), int(meta[1])
-    if end != buf.size or eos != eos_token_id:
-        raise ValueError(
-            f"Index layout not understood (EOS {eos}, {buf.size - end} trailing bytes): this "
-            f"reader supports outlines-core {OUTLINES_CORE_VERSION} only."
-        )
+    _check_layout(buf, end, eos, eos_token_id)
     order = np.argsort(gsrc, kind="stable")
     return GroupedIndex(
         initial=0,  # the first state seen
@@ -124,6 +116,15 @@ def parse_index_bytes(
         packed_sets=pool.view(np.int32),
         eos_token_id=eos,
     )
+
+
+def _check_layout(buf: np.ndarray, end: int, eos: int, eos_token_id: int) -> None:
+    """Raise unless the blob was read to its end and holds the EOS id it was built with."""
+    if end != buf.size or eos != eos_token_id:
+        raise ValueError(
+            f"Index layout not understood (EOS {eos}, {buf.size - end} trailing bytes): this "
+            f"reader supports outlines-core {OUTLINES_CORE_VERSION} only."
+        )
 
 
 @lru_cache(maxsize=4)
