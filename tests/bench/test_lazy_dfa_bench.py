@@ -1,0 +1,65 @@
+"""bench/lazy_dfa.py's probe: its UTF-8 ranges and its lazy DFA against outlines-core's."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.lazy_dfa import LazyDfa, build_nfa, first_tokens, trie_lists, utf8_sequences
+from gclm.compiler.token_walk import byte_dfa, token_trie
+from gclm.compiler.vocabulary import TokenVocabulary
+
+
+def _matches(seqs: list[list[tuple[int, int]]], data: bytes) -> bool:
+    return any(
+        len(seq) == len(data) and all(a <= b <= z for (a, z), b in zip(seq, data, strict=True))
+        for seq in seqs
+    )
+
+
+@pytest.mark.parametrize("lo, hi", [(0, 0x7F), (0x41, 0x7FF), (0x7F0, 0x10010), (0xD000, 0xE100)])
+def test_utf8_sequences_spell_exactly_the_range(lo, hi):
+    seqs = utf8_sequences(lo, hi)
+    for cp in range(max(lo - 300, 0), hi + 300, 7):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue  # no UTF-8 encoding
+        assert _matches(seqs, chr(cp).encode()) == (lo <= cp <= hi), hex(cp)
+    surrogate = "\ud900".encode("utf-8", "surrogatepass")
+    assert not _matches(seqs, surrogate)
+
+
+@pytest.mark.parametrize(
+    "regex",
+    [
+        r'\{"a"[ ]?:[ ]?"(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]){0,3}"\}$',
+        r"(?:ab|a[0-9]{2,4})*c?$",
+        "[é-ü€]x+$",
+    ],
+)
+def test_lazy_dfa_has_outlines_cores_language(regex):
+    """Both DFAs walked side by side from their start states over every byte: the same
+    bytes live, the same states accepting."""
+    nfa, nfa_accept = build_nfa(regex)
+    ours = LazyDfa(nfa, nfa_accept)
+    theirs = byte_dfa(regex)
+    todo, seen = [(ours.initial, 0)], {(ours.initial, 0)}
+    while todo:
+        a, b = todo.pop()
+        assert ours.accepting(a) == bool(theirs.accepting[b])
+        row = ours.row(a)
+        for byte in range(256):
+            pair = (row[byte], int(theirs.next[b, theirs.columns[byte]]))
+            assert (pair[0] < 0) == (pair[1] < 0), (regex, byte)
+            if pair[0] >= 0 and pair not in seen:
+                seen.add(pair)
+                todo.append(pair)
+    assert len(seen) > 3
+
+
+def test_first_tokens_walk_only_the_states_they_need():
+    tokens = (*(bytes([b]) for b in range(256)), b'{"a', b"}", None)
+    vocab = TokenVocabulary(tokens, eos_token_id=258, scheme="plain")
+    nfa, accept = build_nfa(r'\{"a"[ ]?:[0-9]\}$')
+    lazy = LazyDfa(nfa, accept)
+    assert first_tokens(lazy, trie_lists(token_trie(vocab))) == {ord("{"), 256}
+    assert len(lazy.sets) == 4  # the start, '{', '{"', '{"a'
+    assert lazy.bytes_to_accept(lazy.initial) == 7  # '{"a":0}'
