@@ -1,7 +1,10 @@
 """A probe, not gclm's compiler: the first mask from a DFA determinized lazily, in Python.
 
-    python -m bench.lazy_dfa [--schemas DIR] [--min-ms MS] [--limit N] [--vocab 49k 200k]
-                             [--json PATH]
+    python -m bench.lazy_dfa [--schemas DIR] [--reach JSON] [--min-ms MS] [--limit N]
+                             [--max-chars N] [--vocab 49k 200k] [--json PATH]
+
+(--reach: bench/lazy_reach.py's results, which say how long each schema's DFA took; --limit:
+the N slowest.)
 
 bench/lazy_reach.py counts that a first mask reads 3-18 states of a byte DFA that
 outlines-core builds whole (up to 240,000 states). This times the other way, on the schemas
@@ -13,9 +16,10 @@ run only for the states the first mask's trie walk reaches. Side by side with
 `byte_dfa` (outlines-core) on the same regex, one run each, and the start state's token
 set compared between the two.
 
-Everything here is plain Python, so its times are an upper bound on what compiled code would
-take; regexes with constructs it does not model (classes like `\\w`, flags, look-around)
-are counted as skipped.
+The probe is plain Python. Beside it, bench/lazy_nfa.py builds the same NFA and bounds in
+compiled code (numba) from the parsed regex, checked equal to the Python build, and alone
+for regexes over `--max-chars` (too long for the Python build). Regexes with constructs
+the probe does not model (classes like `\\w`, flags, look-around) are counted as skipped.
 """
 
 from __future__ import annotations
@@ -305,8 +309,15 @@ def _measure(regex: str, vocab: Any, trie: tuple[list[int], ...], max_chars: int
     from gclm.compiler.token_walk import byte_dfa
 
     out: dict[str, Any] = {"chars": len(regex)}
-    if len(regex) > max_chars:
-        return out | {"skipped": f"over {max_chars} characters"}
+    if len(regex) > max_chars:  # too long for the Python build: the compiled one alone
+        out["skipped"] = f"over {max_chars} characters"
+        try:
+            out |= _compiled(regex, None, None)
+        except (Unsupported, OverflowError, RecursionError) as e:
+            return out | {"compiled_skipped": str(e)[:80]}
+        t4 = time.perf_counter()
+        LazyTable(byte_dfa(regex), vocab).walked(0)
+        return out | {"outlines_ms": (time.perf_counter() - t4) * 1e3}
     t0 = time.perf_counter()
     try:
         nfa, accept = build_nfa(regex)
@@ -325,6 +336,7 @@ def _measure(regex: str, vocab: Any, trie: tuple[list[int], ...], max_chars: int
         "lazy_ms": (t3 - t0) * 1e3,
         "lazy_states": len(lazy.sets),
     }
+    out |= _compiled(regex, len(nfa.eps), lazy.dist)
     t4 = time.perf_counter()
     table = LazyTable(byte_dfa(regex), vocab)
     walked = table.walked(table.initial)
@@ -333,6 +345,30 @@ def _measure(regex: str, vocab: Any, trie: tuple[list[int], ...], max_chars: int
     out["same_first_tokens"] = ours == theirs
     out["same_bound"] = lazy.bytes_to_accept(lazy.initial) == int(table.upper[table.initial])
     return out
+
+
+def _compiled(regex: str, states: int | None, dist: np.ndarray | None) -> dict[str, Any]:
+    """The same NFA and distances by bench/lazy_nfa.py's compiled code: times, its states,
+    and whether they equal the Python build's (`states`, `dist`; None: not built)."""
+    from bench.lazy_nfa import Program, compiled_nfa
+
+    t0 = time.perf_counter()
+    parsed = sre_parse.parse(regex)
+    t1 = time.perf_counter()
+    program = Program()
+    root = program.seq(parsed)
+    t2 = time.perf_counter()
+    n, _, compiled_dist = compiled_nfa(program, root)
+    t3 = time.perf_counter()
+    return {
+        "sre_parse_ms": (t1 - t0) * 1e3,
+        "program_ms": (t2 - t1) * 1e3,
+        "compiled_nfa_bounds_ms": (t3 - t2) * 1e3,
+        "compiled_nfa_states": n,
+        "compiled_same": None
+        if dist is None
+        else n == states and bool(np.array_equal(compiled_dist, dist)),
+    }
 
 
 def _ids(group: np.ndarray) -> np.ndarray:
@@ -366,6 +402,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     names = [r["name"] for r in slow][: args.limit]
     vocab = TokenVocabulary.from_tokenizer(load_tokenizer(args.vocab))
     trie = trie_lists(token_trie(vocab))
+    _compiled("(?:a|b[0-9]{1,2})*$", None, None)  # numba compiles its functions here, untimed
     rows = []
     for name in names:
         schema = json.loads((args.schemas / f"{name}.json").read_text())["schema"]
@@ -379,7 +416,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "same_first_tokens": sum(r["same_first_tokens"] for r in done),
         "same_bound": sum(r["same_bound"] for r in done),
     }
-    for key in ("lazy_ms", "parse_nfa_ms", "bounds_ms", "walk_ms", "outlines_ms", "lazy_states"):
+    summary["compiled_same"] = sum(bool(r["compiled_same"]) for r in done)
+    compiled = [r for r in rows if "compiled_nfa_bounds_ms" in r]
+    summary["compiled_all"] = {
+        key: {f"p{q}": float(np.percentile([r[key] for r in compiled], q)) for q in (50, 90, 99)}
+        for key in ("sre_parse_ms", "program_ms", "compiled_nfa_bounds_ms", "outlines_ms")
+    } | {"schemas": len(compiled)}
+    for key in (
+        "lazy_ms", "parse_nfa_ms", "bounds_ms", "walk_ms", "outlines_ms", "lazy_states",
+        "sre_parse_ms", "program_ms", "compiled_nfa_bounds_ms",
+    ):  # fmt: skip
         values = [r[key] for r in done]
         if values:
             summary[key] = {f"p{q}": float(np.percentile(values, q)) for q in (50, 90, 99)}

@@ -63,3 +63,20 @@ def test_first_tokens_walk_only_the_states_they_need():
     assert first_tokens(lazy, trie_lists(token_trie(vocab))) == {ord("{"), 256}
     assert len(lazy.sets) == 4  # the start, '{', '{"', '{"a'
     assert lazy.bytes_to_accept(lazy.initial) == 7  # '{"a":0}'
+
+
+@pytest.mark.parametrize(
+    "regex",
+    [r'\{"a"[ ]?:[ ]?"(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]){0,3}"\}$', r"(?:ab|a[0-9]{2,4})*c?$"],
+)
+def test_compiled_nfa_is_the_python_one_state_for_state(regex):
+    import re._parser as sre_parse
+
+    from bench.lazy_dfa import distances
+    from bench.lazy_nfa import Program, compiled_nfa
+
+    nfa, accept = build_nfa(regex)
+    program = Program()
+    states, compiled_accept, dist = compiled_nfa(program, program.seq(sre_parse.parse(regex)))
+    assert (states, compiled_accept) == (len(nfa.eps), accept)
+    assert dist.tolist() == distances(nfa, accept).tolist()
