@@ -315,9 +315,14 @@ def _measure(regex: str, vocab: Any, trie: tuple[list[int], ...], max_chars: int
             out |= _compiled(regex, None, None)
         except (Unsupported, OverflowError, RecursionError) as e:
             return out | {"compiled_skipped": str(e)[:80]}
+        parsed, program = _parsed_compiled(regex)
         t4 = time.perf_counter()
-        LazyTable(byte_dfa(regex), vocab).walked(0)
-        return out | {"outlines_ms": (time.perf_counter() - t4) * 1e3}
+        table = LazyTable(byte_dfa(regex), vocab)
+        table.walked(table.initial)
+        out["outlines_ms"] = (time.perf_counter() - t4) * 1e3
+        if program is not None:
+            parsed["parsed_same_bound"] = parsed.pop("start_bytes") == int(table.upper[0])
+        return out | parsed
     t0 = time.perf_counter()
     try:
         nfa, accept = build_nfa(regex)
@@ -344,7 +349,37 @@ def _measure(regex: str, vocab: Any, trie: tuple[list[int], ...], max_chars: int
     theirs = {int(i) for g in walked.groups for i in _ids(g)}
     out["same_first_tokens"] = ours == theirs
     out["same_bound"] = lazy.bytes_to_accept(lazy.initial) == int(table.upper[table.initial])
-    return out
+    parsed, program = _parsed_compiled(regex)
+    if program is not None:
+        from bench.lazy_nfa import as_python_nfa
+
+        parsed_lazy = LazyDfa(*as_python_nfa(program, program.root))
+        parsed["parsed_same_first_tokens"] = first_tokens(parsed_lazy, trie) == theirs
+        parsed["parsed_same_bound"] = parsed.pop("start_bytes") == int(table.upper[0])
+    return out | parsed
+
+
+def _parsed_compiled(regex: str) -> tuple[dict[str, Any], Any]:
+    """The whole build in compiled code, from bench/lazy_parse.py's parser: its times, the
+    start state's bytes to acceptance, and the program (None when the parser refuses)."""
+    from bench.lazy_nfa import compiled_nfa
+    from bench.lazy_parse import CompiledProgram
+
+    t0 = time.perf_counter()
+    try:
+        program = CompiledProgram(regex)
+    except Unsupported as e:
+        return {"parsed_skipped": str(e)}, None
+    t1 = time.perf_counter()
+    n, _, dist = compiled_nfa(program, program.root)
+    t2 = time.perf_counter()
+    return {
+        "compiled_parse_ms": (t1 - t0) * 1e3,
+        "parsed_nfa_bounds_ms": (t2 - t1) * 1e3,
+        "parsed_total_ms": (t2 - t0) * 1e3,
+        "parsed_nfa_states": n,
+        "start_bytes": int(dist[0]),
+    }, program
 
 
 def _compiled(regex: str, states: int | None, dist: np.ndarray | None) -> dict[str, Any]:
@@ -403,6 +438,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     vocab = TokenVocabulary.from_tokenizer(load_tokenizer(args.vocab))
     trie = trie_lists(token_trie(vocab))
     _compiled("(?:a|b[0-9]{1,2})*$", None, None)  # numba compiles its functions here, untimed
+    _parsed_compiled("(?:a|b[0-9]{1,2})*$")
     rows = []
     for name in names:
         schema = json.loads((args.schemas / f"{name}.json").read_text())["schema"]
@@ -417,6 +453,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "same_bound": sum(r["same_bound"] for r in done),
     }
     summary["compiled_same"] = sum(bool(r["compiled_same"]) for r in done)
+    parsed = [r for r in rows if "parsed_total_ms" in r]
+    summary["parsed"] = {
+        key: {f"p{q}": float(np.percentile([r[key] for r in parsed], q)) for q in (50, 90, 99)}
+        for key in ("compiled_parse_ms", "parsed_nfa_bounds_ms", "parsed_total_ms", "outlines_ms")
+    } | {
+        "schemas": len(parsed),
+        "refused": sum(1 for r in rows if "parsed_skipped" in r),
+        "same_first_tokens": sum(bool(r.get("parsed_same_first_tokens")) for r in parsed),
+        "with_first_tokens": sum("parsed_same_first_tokens" in r for r in parsed),
+        "same_bound": sum(bool(r.get("parsed_same_bound")) for r in parsed),
+        "faster": sum(r["parsed_total_ms"] < r["outlines_ms"] for r in parsed),
+    }
     compiled = [r for r in rows if "compiled_nfa_bounds_ms" in r]
     summary["compiled_all"] = {
         key: {f"p{q}": float(np.percentile([r[key] for r in compiled], q)) for q in (50, 90, 99)}

@@ -268,8 +268,8 @@ def _distances(n, accept, eps_src, eps_dst, e_src, e_dst):
     return dist
 
 
-def compiled_nfa(program: Program, root: int) -> tuple[int, int, np.ndarray]:
-    """Write the program out (numba): (states, accepting state, bytes to accept per state)."""
+def _write(program: Any, root: int) -> tuple[int, int, tuple[np.ndarray, ...]]:
+    """The program written out (numba): (states, accepting state, edge arrays)."""
     (kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, rng_lo, rng_hi) = (
         program.arrays()
     )
@@ -285,4 +285,28 @@ def compiled_nfa(program: Program, root: int) -> tuple[int, int, np.ndarray]:
                    eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)  # fmt: skip
     if top[0] != n or top[1] != n_eps or top[2] != n_edges:
         raise AssertionError("the count and the written NFA disagree")
-    return n, int(accept), _distances(n, accept, eps_src, eps_dst, e_src, e_dst)
+    return n, int(accept), (eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)
+
+
+def compiled_nfa(program: Any, root: int) -> tuple[int, int, np.ndarray]:
+    """Write the program out (numba): (states, accepting state, bytes to accept per state).
+    `program`: a Program, or bench/lazy_parse.CompiledProgram (the same arrays)."""
+    n, accept, (eps_src, eps_dst, e_src, _, _, e_dst) = _write(program, root)
+    return n, accept, _distances(n, accept, eps_src, eps_dst, e_src, e_dst)
+
+
+def as_python_nfa(program: Any, root: int) -> tuple[Any, int]:
+    """The written-out NFA as bench.lazy_dfa.Nfa (for its LazyDfa) and its accepting state."""
+    from bench.lazy_dfa import Nfa
+
+    n, accept, (eps_src, eps_dst, e_src, e_lo, e_hi, e_dst) = _write(program, root)
+    nfa = Nfa()
+    nfa.eps = [[] for _ in range(n)]
+    nfa.edges = [[] for _ in range(n)]
+    for q, t in zip(eps_src.tolist(), eps_dst.tolist(), strict=True):
+        nfa.eps[q].append(t)
+    for q, a, b, t in zip(
+        e_src.tolist(), e_lo.tolist(), e_hi.tolist(), e_dst.tolist(), strict=True
+    ):
+        nfa.edges[q].append((a, b, t))
+    return nfa, accept

@@ -36,10 +36,41 @@ def test_utf8_sequences_spell_exactly_the_range(lo, hi):
     ],
 )
 def test_lazy_dfa_has_outlines_cores_language(regex):
+    _same_language(LazyDfa(*build_nfa(regex)), regex)
+
+
+@pytest.mark.parametrize(
+    "regex",
+    [
+        r'\{"a"[ ]?:[ ]?"(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]){0,3}"\}$',
+        r"(?:ab|a[0-9]{2,4})*?c?$",
+        "[é-ü€]x+$",
+        r"\U0001f600[\u00e9-\u00fc]{2,}\.[^a-z\]-]$",
+        r"(a|b(c|)){1}x{0,}$",
+    ],
+)
+def test_compiled_parser_has_outlines_cores_language(regex):
+    from bench.lazy_nfa import as_python_nfa
+    from bench.lazy_parse import CompiledProgram
+
+    program = CompiledProgram(regex)
+    _same_language(LazyDfa(*as_python_nfa(program, program.root)), regex)
+
+
+@pytest.mark.parametrize(
+    "regex", [r"\d+$", "(?i)a$", "a^b$", "a$b", "(ab$", "ab)$", "a{2,1}$", "[ab$"]
+)
+def test_compiled_parser_refuses_what_it_does_not_model(regex):
+    from bench.lazy_dfa import Unsupported
+    from bench.lazy_parse import CompiledProgram
+
+    with pytest.raises(Unsupported):
+        CompiledProgram(regex)
+
+
+def _same_language(ours: LazyDfa, regex: str) -> None:
     """Both DFAs walked side by side from their start states over every byte: the same
     bytes live, the same states accepting."""
-    nfa, nfa_accept = build_nfa(regex)
-    ours = LazyDfa(nfa, nfa_accept)
     theirs = byte_dfa(regex)
     todo, seen = [(ours.initial, 0)], {(ours.initial, 0)}
     while todo:

@@ -1,0 +1,363 @@
+"""The lazy-DFA probe's regex parser in compiled code (numba), for bench/lazy_nfa.py.
+
+Python's own parser (`re._parser`) takes 1-3 us a character, seconds on the regexes of
+millions of characters that large schemas make. This one reads the dialect gclm's regexes
+are written in (compiler/json_schema/patterns.py: literals, `\\xHH`, `\\uHHHH`,
+`\\UHHHHHHHH`, escaped punctuation, classes with ranges and `^`, `.`, `(...)` and `(?:...)`,
+`|`, `*`, `+`, `?`, `{n}`, `{n,}`, `{n,m}`, lazy or not, and a final `$`) straight into
+bench/lazy_nfa.Program's arrays, classes as UTF-8 byte-range sequences. Anything else
+(`\\d`, flags, anchors inside, look-around) is refused (Unsupported). Its program need not
+be the node-for-node twin of the one made from Python's parse (that one folds `a|b` into a
+class, for one), so it is checked by language: tests/bench/test_lazy_dfa_bench.py walks its
+lazy DFA beside outlines-core's over every byte.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from bench.lazy_dfa import Unsupported
+from bench.lazy_nfa import ALT, REP, SEQ, SET, UNBOUNDED
+
+_ERRORS = (
+    "",
+    "an escape the probe does not model",
+    "a group with flags or look-around",
+    "an anchor inside the regex",
+    "unbalanced parentheses",
+    "a malformed count",
+    "an unterminated class",
+    "",  # 7: larger arrays (CompiledProgram retries)
+)
+
+
+@nb.njit(cache=True)
+def _utf8_len(cp):
+    return 1 if cp < 0x80 else 2 if cp < 0x800 else 3 if cp < 0x10000 else 4
+
+
+@nb.njit(cache=True)
+def _utf8_bytes(cp, out):
+    n = _utf8_len(cp)
+    if n == 1:
+        out[0] = cp
+    elif n == 2:
+        out[0], out[1] = 0xC0 | (cp >> 6), 0x80 | (cp & 0x3F)
+    elif n == 3:
+        out[0], out[1], out[2] = 0xE0 | (cp >> 12), 0x80 | ((cp >> 6) & 0x3F), 0x80 | (cp & 0x3F)
+    else:
+        out[0], out[1] = 0xF0 | (cp >> 18), 0x80 | ((cp >> 12) & 0x3F)
+        out[2], out[3] = 0x80 | ((cp >> 6) & 0x3F), 0x80 | (cp & 0x3F)
+    return n
+
+
+@nb.njit(cache=True)
+def _emit_class(iv_lo, iv_hi, count, b, ranges_at, rng_lo, rng_hi):
+    """Append the UTF-8 byte-range sequences of intervals [0, count) (bench.lazy_dfa.
+    utf8_sequences' splits); b = [sequences, ranges] written so far."""
+    todo_lo = np.empty(64, dtype=np.int64)
+    todo_hi = np.empty(64, dtype=np.int64)
+    a = np.empty(4, dtype=np.int64)
+    z = np.empty(4, dtype=np.int64)
+    for i in range(count):
+        todo_lo[0], todo_hi[0] = iv_lo[i], iv_hi[i]
+        top = 1
+        while top:
+            top -= 1
+            lo, hi = todo_lo[top], todo_hi[top]
+            if lo > hi:
+                continue
+            if lo <= 0xDFFF and hi >= 0xD800:
+                todo_lo[top], todo_hi[top] = lo, 0xD7FF
+                todo_lo[top + 1], todo_hi[top + 1] = 0xE000, hi
+                top += 2
+                continue
+            split = False
+            for edge in (0x7F, 0x7FF, 0xFFFF):
+                if lo <= edge < hi:
+                    todo_lo[top], todo_hi[top] = lo, edge
+                    todo_lo[top + 1], todo_hi[top + 1] = edge + 1, hi
+                    top += 2
+                    split = True
+                    break
+            if split:
+                continue
+            n = _utf8_len(lo)
+            for j in range(1, n):
+                m = (1 << (6 * j)) - 1
+                if lo & ~m != hi & ~m:
+                    if lo & m:
+                        todo_lo[top], todo_hi[top] = lo, lo | m
+                        todo_lo[top + 1], todo_hi[top + 1] = (lo | m) + 1, hi
+                        top += 2
+                        split = True
+                        break
+                    if hi & m != m:
+                        todo_lo[top], todo_hi[top] = lo, (hi & ~m) - 1
+                        todo_lo[top + 1], todo_hi[top + 1] = hi & ~m, hi
+                        top += 2
+                        split = True
+                        break
+            if split:
+                continue
+            _utf8_bytes(lo, a)
+            _utf8_bytes(hi, z)
+            for j in range(n):
+                rng_lo[b[1]], rng_hi[b[1]] = a[j], z[j]
+                b[1] += 1
+            b[0] += 1
+            ranges_at[b[0]] = b[1]
+
+
+@nb.njit(cache=True)
+def _hex(code, at, digits):
+    v = 0
+    for i in range(at, at + digits):
+        c = code[i] if i < code.size else 0
+        if 48 <= c <= 57:
+            v = v * 16 + c - 48
+        elif 97 <= c <= 102 or 65 <= c <= 70:
+            v = v * 16 + (c | 32) - 87
+        else:
+            return -1
+    return v
+
+
+@nb.njit(cache=True)
+def _char(code, at):
+    """The codepoint of the (possibly escaped) character at `at` and the next position; a
+    negative codepoint for an escape the probe refuses."""
+    c = code[at]
+    if c != 92:  # not a backslash
+        return c, at + 1
+    e = code[at + 1] if at + 1 < code.size else 0
+    if e == 120:  # x
+        return _hex(code, at + 2, 2), at + 4
+    if e == 117:  # u
+        return _hex(code, at + 2, 4), at + 6
+    if e == 85:  # U
+        return _hex(code, at + 2, 8), at + 10
+    if e == 110:
+        return 10, at + 2
+    if e == 116:
+        return 9, at + 2
+    if e == 114:
+        return 13, at + 2
+    if e == 102:
+        return 12, at + 2
+    if e == 118:
+        return 11, at + 2
+    if (48 <= e <= 57) or (65 <= e <= 90) or (97 <= e <= 122):
+        return -1, at + 2  # \d, \w, \b, \p, backreferences...
+    return e, at + 2
+
+
+@nb.njit(cache=True)
+def _number(code, at):
+    v, start = 0, at
+    while at < code.size and 48 <= code[at] <= 57:
+        v = v * 10 + code[at] - 48
+        at += 1
+    return (v if at > start else -1), at
+
+
+@nb.njit(cache=True)
+def _parse(code, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, ranges_at, rng_lo, rng_hi):
+    """Write the program of the regex whose codepoints are `code` into the arrays (nodes:
+    2 n + 8 rows; classes' sequences and ranges: what `ranges_at` and `rng_lo` hold);
+    returns (error, root), error 7 when the classes need larger arrays."""
+    n = code.size
+    cap = kind.size
+    items = np.zeros(cap, dtype=np.int64)
+    alts = np.zeros(cap, dtype=np.int64)
+    item_base = np.zeros(n + 2, dtype=np.int64)
+    alt_base = np.zeros(n + 2, dtype=np.int64)
+    written = np.zeros(2, dtype=np.int64)  # sequences, ranges
+    iv_lo = np.zeros(n + 4, dtype=np.int64)
+    iv_hi = np.zeros(n + 4, dtype=np.int64)
+    merged_lo = np.zeros(n + 4, dtype=np.int64)
+    merged_hi = np.zeros(n + 4, dtype=np.int64)
+    nodes = n_kids = n_items = n_alts = depth = classes = 0
+    at = 0
+    while True:
+        c = code[at] if at < n else -1
+        if c == -1 or c == 124 or c == 41:  # end, |, ): close the alternative
+            k = nodes
+            nodes += 1
+            kind[k] = SEQ
+            kids_lo[k] = n_kids
+            for i in range(item_base[depth], n_items):
+                kids[n_kids] = items[i]
+                n_kids += 1
+            kids_hi[k] = n_kids
+            n_items = item_base[depth]
+            alts[n_alts] = k
+            n_alts += 1
+            if c == 124:
+                at += 1
+                continue
+            if (c == -1) != (depth == 0):
+                return 4, 0
+            first = alt_base[depth]
+            if n_alts - first == 1:
+                node = alts[first]
+            else:
+                node = nodes
+                nodes += 1
+                kind[node] = ALT
+                kids_lo[node] = n_kids
+                for i in range(first, n_alts):
+                    kids[n_kids] = alts[i]
+                    n_kids += 1
+                kids_hi[node] = n_kids
+            n_alts = first
+            if c == -1:
+                return 0, node
+            depth -= 1
+            items[n_items] = node
+            n_items += 1
+            at += 1
+            continue
+        if c == 40:  # (
+            at += 1
+            if at < n and code[at] == 63:  # ?
+                if at + 1 < n and code[at + 1] == 58:  # :
+                    at += 2
+                else:
+                    return 2, 0
+            depth += 1
+            item_base[depth] = n_items
+            alt_base[depth] = n_alts
+            continue
+        if c == 42 or c == 43 or c == 63 or c == 123:  # * + ? {
+            low, high = 0, UNBOUNDED
+            if c == 43:
+                low = 1
+            elif c == 63:
+                high = 1
+            at += 1
+            if c == 123:
+                low, at = _number(code, at)
+                high = low
+                if at < n and code[at] == 44:  # ,
+                    high, at = _number(code, at + 1)
+                    if high < 0:
+                        high = UNBOUNDED
+                if low < 0 or at >= n or code[at] != 125 or (high != UNBOUNDED and high < low):
+                    return 5, 0
+                at += 1
+            if at < n and code[at] == 63:  # lazy: the same language
+                at += 1
+            if n_items == item_base[depth]:
+                return 5, 0
+            k = nodes
+            nodes += 1
+            kind[k], p0[k], p1[k] = REP, low, high
+            kids_lo[k] = n_kids
+            kids[n_kids] = items[n_items - 1]
+            n_kids += 1
+            kids_hi[k] = n_kids
+            items[n_items - 1] = k
+            continue
+        if c == 36:  # $
+            if at != n - 1:
+                return 3, 0
+            at += 1
+            continue
+        if c == 94:  # ^
+            return 3, 0
+        count = 0
+        negate = False
+        if c == 46:  # .
+            iv_lo[0], iv_hi[0], iv_lo[1], iv_hi[1] = 0, 9, 11, 0x10FFFF
+            count = 2
+            at += 1
+        elif c == 91:  # [
+            at += 1
+            if at < n and code[at] == 94:
+                negate = True
+                at += 1
+            while True:
+                if at >= n:
+                    return 6, 0
+                if code[at] == 93:
+                    at += 1
+                    break
+                lo, at = _char(code, at)
+                hi = lo
+                if at + 1 < n and code[at] == 45 and code[at + 1] != 93:  # a range
+                    hi, at = _char(code, at + 1)
+                if lo < 0 or hi < 0:
+                    return 1, 0
+                iv_lo[count], iv_hi[count] = lo, hi
+                count += 1
+        else:
+            lo, at = _char(code, at)
+            if lo < 0:
+                return 1, 0
+            iv_lo[0], iv_hi[0] = lo, lo
+            count = 1
+        # Sort and merge the intervals (a class is short: insertion sort), complement.
+        for i in range(1, count):
+            a, b = iv_lo[i], iv_hi[i]
+            j = i - 1
+            while j >= 0 and iv_lo[j] > a:
+                iv_lo[j + 1], iv_hi[j + 1] = iv_lo[j], iv_hi[j]
+                j -= 1
+            iv_lo[j + 1], iv_hi[j + 1] = a, b
+        m = 0
+        for i in range(count):
+            if m and iv_lo[i] <= merged_hi[m - 1] + 1:
+                merged_hi[m - 1] = max(merged_hi[m - 1], iv_hi[i])
+            else:
+                merged_lo[m], merged_hi[m] = iv_lo[i], iv_hi[i]
+                m += 1
+        if negate:
+            out, nxt = 0, 0
+            for i in range(m):
+                if nxt < merged_lo[i]:
+                    iv_lo[out], iv_hi[out] = nxt, merged_lo[i] - 1
+                    out += 1
+                nxt = merged_hi[i] + 1
+            if nxt <= 0x10FFFF:
+                iv_lo[out], iv_hi[out] = nxt, 0x10FFFF
+                out += 1
+            for i in range(out):
+                merged_lo[i], merged_hi[i] = iv_lo[i], iv_hi[i]
+            m = out
+        # An interval splits into at most 18 sequences of at most 4 ranges.
+        if written[0] + 18 * m + 1 >= ranges_at.size or written[1] + 72 * m >= rng_lo.size:
+            return 7, 0
+        seq_lo[classes] = written[0]
+        _emit_class(merged_lo, merged_hi, m, written, ranges_at, rng_lo, rng_hi)
+        seq_hi[classes] = written[0]
+        k = nodes
+        nodes += 1
+        kind[k], p0[k] = SET, classes
+        kids_lo[k] = kids_hi[k] = n_kids
+        classes += 1
+        items[n_items] = k
+        n_items += 1
+
+
+class CompiledProgram:
+    """bench/lazy_nfa.Program's arrays, from the compiled parser (`arrays()` as there)."""
+
+    def __init__(self, regex: str) -> None:
+        code = np.frombuffer(regex.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
+        n, room = code.size, 4
+        while True:
+            nodes = [np.zeros(2 * n + 8, dtype=np.int64) for _ in range(6)]
+            classes = [np.zeros(2 * n + 8, dtype=np.int64) for _ in range(2)]
+            ranges = [np.zeros(room * n + 64, dtype=np.int64) for _ in range(3)]
+            error, self.root = _parse(code, *nodes, *classes, *ranges)
+            if error != 7:
+                break
+            room *= 4
+        if error:
+            raise Unsupported(_ERRORS[error])
+        self._arrays = (*nodes, *classes, *ranges)
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        return self._arrays
