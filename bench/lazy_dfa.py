@@ -36,14 +36,11 @@ from typing import Any
 import numpy as np
 
 from bench.jsonschemabench import DEFAULT_DIR
+from gclm.compiler.regex_parse import Unsupported
 
 MAX_CODEPOINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)
 INF = 1 << 30
-
-
-class Unsupported(ValueError):
-    """A regex construct the probe does not model."""
 
 
 def _utf8(cp: int) -> bytes:
@@ -360,10 +357,10 @@ def _measure(regex: str, vocab: Any, trie: tuple[list[int], ...], max_chars: int
 
 
 def _parsed_compiled(regex: str) -> tuple[dict[str, Any], Any]:
-    """The whole build in compiled code, from bench/lazy_parse.py's parser: its times, the
+    """The whole build in compiled code, from compiler/regex_parse.py's parser: its times, the
     start state's bytes to acceptance, and the program (None when the parser refuses)."""
     from bench.lazy_nfa import compiled_nfa
-    from bench.lazy_parse import CompiledProgram
+    from gclm.compiler.regex_parse import ParsedRegex as CompiledProgram
 
     t0 = time.perf_counter()
     try:

@@ -14,13 +14,11 @@ from __future__ import annotations
 import re._constants as sre
 from typing import Any
 
-import numba as nb
 import numpy as np
 
 from bench.lazy_dfa import MAX_CODEPOINT, Unsupported, _class_ranges, utf8_sequences
-
-SEQ, ALT, REP, SET = 0, 1, 2, 3
-UNBOUNDED = -1
+from gclm.compiler.regex_nfa import nfa_distances, write_nfa
+from gclm.compiler.regex_parse import ALT, REP, SEQ, SET, UNBOUNDED
 
 
 class Program:
@@ -105,201 +103,18 @@ class Program:
         )  # fmt: skip
 
 
-@nb.njit(cache=True)
-def _count(k, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, out):
-    """Add node k's states, epsilon edges and byte edges, written out, to out[0:3]."""
-    t = kind[k]
-    if t == SET:
-        out[0] += 1
-        for s in range(seq_lo[p0[k]], seq_hi[p0[k]]):
-            n = rng_at[s + 1] - rng_at[s]
-            out[0] += n - 1
-            out[2] += n
-        return 0
-    if t == SEQ:
-        for j in range(kids_lo[k], kids_hi[k]):
-            _count(kids[j], kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, out)
-        return 0
-    if t == ALT:
-        out[0] += 1
-        for j in range(kids_lo[k], kids_hi[k]):
-            out[0] += 1
-            out[1] += 2
-            _count(kids[j], kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, out)
-        return 0
-    sub, low, high = kids[kids_lo[k]], p0[k], p1[k]
-    copies = low + (1 if high == UNBOUNDED else high - low)
-    if high == UNBOUNDED:
-        out[0] += 1
-        out[1] += 2
-    elif high > low:
-        out[0] += 1
-        out[1] += high - low + 1
-    for _ in range(copies):
-        _count(sub, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, out)
-    return 0
-
-
-@nb.njit(cache=True)
-def _emit(k, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, rng_lo, rng_hi,
-          top, eps_src, eps_dst, e_src, e_lo, e_hi, e_dst):  # fmt: skip
-    """Write node k out from state `at` (top: next state, epsilon and byte edge); returns
-    its end state. The same order of states as bench.lazy_dfa.Nfa.compile."""
-    t = kind[k]
-    if t == SET:
-        end = top[0]
-        top[0] += 1
-        for s in range(seq_lo[p0[k]], seq_hi[p0[k]]):
-            cur = at
-            last = rng_at[s + 1] - 1
-            for r in range(rng_at[s], rng_at[s + 1]):
-                if r == last:
-                    to = end
-                else:
-                    to = top[0]
-                    top[0] += 1
-                e = top[2]
-                e_src[e], e_lo[e], e_hi[e], e_dst[e] = cur, rng_lo[r], rng_hi[r], to
-                top[2] += 1
-                cur = to
-        return end
-    if t == SEQ:
-        for j in range(kids_lo[k], kids_hi[k]):
-            at = _emit(kids[j], at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
-                       rng_at, rng_lo, rng_hi, top,
-                       eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)  # fmt: skip
-        return at
-    if t == ALT:
-        end = top[0]
-        top[0] += 1
-        for j in range(kids_lo[k], kids_hi[k]):
-            s = top[0]
-            top[0] += 1
-            eps_src[top[1]], eps_dst[top[1]] = at, s
-            top[1] += 1
-            e = _emit(kids[j], s, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
-                      rng_at, rng_lo, rng_hi, top,
-                      eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)  # fmt: skip
-            eps_src[top[1]], eps_dst[top[1]] = e, end
-            top[1] += 1
-        return end
-    sub, low, high = kids[kids_lo[k]], p0[k], p1[k]
-    for _ in range(low):
-        at = _emit(sub, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
-                   rng_at, rng_lo, rng_hi, top,
-                   eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)  # fmt: skip
-    if high == UNBOUNDED:
-        loop = top[0]
-        top[0] += 1
-        eps_src[top[1]], eps_dst[top[1]] = at, loop
-        top[1] += 1
-        e = _emit(sub, loop, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
-                  rng_at, rng_lo, rng_hi, top,
-                  eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)  # fmt: skip
-        eps_src[top[1]], eps_dst[top[1]] = e, loop
-        top[1] += 1
-        return loop
-    if high > low:
-        end = top[0]
-        top[0] += 1
-        for _ in range(high - low):
-            eps_src[top[1]], eps_dst[top[1]] = at, end
-            top[1] += 1
-            at = _emit(sub, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
-                       rng_at, rng_lo, rng_hi, top,
-                       eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)  # fmt: skip
-        eps_src[top[1]], eps_dst[top[1]] = at, end
-        top[1] += 1
-        return end
-    return at
-
-
-@nb.njit(cache=True)
-def _distances(n, accept, eps_src, eps_dst, e_src, e_dst):
-    """Each state's fewest bytes to `accept`: the reverse graph in CSR, then a BFS by
-    layers, each layer closed over epsilon edges first."""
-    inf = 1 << 30
-    eps_at = np.zeros(n + 1, dtype=np.int64)
-    byte_at = np.zeros(n + 1, dtype=np.int64)
-    for i in range(eps_dst.size):
-        eps_at[eps_dst[i] + 1] += 1
-    for i in range(e_dst.size):
-        byte_at[e_dst[i] + 1] += 1
-    eps_at = np.cumsum(eps_at)
-    byte_at = np.cumsum(byte_at)
-    eps_from = np.empty(eps_src.size, dtype=np.int64)
-    byte_from = np.empty(e_src.size, dtype=np.int64)
-    fill = eps_at[:-1].copy()
-    for i in range(eps_dst.size):
-        eps_from[fill[eps_dst[i]]] = eps_src[i]
-        fill[eps_dst[i]] += 1
-    fill = byte_at[:-1].copy()
-    for i in range(e_dst.size):
-        byte_from[fill[e_dst[i]]] = e_src[i]
-        fill[e_dst[i]] += 1
-    dist = np.full(n, inf, dtype=np.int64)
-    layer = np.empty(n, dtype=np.int64)
-    nxt = np.empty(n, dtype=np.int64)
-    dist[accept] = 0
-    layer[0] = accept
-    size, d = 1, 0
-    while size:
-        i = 0
-        while i < size:  # the layer closed over epsilon edges (appended as found)
-            t = layer[i]
-            for j in range(eps_at[t], eps_at[t + 1]):
-                q = eps_from[j]
-                if dist[q] > d:
-                    dist[q] = d
-                    layer[size] = q
-                    size += 1
-            i += 1
-        count = 0
-        for i in range(size):
-            t = layer[i]
-            for j in range(byte_at[t], byte_at[t + 1]):
-                q = byte_from[j]
-                if dist[q] > d + 1:
-                    dist[q] = d + 1
-                    nxt[count] = q
-                    count += 1
-        layer, nxt = nxt, layer
-        size, d = count, d + 1
-    return dist
-
-
-def _write(program: Any, root: int) -> tuple[int, int, tuple[np.ndarray, ...]]:
-    """The program written out (numba): (states, accepting state, edge arrays)."""
-    (kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, rng_lo, rng_hi) = (
-        program.arrays()
-    )
-    counts = np.zeros(3, dtype=np.int64)
-    _count(root, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, counts)
-    n, n_eps, n_edges = int(counts[0]) + 1, int(counts[1]), int(counts[2])
-    eps_src, eps_dst = np.empty(n_eps, np.int64), np.empty(n_eps, np.int64)
-    e_src, e_lo = np.empty(n_edges, np.int64), np.empty(n_edges, np.int64)
-    e_hi, e_dst = np.empty(n_edges, np.int64), np.empty(n_edges, np.int64)
-    top = np.array([1, 0, 0], dtype=np.int64)  # state 0 is the start
-    accept = _emit(root, 0, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
-                   rng_at, rng_lo, rng_hi, top,
-                   eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)  # fmt: skip
-    if top[0] != n or top[1] != n_eps or top[2] != n_edges:
-        raise AssertionError("the count and the written NFA disagree")
-    return n, int(accept), (eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)
-
-
 def compiled_nfa(program: Any, root: int) -> tuple[int, int, np.ndarray]:
     """Write the program out (numba): (states, accepting state, bytes to accept per state).
-    `program`: a Program, or bench/lazy_parse.CompiledProgram (the same arrays)."""
-    n, accept, (eps_src, eps_dst, e_src, _, _, e_dst) = _write(program, root)
-    return n, accept, _distances(n, accept, eps_src, eps_dst, e_src, e_dst)
+    `program`: a Program, or compiler/regex_parse.ParsedRegex (the same arrays)."""
+    n, accept, (eps_src, eps_dst, e_src, _, _, e_dst) = write_nfa(program, root)
+    return n, accept, nfa_distances(n, accept, eps_src, eps_dst, e_src, e_dst)
 
 
 def as_python_nfa(program: Any, root: int) -> tuple[Any, int]:
     """The written-out NFA as bench.lazy_dfa.Nfa (for its LazyDfa) and its accepting state."""
     from bench.lazy_dfa import Nfa
 
-    n, accept, (eps_src, eps_dst, e_src, e_lo, e_hi, e_dst) = _write(program, root)
+    n, accept, (eps_src, eps_dst, e_src, e_lo, e_hi, e_dst) = write_nfa(program, root)
     nfa = Nfa()
     nfa.eps = [[] for _ in range(n)]
     nfa.edges = [[] for _ in range(n)]

@@ -51,7 +51,7 @@ def test_lazy_dfa_has_outlines_cores_language(regex):
 )
 def test_compiled_parser_has_outlines_cores_language(regex):
     from bench.lazy_nfa import as_python_nfa
-    from bench.lazy_parse import CompiledProgram
+    from gclm.compiler.regex_parse import ParsedRegex as CompiledProgram
 
     program = CompiledProgram(regex)
     _same_language(LazyDfa(*as_python_nfa(program, program.root)), regex)
@@ -61,8 +61,8 @@ def test_compiled_parser_has_outlines_cores_language(regex):
     "regex", [r"\d+$", "(?i)a$", "a^b$", "a$b", "(ab$", "ab)$", "a{2,1}$", "[ab$"]
 )
 def test_compiled_parser_refuses_what_it_does_not_model(regex):
-    from bench.lazy_dfa import Unsupported
-    from bench.lazy_parse import CompiledProgram
+    from gclm.compiler.regex_parse import ParsedRegex as CompiledProgram
+    from gclm.compiler.regex_parse import Unsupported
 
     with pytest.raises(Unsupported):
         CompiledProgram(regex)

@@ -1,15 +1,15 @@
-"""The lazy-DFA probe's regex parser in compiled code (numba), for bench/lazy_nfa.py.
+"""gclm's regexes parsed in compiled code (numba) into a program for compiler/regex_nfa.py.
 
 Python's own parser (`re._parser`) takes 1-3 us a character, seconds on the regexes of
 millions of characters that large schemas make. This one reads the dialect gclm's regexes
 are written in (compiler/json_schema/patterns.py: literals, `\\xHH`, `\\uHHHH`,
 `\\UHHHHHHHH`, escaped punctuation, classes with ranges and `^`, `.`, `(...)` and `(?:...)`,
-`|`, `*`, `+`, `?`, `{n}`, `{n,}`, `{n,m}`, lazy or not, and a final `$`) straight into
-bench/lazy_nfa.Program's arrays, classes as UTF-8 byte-range sequences. Anything else
-(`\\d`, flags, anchors inside, look-around) is refused (Unsupported). Its program need not
-be the node-for-node twin of the one made from Python's parse (that one folds `a|b` into a
-class, for one), so it is checked by language: tests/bench/test_lazy_dfa_bench.py walks its
-lazy DFA beside outlines-core's over every byte.
+`|`, `*`, `+`, `?`, `{n}`, `{n,}`, `{n,m}`, lazy or not, and a final `$`) into flat arrays:
+sequences, alternatives, repetitions with their counts, and classes as UTF-8 byte-range
+sequences. Anything else (`\\d`, flags, anchors inside, look-around) is refused
+(Unsupported), and the caller builds outlines-core's DFA instead. It is checked by
+language: tests/compiler/test_lazy_dfa.py walks the DFA made of it beside outlines-core's
+over every byte.
 """
 
 from __future__ import annotations
@@ -17,8 +17,17 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from bench.lazy_dfa import Unsupported
-from bench.lazy_nfa import ALT, REP, SEQ, SET, UNBOUNDED
+from gclm.compiler.numba_cache import cache_per_version
+
+cache_per_version(__file__)
+
+SEQ, ALT, REP, SET = 0, 1, 2, 3
+UNBOUNDED = -1
+
+
+class Unsupported(ValueError):
+    """A regex construct the compiled parser does not read."""
+
 
 _ERRORS = (
     "",
@@ -54,8 +63,8 @@ def _utf8_bytes(cp, out):
 
 @nb.njit(cache=True)
 def _emit_class(iv_lo, iv_hi, count, b, ranges_at, rng_lo, rng_hi):
-    """Append the UTF-8 byte-range sequences of intervals [0, count) (bench.lazy_dfa.
-    utf8_sequences' splits); b = [sequences, ranges] written so far."""
+    """Append the UTF-8 byte-range sequences of intervals [0, count) (split as
+    bench.lazy_dfa.utf8_sequences splits them); b = [sequences, ranges] written so far."""
     todo_lo = np.empty(64, dtype=np.int64)
     todo_hi = np.empty(64, dtype=np.int64)
     a = np.empty(4, dtype=np.int64)
@@ -341,8 +350,11 @@ def _parse(code, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, ranges_at
         n_items += 1
 
 
-class CompiledProgram:
-    """bench/lazy_nfa.Program's arrays, from the compiled parser (`arrays()` as there)."""
+class ParsedRegex:
+    """A regex's program: node k has `kind[k]`, two numbers (a repetition's low and high,
+    a set's class), and children `kids[kids_lo[k]:kids_hi[k]]`; class c is the byte-range
+    sequences `seq_lo[c]..seq_hi[c]`, sequence s the ranges `rng_at[s]..rng_at[s+1]`
+    (`arrays()`, in that order). Raises Unsupported for what the parser does not read."""
 
     def __init__(self, regex: str) -> None:
         code = np.frombuffer(regex.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)

@@ -1,0 +1,284 @@
+"""A regex as a Thompson NFA over bytes, and each NFA state's byte distances to acceptance.
+
+compiler/regex_parse.py reads the regex into a program; numba writes the program out, one
+copy of a repetition's body per count (so the NFA is linear in the regex with its counted
+repetitions expanded), then runs a reverse BFS for each state's fewest bytes to
+acceptance: over every byte, and over the bytes that are tokens by themselves. A subset of
+NFA states accepts what its members accept, so a subset's distance is the least of its
+members': compiler/lazy_dfa.py determinizes the NFA only where walks go, with the same
+bounds a LazyTable reads from a whole byte DFA (compiler/byte_bounds.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numba as nb
+import numpy as np
+
+from gclm.compiler.numba_cache import cache_per_version
+from gclm.compiler.regex_parse import ALT, SEQ, SET, UNBOUNDED, ParsedRegex, Unsupported
+from gclm.compiler.tables import UNREACHABLE
+from gclm.errors import InternalError
+
+cache_per_version(__file__)
+
+# A regex whose NFA would pass this is refused (Unsupported): 7.2 M states took 1.9 s and
+# about 0.4 GB, more than outlines-core's whole DFA is worth waiting for in the server.
+MAX_NFA_STATES = 4_000_000
+
+
+@dataclass(frozen=True)
+class Nfa:
+    """State 0 is the start, `accept` the one accepting state. Epsilon edges out of q are
+    `eps_to[eps_at[q]:eps_at[q + 1]]`; byte edges out of q are j in `byte_at[q]:byte_at[q+1]`,
+    bytes `byte_lo[j]..byte_hi[j]` to `byte_to[j]`. `every[q]` is q's fewest bytes to
+    acceptance, `single[q]` the fewest along bytes that are tokens by themselves
+    (UNREACHABLE when there are none)."""
+
+    states: int
+    accept: int
+    eps_at: np.ndarray  # int64 [N + 1]
+    eps_to: np.ndarray  # int64 [E]
+    byte_at: np.ndarray  # int64 [N + 1]
+    byte_lo: np.ndarray  # int64 [B]
+    byte_hi: np.ndarray  # int64 [B]
+    byte_to: np.ndarray  # int64 [B]
+    every: np.ndarray  # int64 [N]
+    single: np.ndarray  # int64 [N]
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.eps_at, self.eps_to, self.byte_at, self.byte_lo, self.byte_hi)
+        return sum(a.nbytes for a in arrays) + self.byte_to.nbytes + 2 * self.every.nbytes
+
+
+def build_nfa(regex: str, single_bytes: np.ndarray, max_states: int = MAX_NFA_STATES) -> Nfa:
+    """The NFA of `regex` and its distances; `single_bytes` (bool [256]): the bytes that are
+    tokens by themselves.
+
+    Raises Unsupported for a construct compiler/regex_parse.py does not read, or an NFA of
+    more than `max_states` states."""
+    parsed = ParsedRegex(regex)
+    n, accept, edges = write_nfa(parsed, parsed.root, max_states)
+    eps_src, eps_dst, e_src, e_lo, e_hi, e_dst = edges
+    every = nfa_distances(n, accept, eps_src, eps_dst, e_src, e_dst)
+    spelled = np.concatenate([[0], np.cumsum(single_bytes.astype(np.int64))])
+    usable = spelled[e_hi + 1] > spelled[e_lo]  # some byte of the edge is a token
+    single = nfa_distances(n, accept, eps_src, eps_dst, e_src[usable], e_dst[usable])
+    eps_at, eps_order = _by_source(n, eps_src)
+    byte_at, byte_order = _by_source(n, e_src)
+    every[every >= _INF] = UNREACHABLE
+    single[single >= _INF] = UNREACHABLE
+    return Nfa(
+        n, accept, eps_at, eps_dst[eps_order], byte_at, e_lo[byte_order], e_hi[byte_order],
+        e_dst[byte_order], every, single,
+    )  # fmt: skip
+
+
+_INF = 1 << 30
+
+
+@nb.njit(cache=True)
+def _by_source(n, src):
+    """A counting sort of edges by source: (offsets [n + 1], edge order)."""
+    at = np.zeros(n + 1, dtype=np.int64)
+    for i in range(src.size):
+        at[src[i] + 1] += 1
+    at = np.cumsum(at)
+    fill = at[:-1].copy()
+    order = np.empty(src.size, dtype=np.int64)
+    for i in range(src.size):
+        order[fill[src[i]]] = i
+        fill[src[i]] += 1
+    return at, order
+
+
+@nb.njit(cache=True)
+def _count(k, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, out):
+    """Add node k's states, epsilon edges and byte edges, written out, to out[0:3]."""
+    t = kind[k]
+    if t == SET:
+        out[0] += 1
+        for s in range(seq_lo[p0[k]], seq_hi[p0[k]]):
+            n = rng_at[s + 1] - rng_at[s]
+            out[0] += n - 1
+            out[2] += n
+        return 0
+    if t == SEQ:
+        for j in range(kids_lo[k], kids_hi[k]):
+            _count(kids[j], kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, out)
+        return 0
+    if t == ALT:
+        out[0] += 1
+        for j in range(kids_lo[k], kids_hi[k]):
+            out[0] += 1
+            out[1] += 2
+            _count(kids[j], kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, out)
+        return 0
+    sub, low, high = kids[kids_lo[k]], p0[k], p1[k]
+    copies = low + (1 if high == UNBOUNDED else high - low)
+    if high == UNBOUNDED:
+        out[0] += 1
+        out[1] += 2
+    elif high > low:
+        out[0] += 1
+        out[1] += high - low + 1
+    for _ in range(copies):
+        _count(sub, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, out)
+    return 0
+
+
+@nb.njit(cache=True)
+def _emit(k, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, rng_lo, rng_hi,
+          top, eps_src, eps_dst, e_src, e_lo, e_hi, e_dst):  # fmt: skip
+    """Write node k out from state `at` (top: next state, epsilon and byte edge); returns
+    its end state. (The same order of states as bench.lazy_dfa's Python NFA.)"""
+    t = kind[k]
+    if t == SET:
+        end = top[0]
+        top[0] += 1
+        for s in range(seq_lo[p0[k]], seq_hi[p0[k]]):
+            cur = at
+            last = rng_at[s + 1] - 1
+            for r in range(rng_at[s], rng_at[s + 1]):
+                if r == last:
+                    to = end
+                else:
+                    to = top[0]
+                    top[0] += 1
+                e = top[2]
+                e_src[e], e_lo[e], e_hi[e], e_dst[e] = cur, rng_lo[r], rng_hi[r], to
+                top[2] += 1
+                cur = to
+        return end
+    if t == SEQ:
+        for j in range(kids_lo[k], kids_hi[k]):
+            at = _emit(kids[j], at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
+                       rng_at, rng_lo, rng_hi, top,
+                       eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)  # fmt: skip
+        return at
+    if t == ALT:
+        end = top[0]
+        top[0] += 1
+        for j in range(kids_lo[k], kids_hi[k]):
+            s = top[0]
+            top[0] += 1
+            eps_src[top[1]], eps_dst[top[1]] = at, s
+            top[1] += 1
+            e = _emit(kids[j], s, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
+                      rng_at, rng_lo, rng_hi, top,
+                      eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)  # fmt: skip
+            eps_src[top[1]], eps_dst[top[1]] = e, end
+            top[1] += 1
+        return end
+    sub, low, high = kids[kids_lo[k]], p0[k], p1[k]
+    for _ in range(low):
+        at = _emit(sub, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
+                   rng_at, rng_lo, rng_hi, top,
+                   eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)  # fmt: skip
+    if high == UNBOUNDED:
+        loop = top[0]
+        top[0] += 1
+        eps_src[top[1]], eps_dst[top[1]] = at, loop
+        top[1] += 1
+        e = _emit(sub, loop, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
+                  rng_at, rng_lo, rng_hi, top,
+                  eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)  # fmt: skip
+        eps_src[top[1]], eps_dst[top[1]] = e, loop
+        top[1] += 1
+        return loop
+    if high > low:
+        end = top[0]
+        top[0] += 1
+        for _ in range(high - low):
+            eps_src[top[1]], eps_dst[top[1]] = at, end
+            top[1] += 1
+            at = _emit(sub, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
+                       rng_at, rng_lo, rng_hi, top,
+                       eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)  # fmt: skip
+        eps_src[top[1]], eps_dst[top[1]] = at, end
+        top[1] += 1
+        return end
+    return at
+
+
+@nb.njit(cache=True)
+def nfa_distances(n, accept, eps_src, eps_dst, e_src, e_dst):
+    """Each state's fewest bytes to `accept`: the reverse graph in CSR, then a BFS by
+    layers, each layer closed over epsilon edges first."""
+    inf = 1 << 30
+    eps_at = np.zeros(n + 1, dtype=np.int64)
+    byte_at = np.zeros(n + 1, dtype=np.int64)
+    for i in range(eps_dst.size):
+        eps_at[eps_dst[i] + 1] += 1
+    for i in range(e_dst.size):
+        byte_at[e_dst[i] + 1] += 1
+    eps_at = np.cumsum(eps_at)
+    byte_at = np.cumsum(byte_at)
+    eps_from = np.empty(eps_src.size, dtype=np.int64)
+    byte_from = np.empty(e_src.size, dtype=np.int64)
+    fill = eps_at[:-1].copy()
+    for i in range(eps_dst.size):
+        eps_from[fill[eps_dst[i]]] = eps_src[i]
+        fill[eps_dst[i]] += 1
+    fill = byte_at[:-1].copy()
+    for i in range(e_dst.size):
+        byte_from[fill[e_dst[i]]] = e_src[i]
+        fill[e_dst[i]] += 1
+    dist = np.full(n, inf, dtype=np.int64)
+    layer = np.empty(n, dtype=np.int64)
+    nxt = np.empty(n, dtype=np.int64)
+    dist[accept] = 0
+    layer[0] = accept
+    size, d = 1, 0
+    while size:
+        i = 0
+        while i < size:  # the layer closed over epsilon edges (appended as found)
+            t = layer[i]
+            for j in range(eps_at[t], eps_at[t + 1]):
+                q = eps_from[j]
+                if dist[q] > d:
+                    dist[q] = d
+                    layer[size] = q
+                    size += 1
+            i += 1
+        count = 0
+        for i in range(size):
+            t = layer[i]
+            for j in range(byte_at[t], byte_at[t + 1]):
+                q = byte_from[j]
+                if dist[q] > d + 1:
+                    dist[q] = d + 1
+                    nxt[count] = q
+                    count += 1
+        layer, nxt = nxt, layer
+        size, d = count, d + 1
+    return dist
+
+
+def write_nfa(
+    program: Any, root: int, max_states: int | None = None
+) -> tuple[int, int, tuple[np.ndarray, ...]]:
+    """The program written out (numba): (states, accepting state, edge arrays: epsilon
+    sources and targets, byte sources, lows, highs and targets). `program`: a ParsedRegex,
+    or anything with its `arrays()`. Raises Unsupported past `max_states` states."""
+    (kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, rng_lo, rng_hi) = (
+        program.arrays()
+    )
+    counts = np.zeros(3, dtype=np.int64)
+    _count(root, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, counts)
+    n, n_eps, n_edges = int(counts[0]) + 1, int(counts[1]), int(counts[2])
+    if max_states is not None and n > max_states:
+        raise Unsupported(f"an NFA of {n} states (at most {max_states})")
+    eps_src, eps_dst = np.empty(n_eps, np.int64), np.empty(n_eps, np.int64)
+    e_src, e_lo = np.empty(n_edges, np.int64), np.empty(n_edges, np.int64)
+    e_hi, e_dst = np.empty(n_edges, np.int64), np.empty(n_edges, np.int64)
+    top = np.array([1, 0, 0], dtype=np.int64)  # state 0 is the start
+    accept = _emit(root, 0, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
+                   rng_at, rng_lo, rng_hi, top,
+                   eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)  # fmt: skip
+    if top[0] != n or top[1] != n_eps or top[2] != n_edges:
+        raise InternalError("the count and the written NFA disagree")
+    return n, int(accept), (eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)
