@@ -95,43 +95,50 @@ class LazyTable:
     reach acceptance in `k` tokens?) and `min_tokens`, found exactly when asked.
     """
 
+    upper: np.ndarray | list[int]  # by state: the token distance is at most this
+    lower: np.ndarray | list[int]  # by state: the token distance is at least this
+
     def __init__(self, dfa: ByteDfa, vocab: TokenVocabulary) -> None:
         """Bounds for every state of `dfa`; no state is walked yet.
 
         Raises ValueError when some state reaches acceptance only through a byte that is
         no token by itself (then use compile_constraint's whole table)."""
-        self.vocab_size = vocab.size
-        self.eos_token_id = vocab.eos_token_id
-        self.width = words_for(vocab.size)
-        self.initial = 0
+        self._setup(vocab)
         self.dfa = dfa
         self._trans = dfa.next  # [S, 256], or [S, K] for a compact DFA
         self._columns = dfa.columns  # [256]: each byte's column of _trans
         self._accepting = dfa.accepting
-        self._trie: TokenTrie = token_trie(vocab)
         every, single = byte_bounds(dfa, single_byte_tokens(vocab))
         if not np.array_equal(every == UNREACHABLE, single == UNREACHABLE):
             raise ValueError(
                 "The constraint needs a byte that is no token of this vocabulary by itself: "
                 "compile its whole table (compile_constraint) instead."
             )
-        self.upper = single  # int32 [S]: the token distance is at most this
+        self.upper = single  # int32 [S]
         longest = max(self._trie.max_depth, 1)
         lower = -(-every.astype(np.int64) // longest)
         lower[every == UNREACHABLE] = UNREACHABLE
-        self.lower = lower.astype(np.int32)  # int32 [S]: the token distance is at least this
+        self.lower = lower.astype(np.int32)  # int32 [S]
         self._upper_list = single.tolist()
         self._lower_list = self.lower.tolist()
         self._accepting_list = dfa.accepting.tolist()
+        states = dfa.next.shape[0]
+        self._stamp = np.full(states, -1, dtype=np.int64)
+        self._slot = np.zeros(states, dtype=np.int64)
+
+    def _setup(self, vocab: TokenVocabulary) -> None:
+        """What does not depend on the DFA: the vocabulary's trie, and nothing walked yet."""
+        self.vocab_size = vocab.size
+        self.eos_token_id = vocab.eos_token_id
+        self.width = words_for(vocab.size)
+        self.initial = 0
+        self._trie: TokenTrie = token_trie(vocab)
         self._walked: dict[int, Walked] = {}
         self._rows: dict[bytes, list[np.ndarray]] = {}  # packed rows by digest (Walked)
         self._held = 0  # bytes of the walked states' groups and of `_rows`
         self._exact: dict[int, int] = {}  # state -> token distance
         self._beyond: dict[int, int] = {}  # state -> k: its distance is known to exceed k
         self._lock = threading.RLock()
-        states = dfa.next.shape[0]
-        self._stamp = np.full(states, -1, dtype=np.int64)
-        self._slot = np.zeros(states, dtype=np.int64)
         self._walks = 0
         eos_only = np.zeros(self.width, dtype=np.int32)
         eos_only.view(np.uint32)[self.eos_token_id >> 5] |= np.uint32(1 << (self.eos_token_id & 31))
@@ -158,6 +165,30 @@ class LazyTable:
         return found
 
     def _walk(self, state: int) -> Walked:
+        ng, nexts, rows = self._groups(state)
+        # Live successors only: with every byte spelled, a finite upper bound is a token path.
+        upper = np.array([self._upper_list[n] for n in nexts[:ng].tolist()], dtype=np.int64)
+        live = upper != UNREACHABLE
+        nexts, rows, upper = nexts[:ng][live], rows[:ng][live], upper[live]
+        forward = np.zeros(self.width, dtype=np.int32)
+        if rows.shape[0]:
+            np.bitwise_or.reduce(rows, axis=0, out=forward.view(np.uint32))
+        if self._accepting_list[state]:
+            forward.view(np.uint32)[self.eos_token_id >> 5] |= np.uint32(
+                1 << (self.eos_token_id & 31)
+            )
+        groups = tuple(self._compact(row) for row in rows)
+        max_upper = int(upper.max(initial=-1))
+        sparse = [g for g, group in enumerate(groups) if group.dtype == np.int32]
+        ids = np.concatenate([groups[g] for g in sparse]) if sparse else np.zeros(0, np.int32)
+        owner = np.repeat(np.array(sparse, dtype=np.int32), [groups[g].size for g in sparse])
+        order = np.argsort(ids, kind="stable")
+        ids, owner = ids[order], owner[order]
+        self._held += nexts.nbytes + 2 * ids.nbytes + owner.nbytes
+        return Walked(nexts, groups, self._shared(forward), max_upper, nexts.tolist(), ids, owner)
+
+    def _groups(self, state: int) -> tuple[int, np.ndarray, np.ndarray]:
+        """The trie walked from `state`: (groups, successors [>= groups], packed rows)."""
         trie, cap = self._trie, 64
         while True:
             self._walks += 1
@@ -178,27 +209,8 @@ class LazyTable:
                 self._walks,
             )
             if ng >= 0:
-                break
+                return ng, nexts, rows
             cap *= 4
-        # Live successors only: with every byte spelled, a finite upper bound is a token path.
-        live = self.upper[nexts[:ng]] != UNREACHABLE
-        nexts, rows = nexts[:ng][live], rows[:ng][live]
-        forward = np.zeros(self.width, dtype=np.int32)
-        if rows.shape[0]:
-            np.bitwise_or.reduce(rows, axis=0, out=forward.view(np.uint32))
-        if self._accepting_list[state]:
-            forward.view(np.uint32)[self.eos_token_id >> 5] |= np.uint32(
-                1 << (self.eos_token_id & 31)
-            )
-        groups = tuple(self._compact(row) for row in rows)
-        max_upper = int(self.upper[nexts].max(initial=-1))
-        sparse = [g for g, group in enumerate(groups) if group.dtype == np.int32]
-        ids = np.concatenate([groups[g] for g in sparse]) if sparse else np.zeros(0, np.int32)
-        owner = np.repeat(np.array(sparse, dtype=np.int32), [groups[g].size for g in sparse])
-        order = np.argsort(ids, kind="stable")
-        ids, owner = ids[order], owner[order]
-        self._held += nexts.nbytes + 2 * ids.nbytes + owner.nbytes
-        return Walked(nexts, groups, self._shared(forward), max_upper, nexts.tolist(), ids, owner)
 
     def _compact(self, row: np.ndarray) -> np.ndarray:
         """A group's packed row as its token ids, or shared, whichever is smaller."""
@@ -360,7 +372,8 @@ class LazyTable:
     def nbytes(self) -> int:
         """Bytes held: the byte DFA and its bounds, every walked state's groups, and the
         packed rows they share (counted as they are made)."""
-        fixed = self._trans.nbytes + self._accepting.nbytes + self.upper.nbytes + self.lower.nbytes
+        bounds = 2 * 4 * len(self._upper_list)  # upper and lower, int32 a state
+        fixed = self._trans.nbytes + self._accepting.nbytes + bounds
         return fixed + self._held + self._stamp.nbytes + self._slot.nbytes
 
 

@@ -1,0 +1,287 @@
+"""A byte DFA determinized from a regex's NFA only where walks go, and a LazyTable over it.
+
+outlines-core determinizes a regex's whole byte DFA before the first mask: on large schemas
+that is seconds (the 153 of the dev split over 50 ms at 200k: p50 267 ms, p90 2.2 s, p99
+12 s), while a first mask reads 3-18 of its states (bench/lazy_reach.py). A GrowingDfa holds
+the NFA (compiler/regex_nfa.py) and makes a DFA state, a set of NFA states, only when a
+walk first reads a byte out of it: its row of 256 successors is built then, each new set
+becoming a new state whose row waits for its own first read. Dead NFA states (no bytes to
+acceptance) are left out of every set, so a set that would hold only those is no state: its
+transitions are -1, as in a whole byte DFA.
+
+A set accepts what its members accept, so its byte distances are the least of its members':
+the same two bounds a LazyTable reads from a whole byte DFA (compiler/byte_bounds.py), each
+state's as soon as it exists. A GrowingLazyTable is a LazyTable whose walks read a
+GrowingDfa, resuming after each row they make; its masks and budgets are a whole table's
+(tests/compiler/test_lazy_dfa.py walks them beside compile_constraint's).
+
+State 0 is the start state, as in compiler/token_walk.py's DFAs; ids otherwise follow the
+order walks made them, so they differ from outlines-core's.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from gclm.compiler.lazy_table import LazyTable
+from gclm.compiler.numba_cache import cache_per_version
+from gclm.compiler.regex_nfa import Nfa, build_nfa
+from gclm.compiler.tables import UNREACHABLE
+from gclm.compiler.vocabulary import TokenVocabulary
+
+cache_per_version(__file__)
+
+NOT_BUILT = -2  # a row no walk has read yet
+_DEAD = int(UNREACHABLE)  # an NFA state with no bytes to acceptance
+
+
+class GrowingDfa:
+    """A byte DFA made of `nfa` as it is read: `next[s, b]` is the state byte b leads to
+    from s (-1: none), once `built[s]`; `expand(s)` builds row s. `longest`: the longest
+    token's bytes, for the lower bound."""
+
+    def __init__(self, nfa: Nfa, longest: int) -> None:
+        self.nfa = nfa
+        self._longest = max(longest, 1)
+        self.next = np.full((64, 256), NOT_BUILT, dtype=np.int32)
+        self.built = np.zeros(64, dtype=np.bool_)
+        self.accepting_list: list[bool] = []
+        self.upper_list: list[int] = []  # fewest bytes along single-byte tokens
+        self.lower_list: list[int] = []  # fewest bytes / the longest token, rounded up
+        self._ids: dict[bytes, int] = {}
+        self._members: list[np.ndarray] = []
+        self._stamp = np.zeros(nfa.states, dtype=np.int64)  # _row's visited marks
+        self._visit = np.zeros(1, dtype=np.int64)
+        start = _closure(np.zeros(1, dtype=np.int64), nfa.eps_at, nfa.eps_to, nfa.every,
+                         self._stamp, self._visit)  # fmt: skip
+        self._add(start)
+
+    @property
+    def states(self) -> int:
+        return len(self._members)
+
+    def expand(self, state: int) -> None:
+        """Build row `state`: each byte's set of NFA states, a new DFA state when new."""
+        nfa = self.nfa
+        starts, ends, set_at, sets = _row(
+            self._members[state], nfa.eps_at, nfa.eps_to, nfa.byte_at, nfa.byte_lo,
+            nfa.byte_hi, nfa.byte_to, nfa.every, self._stamp, self._visit,
+        )  # fmt: skip
+        targets = []
+        for i in range(starts.size):
+            members = sets[set_at[i] : set_at[i + 1]]
+            found = self._ids.get(members.tobytes())
+            targets.append(self._add(members) if found is None else found)
+        row = self.next[state]  # after the adds: they may have grown `next`
+        row[:] = -1
+        for i, target in enumerate(targets):
+            row[starts[i] : ends[i]] = target
+        self.built[state] = True
+
+    def _add(self, members: np.ndarray) -> int:
+        state = len(self._members)
+        if state == self.built.size:
+            grown = np.full((2 * state, 256), NOT_BUILT, dtype=np.int32)
+            grown[:state] = self.next
+            self.next = grown
+            self.built = np.concatenate([self.built, np.zeros(state, dtype=np.bool_)])
+        self._members.append(members)
+        self._ids[members.tobytes()] = state
+        nfa = self.nfa
+        every = int(nfa.every[members].min(initial=UNREACHABLE))
+        self.accepting_list.append(bool(members.size) and _has(members, nfa.accept))
+        self.upper_list.append(int(nfa.single[members].min(initial=UNREACHABLE)))
+        self.lower_list.append(
+            int(UNREACHABLE) if every == UNREACHABLE else -(-every // self._longest)
+        )
+        return state
+
+    @property
+    def nbytes(self) -> int:
+        """The NFA, the rows and bounds so far, and the sets of NFA states."""
+        sets = sum(m.nbytes for m in self._members)
+        return self.nfa.nbytes + self._stamp.nbytes + self.next.nbytes + 2 * sets
+
+
+def _has(members: np.ndarray, state: int) -> bool:
+    at = int(np.searchsorted(members, state))
+    return at < members.size and int(members[at]) == state
+
+
+class GrowingLazyTable(LazyTable):
+    """A LazyTable whose byte DFA grows as its walks read it (see the module docstring)."""
+
+    def __init__(self, dfa: GrowingDfa, vocab: TokenVocabulary) -> None:
+        """Raises ValueError as LazyTable does: when the NFA reaches acceptance through a
+        byte that is no token by itself, or the start state cannot reach it."""
+        self._setup(vocab)
+        every, single = dfa.nfa.every, dfa.nfa.single
+        if not np.array_equal(every == UNREACHABLE, single == UNREACHABLE):
+            raise ValueError(
+                "The constraint needs a byte that is no token of this vocabulary by itself: "
+                "compile its whole table (compile_constraint) instead."
+            )
+        self.grown = dfa
+        # The lists grow with the DFA: a new state's bounds are there as soon as it exists.
+        self.upper = self._upper_list = dfa.upper_list
+        self.lower = self._lower_list = dfa.lower_list
+        self._accepting_list = dfa.accepting_list
+        self._stamp = np.full(64, -1, dtype=np.int64)
+        self._slot = np.zeros(64, dtype=np.int64)
+
+    @classmethod
+    def of_regex(cls, regex: str, vocab: TokenVocabulary) -> GrowingLazyTable:
+        """The table of `regex` (gclm's regex dialect) over `vocab`.
+
+        Raises regex_parse.Unsupported for a regex the compiled parser does not read (or
+        too large an NFA), ValueError as the constructor does."""
+        from gclm.compiler.byte_bounds import single_byte_tokens
+        from gclm.compiler.token_walk import token_trie
+
+        nfa = build_nfa(regex, single_byte_tokens(vocab))
+        return cls(GrowingDfa(nfa, token_trie(vocab).max_depth), vocab)
+
+    def _groups(self, state: int) -> tuple[int, np.ndarray, np.ndarray]:
+        trie, dfa = self._trie, self.grown
+        cap = 64
+        nexts = np.zeros(cap, dtype=np.int64)
+        rows = np.zeros((cap, self.width), dtype=np.uint32)
+        path = np.empty(trie.max_depth + 1, dtype=np.int64)
+        path[0] = state
+        self._walks += 1
+        k = ng = 0
+        while True:
+            if self._stamp.size < dfa.states:
+                more = max(self._stamp.size, dfa.states - self._stamp.size)
+                self._stamp = np.concatenate([self._stamp, np.full(more, -1, np.int64)])
+                self._slot = np.concatenate([self._slot, np.zeros(more, np.int64)])
+            status, k, ng = _walk_growing(
+                dfa.next, dfa.built, trie.byte, trie.depth, trie.skip, trie.token_lo,
+                trie.token_ids, k, path, ng, nexts, rows, self._stamp, self._slot, self._walks,
+            )  # fmt: skip
+            if status == 0:
+                return ng, nexts, rows
+            if status == 1:
+                dfa.expand(int(path[trie.depth[k] - 1]))
+            else:  # more successors than room
+                cap *= 4
+                nexts = np.concatenate([nexts, np.zeros(cap - nexts.size, np.int64)])
+                rows = np.concatenate(
+                    [rows, np.zeros((cap - rows.shape[0], self.width), np.uint32)]
+                )
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the growing DFA with its NFA, the walked states' groups, the packed
+        rows they share."""
+        return self.grown.nbytes + self._held + self._stamp.nbytes + self._slot.nbytes
+
+
+@nb.njit(cache=True, nogil=True)
+def _closure(seeds, eps_at, eps_to, every, stamp, visit):
+    """The live NFA states `seeds` reach by epsilon edges, sorted (dead states have no live
+    successors, so they are neither kept nor followed)."""
+    visit[0] += 1
+    mark = visit[0]
+    stack = np.empty(max(seeds.size, 16), dtype=np.int64)
+    out = np.empty(16, dtype=np.int64)
+    size = count = 0
+    for q in seeds:
+        if stamp[q] != mark and every[q] != _DEAD:
+            stamp[q] = mark
+            stack[size] = q
+            size += 1
+    while size:
+        size -= 1
+        q = stack[size]
+        if count == out.size:
+            out = np.concatenate((out, np.empty(out.size, dtype=np.int64)))
+        out[count] = q
+        count += 1
+        for j in range(eps_at[q], eps_at[q + 1]):
+            t = eps_to[j]
+            if stamp[t] != mark and every[t] != _DEAD:
+                stamp[t] = mark
+                if size == stack.size:
+                    stack = np.concatenate((stack, np.empty(stack.size, dtype=np.int64)))
+                stack[size] = t
+                size += 1
+    return np.sort(out[:count])
+
+
+@nb.njit(cache=True, nogil=True)
+def _row(members, eps_at, eps_to, byte_at, byte_lo, byte_hi, byte_to, every, stamp, visit):
+    """Row of the set `members`: bytes [starts[i], ends[i]) lead to the set
+    `sets[set_at[i]:set_at[i + 1]]` (only intervals whose set is not empty)."""
+    n_edges = 0
+    for q in members:
+        n_edges += byte_at[q + 1] - byte_at[q]
+    lo = np.empty(n_edges, dtype=np.int64)
+    hi = np.empty(n_edges, dtype=np.int64)
+    to = np.empty(n_edges, dtype=np.int64)
+    e = 0
+    for q in members:
+        for j in range(byte_at[q], byte_at[q + 1]):
+            lo[e], hi[e], to[e] = byte_lo[j], byte_hi[j] + 1, byte_to[j]
+            e += 1
+    cuts = np.unique(np.concatenate((lo, hi)))  # every interval between cuts is uniform
+    starts = np.empty(cuts.size, dtype=np.int64)
+    ends = np.empty(cuts.size, dtype=np.int64)
+    set_at = np.zeros(cuts.size + 1, dtype=np.int64)
+    sets = np.empty(0, dtype=np.int64)
+    seeds = np.empty(n_edges, dtype=np.int64)
+    m = 0
+    for c in range(cuts.size - 1):
+        a, b = cuts[c], cuts[c + 1]
+        n = 0
+        for i in range(n_edges):
+            if lo[i] <= a and b <= hi[i]:
+                seeds[n] = to[i]
+                n += 1
+        if n == 0:
+            continue
+        found = _closure(seeds[:n], eps_at, eps_to, every, stamp, visit)
+        if found.size == 0:
+            continue
+        starts[m], ends[m] = a, b
+        sets = np.concatenate((sets, found))
+        set_at[m + 1] = sets.size
+        m += 1
+    return starts[:m], ends[:m], set_at[: m + 1], sets
+
+
+@nb.njit(cache=True, nogil=True)
+def _walk_growing(
+    trans, built, node_byte, node_depth, node_skip, token_lo, token_ids, k, path, ng, nexts,
+    rows, stamp, slot_of, walk_id,
+):  # fmt: skip
+    """lazy_table._walk_state's preorder walk, resumable: from trie node `k` with the DFA
+    states of `path` so far. Returns (status, k, groups): status 0 when done, 1 when the
+    walk needs row `path[node_depth[k] - 1]` built, 2 when `nexts` is full; then call
+    again with the same k after building the row or growing `nexts` and `rows`."""
+    n_nodes = node_byte.size
+    while k < n_nodes:
+        s = path[node_depth[k] - 1]
+        if not built[s]:
+            return 1, k, ng
+        nxt = trans[s, node_byte[k]]
+        if nxt < 0:  # dead: so is every token under this node
+            k = node_skip[k]
+            continue
+        path[node_depth[k]] = nxt
+        lo, hi = token_lo[k], token_lo[k + 1]
+        if lo < hi:
+            if stamp[nxt] != walk_id:
+                if ng == nexts.size:
+                    return 2, k, ng
+                stamp[nxt] = walk_id
+                slot_of[nxt] = ng
+                nexts[ng] = nxt
+                ng += 1
+            r = slot_of[nxt]
+            for j in range(lo, hi):
+                tok = token_ids[j]
+                rows[r, tok >> 5] |= np.uint32(1 << (tok & 31))
+        k += 1
+    return 0, k, ng
