@@ -80,6 +80,10 @@ class FirstMasksSource(Protocol):
         the bytes are damaged."""
         ...
 
+    def gauges(self) -> dict[str, float]:
+        """Counters for /metrics."""
+        ...
+
 
 def _first_key(key: str) -> str:
     """Where a constraint's LazyTable is kept, beside its table's `key`."""
@@ -327,20 +331,22 @@ class TableCache:
             return whole  # type: ignore[return-value]
         return _first_of(lazy, whole)
 
-    def gauges(self) -> dict[str, int]:
+    def gauges(self) -> dict[str, float]:
         """Memory and disk use, for /metrics. Measures every entry again first: mask rows
         built while decoding count too."""
         with self._lock:
             entries = [(k, e) for k, e in self._entries.items() if e.table is not None]
         for key, entry in entries:
             self._remeasure(key, entry)
-        out = {
+        out: dict[str, float] = {
             "table_cache_bytes": self._bytes,
             "table_cache_budget_bytes": self.max_bytes,
             "table_cache_entries": len(self._entries) - self._negatives,
             "table_cache_negative_entries": self._negatives,
             "table_cache_evictions": self.stats.evictions,
         }
+        if self._first_masks is not None:
+            out.update(self._first_masks.gauges())
         if self.disk is not None:
             out.update(
                 table_disk_bytes=self.disk.nbytes,
@@ -389,8 +395,9 @@ class TableCache:
     def _land_first(self, key: str, result: CompiledTable | LazyTable, *, stored: bool) -> None:
         """Keep a FIRST compile's LazyTable, or the whole table it made instead."""
         if not isinstance(result, CompiledTable):
-            if not stored and self.disk is not None:
-                self.disk.store(_first_key(key), result.dfa.to_bytes())
+            data = result.stored_dfa()
+            if not stored and self.disk is not None and data is not None:
+                self.disk.store(_first_key(key), data)
             with self._lock:
                 self._keep_first(key, result)
             return

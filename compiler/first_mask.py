@@ -16,26 +16,43 @@ when no output can be spelled at all (the compile's own error then answers the r
 FIRST compile then goes on to the whole table in the same worker, so it costs no more than
 the whole compile. A FIRST compile sends its DFA compact, a column per class of bytes; a
 whole compile sends its DFA ahead only up to `worker.EARLY_DFA_MAX_STATES` states.
+
+With `grow` (the server's default), a FIRST compile is not sent to a worker at all where
+compiler/regex_parse.py reads the constraint's regex: its NFA is built here, on a thread of
+its own (compiled code that releases the GIL, a few ms at the median, at most some hundreds
+of ms at `MAX_GROWN_NFA_STATES`), and the byte DFA grows from it as walks read it
+(compiler/lazy_dfa.py): outlines-core's determinization of the whole DFA, seconds on large
+schemas, is left to the whole compile, for the requests that need one. A regex the parser
+refuses, an NFA past that size, or one no LazyTable serves goes to the worker as before.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from gclm.compiler.byte_bounds import single_byte_tokens
 from gclm.compiler.constraint import Constraint
+from gclm.compiler.lazy_dfa import GrowingDfa, GrowingLazyTable
 from gclm.compiler.lazy_table import LazyTable
+from gclm.compiler.regex import to_regex
+from gclm.compiler.regex_nfa import build_nfa
+from gclm.compiler.regex_parse import Unsupported
 from gclm.compiler.tables import UNREACHABLE, CompiledTable
-from gclm.compiler.token_walk import ByteDfa, byte_dfa
+from gclm.compiler.token_walk import ByteDfa, byte_dfa, token_trie
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import CompilerBusyError
 
 log = logging.getLogger("gclm.compiler")
 
 _WARM_UP_REGEX = "[a-z]{1,3}"  # a regex whose byte DFA takes no time to build
+# Past this, a grown table's NFA is left to a worker's outlines-core DFA: 1 M states take
+# about 0.4 s and 100 MB to build, in the server's process (the workers have limits).
+MAX_GROWN_NFA_STATES = 1_000_000
 
 
 class FirstMasks:
@@ -47,14 +64,25 @@ class FirstMasks:
             None when nothing of the constraint is compiling).
         vocab: the vocabulary the tables are compiled for.
         submit_first: the pool's `submit_first` (None: `compile` is not offered).
+        grow: `compile` grows the DFA here where it can (see the module's docstring).
     """
 
     def __init__(
-        self, early_dfa: Any, vocab: TokenVocabulary, submit_first: Any | None = None
+        self,
+        early_dfa: Any,
+        vocab: TokenVocabulary,
+        submit_first: Any | None = None,
+        *,
+        grow: bool = False,
     ) -> None:
         self._early_dfa = early_dfa
         self._submit_first = submit_first
         self.vocab = vocab
+        self.grown = 0  # tables grown here instead of a worker's FIRST compile
+        self.grow_seconds = 0.0
+        self.spelled = single_byte_tokens(vocab)
+        # Its own thread: an NFA can take a second, and the DFAs above must not wait.
+        self._grower = ThreadPoolExecutor(1, thread_name_prefix="gclm-grow") if grow else None
         # One thread: a LazyTable's bounds take a millisecond or so; never the pool's thread.
         self._builder = ThreadPoolExecutor(1, thread_name_prefix="gclm-first-mask")
         # One LazyTable per compile, however many requests join it, by its DFA's future
@@ -83,7 +111,43 @@ class FirstMasks:
         compile the whole table). Errors as the pool's; a CompilerBusyError's `compiling`
         resolves the same way."""
         assert self._submit_first is not None, "FirstMasks was made without submit_first"
-        return self._made(self._submit_first(constraint))
+        if self._grower is None:
+            return self._made(self._submit_first(constraint))
+        out: Future[CompiledTable | LazyTable | None] = Future()
+        self._grower.submit(self._grow, constraint, out)
+        return out
+
+    def _grow(self, constraint: Constraint, out: Future[CompiledTable | LazyTable | None]) -> None:
+        """`constraint`'s GrowingLazyTable into `out`, else a worker's FIRST compile."""
+        started = time.perf_counter()
+        table = None
+        try:
+            nfa = build_nfa(to_regex(constraint).regex, self.spelled, MAX_GROWN_NFA_STATES)
+            table = GrowingLazyTable(GrowingDfa(nfa, token_trie(self.vocab).max_depth), self.vocab)
+            if table.upper[table.initial] == UNREACHABLE:
+                table = None  # nothing to spell: the whole compile's error answers
+        except (Unsupported, ValueError):
+            pass  # not read by the parser, too large, or not served: outlines-core's DFA
+        except Exception:  # a bug: the worker's compile answers instead
+            log.exception("could not grow the first masks of a constraint")
+        if table is None:
+            try:
+                sent = self._made(self._submit_first(constraint))  # type: ignore[misc]
+            except BaseException as e:  # never leave `out` unanswered
+                out.set_exception(e)
+                return
+            sent.add_done_callback(lambda f: _copy(f, out))
+            return
+        table.compile_seconds = time.perf_counter() - started
+        with self._lock:
+            self.grown += 1
+            self.grow_seconds += table.compile_seconds
+        out.set_result(table)
+
+    def gauges(self) -> dict[str, float]:
+        """Tables grown here, and the seconds their NFAs took, for /metrics."""
+        with self._lock:
+            return {"first_masks_grown": self.grown, "first_mask_grow_seconds": self.grow_seconds}
 
     def from_dfa(self, data: bytes) -> Future[LazyTable | None]:
         """The LazyTable of a byte DFA the table cache stored (`ByteDfa.to_bytes`), made on
@@ -139,6 +203,15 @@ class FirstMasks:
 
     def close(self) -> None:
         self._builder.shutdown(wait=False, cancel_futures=True)
+        if self._grower is not None:
+            self._grower.shutdown(wait=False, cancel_futures=True)
+
+
+def _copy(source: Future[Any], target: Future[Any]) -> None:
+    try:
+        target.set_result(source.result())
+    except BaseException as e:
+        target.set_exception(e)
 
 
 def _warm_up(vocab: TokenVocabulary) -> None:
@@ -148,6 +221,8 @@ def _warm_up(vocab: TokenVocabulary) -> None:
         table = lazy_table(byte_dfa(_WARM_UP_REGEX), vocab)
         if table is not None:
             table.forward_row(table.initial)
+        grown = GrowingLazyTable.of_regex(_WARM_UP_REGEX, vocab)
+        grown.forward_row(grown.initial)
     except Exception:  # not fatal: the first request pays for it instead
         log.exception("could not warm up the first masks")
 

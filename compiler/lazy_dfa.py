@@ -171,6 +171,10 @@ class GrowingLazyTable(LazyTable):
                     [rows, np.zeros((cap - rows.shape[0], self.width), np.uint32)]
                 )
 
+    def stored_dfa(self) -> None:
+        """None: a part of a DFA is not worth a file; the NFA takes milliseconds to build."""
+        return None
+
     @property
     def nbytes(self) -> int:
         """Bytes held: the growing DFA with its NFA, the walked states' groups, the packed

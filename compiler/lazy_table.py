@@ -361,6 +361,10 @@ class LazyTable:
         self._beyond[state] = max(self._beyond.get(state, -1), limit)
         return None
 
+    def stored_dfa(self) -> bytes | None:
+        """The byte DFA as the table cache's disk keeps it (`ByteDfa.to_bytes`)."""
+        return self.dfa.to_bytes()
+
     # -- size -------------------------------------------------------------------------------
 
     @property

@@ -80,7 +80,7 @@ def build_nfa(regex: str, single_bytes: np.ndarray, max_states: int = MAX_NFA_ST
 _INF = 1 << 30
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _by_source(n, src):
     """A counting sort of edges by source: (offsets [n + 1], edge order)."""
     at = np.zeros(n + 1, dtype=np.int64)
@@ -95,7 +95,7 @@ def _by_source(n, src):
     return at, order
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _count(k, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, out):
     """Add node k's states, epsilon edges and byte edges, written out, to out[0:3]."""
     t = kind[k]
@@ -130,7 +130,7 @@ def _count(k, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, out)
     return 0
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _emit(k, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, rng_lo, rng_hi,
           top, eps_src, eps_dst, e_src, e_lo, e_hi, e_dst):  # fmt: skip
     """Write node k out from state `at` (top: next state, epsilon and byte edge); returns
@@ -204,7 +204,7 @@ def _emit(k, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, r
     return at
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def nfa_distances(n, accept, eps_src, eps_dst, e_src, e_dst):
     """Each state's fewest bytes to `accept`: the reverse graph in CSR, then a BFS by
     layers, each layer closed over epsilon edges first."""

@@ -41,12 +41,12 @@ _ERRORS = (
 )
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _utf8_len(cp):
     return 1 if cp < 0x80 else 2 if cp < 0x800 else 3 if cp < 0x10000 else 4
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _utf8_bytes(cp, out):
     n = _utf8_len(cp)
     if n == 1:
@@ -61,7 +61,7 @@ def _utf8_bytes(cp, out):
     return n
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _emit_class(iv_lo, iv_hi, count, b, ranges_at, rng_lo, rng_hi):
     """Append the UTF-8 byte-range sequences of intervals [0, count) (split as
     bench.lazy_dfa.utf8_sequences splits them); b = [sequences, ranges] written so far."""
@@ -119,7 +119,7 @@ def _emit_class(iv_lo, iv_hi, count, b, ranges_at, rng_lo, rng_hi):
             ranges_at[b[0]] = b[1]
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _hex(code, at, digits):
     v = 0
     for i in range(at, at + digits):
@@ -133,7 +133,7 @@ def _hex(code, at, digits):
     return v
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _char(code, at):
     """The codepoint of the (possibly escaped) character at `at` and the next position; a
     negative codepoint for an escape the probe refuses."""
@@ -162,7 +162,7 @@ def _char(code, at):
     return e, at + 2
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _number(code, at):
     v, start = 0, at
     while at < code.size and 48 <= code[at] <= 57:
@@ -171,7 +171,7 @@ def _number(code, at):
     return (v if at > start else -1), at
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def _parse(code, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, ranges_at, rng_lo, rng_hi):
     """Write the program of the regex whose codepoints are `code` into the arrays (nodes:
     2 n + 8 rows; classes' sequences and ranges: what `ranges_at` and `rng_lo` hold);

@@ -67,7 +67,7 @@ def build_engine(settings: ServerSettings) -> BuiltEngine:
     )
     replace_chat_template(loaded.tokenizer, settings.chat_template)
     vocab = TokenVocabulary.from_tokenizer(loaded.tokenizer)
-    pool, cache = build_compiler(settings, vocab, first_masks=settings.first_mask == "lazy")
+    pool, cache = build_compiler(settings, vocab, first_masks=settings.first_mask != "whole")
     if not pool.wait_ready(START_TIMEOUT_S):
         log.warning(
             "the compile workers are not ready after %.0f s; serving anyway", START_TIMEOUT_S
@@ -116,16 +116,18 @@ def build_compiler(
         disk_max_bytes=max(1, settings.cache_disk) << 20,
         measure=table_memory,
         limits_tag=repr(limits),
-        first_masks=_first_masks(pool, vocab) if first_masks else None,
+        first_masks=(
+            _first_masks(pool, vocab, grow=settings.first_mask == "lazy") if first_masks else None
+        ),
     )
     precompile(cache)
     return pool, cache
 
 
-def _first_masks(pool: CompilerPool, vocab: TokenVocabulary) -> Any:
+def _first_masks(pool: CompilerPool, vocab: TokenVocabulary, *, grow: bool) -> Any:
     from gclm.compiler.first_mask import FirstMasks  # numba: not for vLLM's processes
 
-    return FirstMasks(pool.early_dfa, vocab, pool.submit_first)
+    return FirstMasks(pool.early_dfa, vocab, pool.submit_first, grow=grow)
 
 
 def precompile(cache: TableCache) -> None:

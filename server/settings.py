@@ -267,11 +267,13 @@ class ServerSettings:
     first_mask: str = setting(
         "lazy",
         COMPILE,
-        "`lazy`: a new constraint compiles its byte DFA alone and its requests start on masks "
-        "walked state by state (compiler/first_mask.py); the whole table is compiled only for "
-        "a request that needs it (thinking, a tight budget). `whole`: every request waits for "
-        "the whole table (`--engine vllm` always waits)",
-        choices=("lazy", "whole"),
+        "`lazy`: a new constraint's requests start on masks walked state by state, on a byte "
+        "DFA grown from the regex's NFA as they read it (compiler/lazy_dfa.py), or where the "
+        "NFA is not built here on the byte DFA a worker compiles alone (compiler/first_mask.py); "
+        "the whole table is compiled only for a request that needs it (thinking, a tight "
+        "budget). `lazy-outlines`: the same, always on the worker's byte DFA (outlines-core's, "
+        "whole). `whole`: every request waits for the whole table (`--engine vllm` always waits)",
+        choices=("lazy", "lazy-outlines", "whole"),
     )
     additional_properties: str = setting(
         "declared",
@@ -363,8 +365,10 @@ class ServerSettings:
             raise ValueError(
                 f"prefill_thread must be auto, on or off, got {self.prefill_thread!r}."
             )
-        if self.first_mask not in ("lazy", "whole"):
-            raise ValueError(f"first_mask must be lazy or whole, got {self.first_mask!r}.")
+        if self.first_mask not in ("lazy", "lazy-outlines", "whole"):
+            raise ValueError(
+                f"first_mask must be lazy, lazy-outlines or whole, got {self.first_mask!r}."
+            )
         if self.additional_properties not in ADDITIONAL_PROPERTIES:
             raise ValueError(
                 f"additional_properties must be one of {', '.join(ADDITIONAL_PROPERTIES)}, "

@@ -171,6 +171,17 @@ _KNOWN_STATS = {
         "Of those, compiles of a byte DFA alone, for first masks (--first-mask lazy).",
         True,
     ),
+    "first_masks_grown": (
+        "gclm_first_masks_grown",
+        "New constraints whose first masks came from a byte DFA grown from the regex's NFA in "
+        "the server's process, instead of a FIRST compile (--first-mask lazy).",
+        True,
+    ),
+    "first_mask_grow_seconds": (
+        "gclm_first_mask_grow_seconds",
+        "Seconds those NFAs took to build, in all.",
+        True,
+    ),
     "compile_queue_seconds": (
         "gclm_compile_queue_seconds",
         "Seconds compiles waited for a worker process before they started, in all.",

@@ -14,6 +14,7 @@ from gclm.compiler.cache import TableCache
 from gclm.compiler.compile import build_dfa, compile_constraint
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.first_mask import FirstMasks, lazy_table
+from gclm.compiler.lazy_dfa import GrowingLazyTable
 from gclm.compiler.lazy_table import LazyTable
 from gclm.compiler.pool import CompilerPool
 from gclm.compiler.tables import CompiledTable
@@ -79,6 +80,9 @@ class HeldMasks:
         except (ValueError, KeyError, OSError):
             future.set_result(None)
         return future
+
+    def gauges(self) -> dict[str, float]:
+        return {}
 
     def land(self, constraint: Constraint) -> LazyTable:
         lazy = LazyTable(dfa_of(constraint), BYTES)
@@ -455,3 +459,71 @@ def test_a_first_compile_serves_a_dfa_past_the_early_limit(embedded_vocab) -> No
     finally:
         first.close()
         pool.close()
+
+
+def no_worker(constraint: Constraint) -> Future[object]:
+    raise AssertionError(f"{constraint} went to a worker")
+
+
+def test_a_grown_first_compile_needs_no_worker(embedded_vocab) -> None:
+    """With `grow`, the NFA is built here and the DFA grows as walks read it: no worker,
+    the compiled table's masks, a grown table counted for /metrics."""
+    constraint = Constraint.json_schema(
+        {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    )
+    first = FirstMasks(lambda c: None, embedded_vocab, no_worker, grow=True)
+    try:
+        lazy = first.compile(constraint).result(timeout=60)
+        assert isinstance(lazy, GrowingLazyTable) and lazy.compile_seconds > 0
+        table = compile_constraint(constraint, embedded_vocab)
+        for left in (table.min_tokens, 64):
+            row = mask_table(table).row(table.initial, left)
+            assert np.array_equal(lazy.row(lazy.initial, left), row)
+        assert lazy.min_tokens == table.min_tokens
+        assert lazy.stored_dfa() is None  # nothing for the disk: it grows again in ms
+        gauges = first.gauges()
+        assert gauges["first_masks_grown"] == 1 and gauges["first_mask_grow_seconds"] > 0
+    finally:
+        first.close()
+
+
+@pytest.mark.parametrize(
+    "constraint, vocab",
+    [
+        (Constraint.regex(r"\d{2}"), None),  # `\d`: not in the compiled parser's dialect
+        (Constraint.regex("ab"), TokenVocabulary((b"ab", b"a", None), 2, scheme="plain")),
+    ],
+    ids=["unparsed", "unservable"],
+)
+def test_what_does_not_grow_goes_to_a_worker(constraint, vocab, embedded_vocab) -> None:
+    """A regex the parser refuses gets the worker's byte DFA; one that no LazyTable serves
+    ("b" is no token by itself) the worker's whole table, as without `grow`."""
+    vocab = vocab or embedded_vocab
+    pool = CompilerPool(vocab, CompileLimits(timeout_s=120), workers=1)
+    first = FirstMasks(pool.early_dfa, vocab, pool.submit_first, grow=True)
+    try:
+        made = first.compile(constraint).result(timeout=120)
+        assert not isinstance(made, GrowingLazyTable)
+        assert isinstance(made, LazyTable if vocab is embedded_vocab else CompiledTable)
+        assert first.gauges()["first_masks_grown"] == 0
+        assert pool.gauges()["first_compiles_started"] == 1
+    finally:
+        first.close()
+        pool.close()
+
+
+def test_a_busy_worker_answers_a_refused_growth_with_its_429() -> None:
+    """Where the fallback's worker is busy, the request gets its CompilerBusyError, never
+    a future left unanswered."""
+
+    def busy(constraint: Constraint) -> Future[object]:
+        future: Future[object] = Future()
+        future.set_exception(CompilerBusyError("busy", retry_after=1.0))
+        return future
+
+    first = FirstMasks(lambda c: None, BYTES, busy, grow=True)
+    try:
+        with pytest.raises(CompilerBusyError):
+            first.compile(Constraint.regex(r"\d")).result(timeout=30)
+    finally:
+        first.close()

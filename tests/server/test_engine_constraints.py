@@ -51,6 +51,9 @@ class DfaMasks:
     def compile(self, constraint: Constraint) -> Future[CompiledTable | LazyTable | None]:
         return self(constraint)  # type: ignore[return-value]
 
+    def gauges(self) -> dict[str, float]:
+        return {}
+
 
 async def test_a_table_comes_with_its_mask_rows() -> None:
     service = Constraints(BYTES, TableCache(lambda c: compile_constraint(c, BYTES), "v"))

@@ -95,6 +95,9 @@ class FirstSource:
     def compile(self, constraint: Constraint) -> Future[CompiledTable | LazyTable | None]:
         return self.held.first_compile(constraint)
 
+    def gauges(self) -> dict[str, float]:
+        return {}
+
 
 @pytest.fixture
 def held(embedded_vocab, tiny_batch_engine, tmp_path):
