@@ -1,8 +1,11 @@
 """Cold compile to the first usable mask: gclm, llguidance and XGrammar side by side, in-process.
 
-    python -m bench.first_mask [--schemas DIR] [--limit N | --all] [--vocab 49k 200k]
-                               [--engines gclm gclm-lazy llguidance xgrammar] [--steps N]
-                               [--json PATH]
+    python -m bench.first_mask [--schemas DIR] [--limit N | --all | --slow MS]
+                               [--vocab 49k 200k] [--steps N] [--json PATH]
+                               [--engines gclm gclm-lazy gclm-grown llguidance xgrammar]
+
+(--slow MS: instead of the first N, the schemas whose byte DFA took over MS to build at
+200k in bench/results/lazy_reach_200k.json.)
 
 For each schema of the MaskBench corpus (../shared/jsonschemabench, sorted by name: the first
 60 are small BFCL function-call schemas) and each tokenizer (the embedded SmolLM2's 49,152
@@ -21,7 +24,11 @@ apply calls). Medians of the per-step times are reported side by side.
 Engines run the same way as in bench/maskbench.py: gclm's compile_constraint with the
 server's state limit (in this process, no worker: the whole table, then its MaskTable),
 gclm-lazy (compiler/lazy_table.py: the byte DFA and the start state's walk only; later
-states are walked as the step walk reaches them, inside its fill times), llguidance 1.9
+states are walked as the step walk reaches them, inside its fill times), gclm-grown
+(compiler/lazy_dfa.py: the same LazyTable over a byte DFA determinized from the regex's NFA
+as the walks read it, instead of outlines-core's whole byte DFA; as in the server, a regex
+its parser refuses or an NFA over `MAX_GROWN_NFA_STATES` falls back to gclm-lazy's DFA,
+counted in the summary as `fallbacks`), llguidance 1.9
 LLMatcher (spec defaults), XGrammar with `any_whitespace=True, strict_mode=False`, one
 thread, its cache off. Each engine's tokenizer data (gclm's token trie, llguidance's and
 XGrammar's tokenizer objects) is built once before the timings, as a warm server has it.
@@ -44,7 +51,7 @@ import torch
 
 from bench.jsonschemabench import DEFAULT_DIR
 
-ENGINES = ("gclm", "gclm-lazy", "llguidance", "xgrammar")
+ENGINES = ("gclm", "gclm-lazy", "gclm-grown", "llguidance", "xgrammar")
 VOCABS = ("49k", "200k")
 FIRST_BUDGET = 4096  # max_tokens of the request the first mask is for
 
@@ -71,7 +78,8 @@ class Engine:
     def __init__(self, name: str, tokenizer: Any):
         self.name = name
         self.size = len(tokenizer)
-        if name in ("gclm", "gclm-lazy"):
+        self.note: dict[str, Any] = {}  # what the last first_mask adds to its row
+        if name in ("gclm", "gclm-lazy", "gclm-grown"):
             from gclm.compiler.token_walk import token_trie
             from gclm.compiler.vocabulary import TokenVocabulary
             from gclm.masking import allocate_bitmask
@@ -125,6 +133,28 @@ class Engine:
             state = ConstraintState(lazy)
             fill_bitmask(self.bitmask, 0, state, FIRST_BUDGET)
             return state
+        if self.name == "gclm-grown":
+            from gclm.compiler.constraint import Constraint
+            from gclm.compiler.first_mask import MAX_GROWN_NFA_STATES
+            from gclm.compiler.lazy_dfa import GrowingLazyTable
+            from gclm.compiler.lazy_table import LazyTable
+            from gclm.compiler.regex import to_regex
+            from gclm.compiler.regex_parse import Unsupported
+            from gclm.compiler.token_walk import byte_dfa
+            from gclm.masking import ConstraintState, fill_bitmask
+            from gclm.masking.state import check_budget
+
+            regex = to_regex(Constraint.json_schema(schema)).regex
+            try:
+                lazy: LazyTable = GrowingLazyTable.of_regex(regex, self.vocab, MAX_GROWN_NFA_STATES)
+                self.note = {}
+            except Unsupported as e:
+                lazy = LazyTable(byte_dfa(regex), self.vocab)
+                self.note = {"gclm-grown_fallback": str(e)}
+            check_budget(lazy, FIRST_BUDGET)
+            state = ConstraintState(lazy)
+            fill_bitmask(self.bitmask, 0, state, FIRST_BUDGET)
+            return state
         if self.name == "llguidance":
             import llguidance
             import llguidance.torch
@@ -148,8 +178,8 @@ class Engine:
 
     def table_bytes(self, matcher: Any) -> int | None:
         """gclm: bytes the compiled table and its mask table hold (the cache's charge);
-        gclm-lazy: what its LazyTable holds so far."""
-        if self.name == "gclm-lazy":
+        gclm-lazy, gclm-grown: what its LazyTable holds so far."""
+        if self.name in ("gclm-lazy", "gclm-grown"):
             return int(matcher.table.nbytes)
         if self.name != "gclm":
             return None
@@ -174,7 +204,7 @@ class Engine:
         return {"fill": fills, "apply": applies, "bytes": self.table_bytes(matcher)}
 
     def _fill(self, matcher: Any, left: int) -> None:
-        if self.name in ("gclm", "gclm-lazy"):
+        if self.name.startswith("gclm"):
             from gclm.masking import fill_bitmask
 
             fill_bitmask(self.bitmask, 0, matcher, left)
@@ -186,7 +216,7 @@ class Engine:
             matcher.fill_next_token_bitmask(self.bitmask, 0)
 
     def _apply(self, logits: torch.Tensor) -> None:
-        if self.name in ("gclm", "gclm-lazy"):
+        if self.name.startswith("gclm"):
             from gclm.masking import apply_bitmask
 
             apply_bitmask(logits, self.bitmask)
@@ -200,7 +230,7 @@ class Engine:
             xgr.apply_token_bitmask_inplace(logits, self.bitmask)
 
     def _advance(self, matcher: Any, token: int, left: int) -> None:
-        if self.name in ("gclm", "gclm-lazy"):
+        if self.name.startswith("gclm"):
             matcher.advance(token, left)
         elif self.name == "llguidance":
             if not matcher.consume_token(token):
@@ -243,6 +273,7 @@ def time_first_masks(
                 row[f"{name}_error"] = f"{type(e).__name__}: {str(e)[:160]}"
                 continue
             row[name] = time.perf_counter() - started
+            row.update(engine.note)
             nbytes = engine.table_bytes(matcher)
             if nbytes is not None:
                 row[f"{name}_bytes"] = nbytes
@@ -271,6 +302,9 @@ def summarize(rows: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
             out[name]["bytes_p50"] = percentile(sizes, 50)
             out[name]["bytes_p90"] = percentile(sizes, 90)
             out[name]["bytes_max"] = max(sizes)
+    fallbacks = sum("gclm-grown_fallback" in r for r in rows)
+    if "gclm-grown" in names:
+        out["gclm-grown"]["fallbacks"] = fallbacks
     return out
 
 
@@ -324,17 +358,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--schemas", type=Path, default=DEFAULT_DIR)
     parser.add_argument("--limit", type=int, default=60)
     parser.add_argument("--all", action="store_true", help="every schema (overrides --limit)")
+    parser.add_argument("--slow", type=float, metavar="MS", help="see the module docstring")
     parser.add_argument("--vocab", nargs="+", choices=VOCABS, default=list(VOCABS))
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     parser.add_argument("--steps", type=int, default=5, help="schemas walked for step costs")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    paths = schema_files(args.schemas, None if args.all else args.limit)
+    paths = schema_files(args.schemas, None if args.all or args.slow else args.limit)
+    if args.slow:
+        reach = json.loads(Path("bench/results/lazy_reach_200k.json").read_text())["schemas"]
+        slow = {f"{r['name']}.json" for r in reach if r.get("dfa_ms", 0) > args.slow}
+        paths = [p for p in paths if p.name in slow]
     result: dict[str, Any] = {
         "bench": "first_mask",
         "machine": f"{platform.processor() or platform.machine()}, shared 2-core host",
         "schemas_dir": str(args.schemas),
         "num_schemas": len(paths),
+        "slow_ms": args.slow,
         "engines": args.engines,
         "first_budget": FIRST_BUDGET,
         "vocabs": {},

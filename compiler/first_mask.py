@@ -35,23 +35,22 @@ import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from gclm.compiler.byte_bounds import single_byte_tokens
 from gclm.compiler.constraint import Constraint
-from gclm.compiler.lazy_dfa import GrowingDfa, GrowingLazyTable
+from gclm.compiler.lazy_dfa import GrowingLazyTable
 from gclm.compiler.lazy_table import LazyTable
 from gclm.compiler.regex import to_regex
-from gclm.compiler.regex_nfa import build_nfa
 from gclm.compiler.regex_parse import Unsupported
 from gclm.compiler.tables import UNREACHABLE, CompiledTable
-from gclm.compiler.token_walk import ByteDfa, byte_dfa, token_trie
+from gclm.compiler.token_walk import ByteDfa, byte_dfa
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import CompilerBusyError
 
 log = logging.getLogger("gclm.compiler")
 
 _WARM_UP_REGEX = "[a-z]{1,3}"  # a regex whose byte DFA takes no time to build
-# Past this, a grown table's NFA is left to a worker's outlines-core DFA: 1 M states take
-# about 0.4 s and 100 MB to build, in the server's process (the workers have limits).
+# Past this, a grown table's NFA is left to a worker's outlines-core DFA: in the server's
+# process, 0.4-1.7 s for 0.8-1.4 M states, about 250 bytes a state at the peak and 65 held
+# while the table is cached (the workers have their own memory and CPU limits).
 MAX_GROWN_NFA_STATES = 1_000_000
 
 
@@ -80,7 +79,6 @@ class FirstMasks:
         self.vocab = vocab
         self.grown = 0  # tables grown here instead of a worker's FIRST compile
         self.grow_seconds = 0.0
-        self.spelled = single_byte_tokens(vocab)
         # Its own thread: an NFA can take a second, and the DFAs above must not wait.
         self._grower = ThreadPoolExecutor(1, thread_name_prefix="gclm-grow") if grow else None
         # One thread: a LazyTable's bounds take a millisecond or so; never the pool's thread.
@@ -122,8 +120,8 @@ class FirstMasks:
         started = time.perf_counter()
         table = None
         try:
-            nfa = build_nfa(to_regex(constraint).regex, self.spelled, MAX_GROWN_NFA_STATES)
-            table = GrowingLazyTable(GrowingDfa(nfa, token_trie(self.vocab).max_depth), self.vocab)
+            regex = to_regex(constraint).regex
+            table = GrowingLazyTable.of_regex(regex, self.vocab, MAX_GROWN_NFA_STATES)
             if table.upper[table.initial] == UNREACHABLE:
                 table = None  # nothing to spell: the whole compile's error answers
         except (Unsupported, ValueError):

@@ -26,7 +26,7 @@ import numpy as np
 
 from gclm.compiler.lazy_table import LazyTable
 from gclm.compiler.numba_cache import cache_per_version
-from gclm.compiler.regex_nfa import Nfa, build_nfa
+from gclm.compiler.regex_nfa import MAX_NFA_STATES, Nfa, build_nfa
 from gclm.compiler.tables import UNREACHABLE
 from gclm.compiler.vocabulary import TokenVocabulary
 
@@ -131,15 +131,17 @@ class GrowingLazyTable(LazyTable):
         self._slot = np.zeros(64, dtype=np.int64)
 
     @classmethod
-    def of_regex(cls, regex: str, vocab: TokenVocabulary) -> GrowingLazyTable:
+    def of_regex(
+        cls, regex: str, vocab: TokenVocabulary, max_states: int = MAX_NFA_STATES
+    ) -> GrowingLazyTable:
         """The table of `regex` (gclm's regex dialect) over `vocab`.
 
         Raises regex_parse.Unsupported for a regex the compiled parser does not read (or
-        too large an NFA), ValueError as the constructor does."""
+        an NFA of more than `max_states`), ValueError as the constructor does."""
         from gclm.compiler.byte_bounds import single_byte_tokens
         from gclm.compiler.token_walk import token_trie
 
-        nfa = build_nfa(regex, single_byte_tokens(vocab))
+        nfa = build_nfa(regex, single_byte_tokens(vocab), max_states)
         return cls(GrowingDfa(nfa, token_trie(vocab).max_depth), vocab)
 
     def _groups(self, state: int) -> tuple[int, np.ndarray, np.ndarray]:
