@@ -19,8 +19,8 @@ whole compile sends its DFA ahead only up to `worker.EARLY_DFA_MAX_STATES` state
 
 With `grow` (the server's default), a FIRST compile is not sent to a worker at all where
 compiler/regex_parse.py reads the constraint's regex: its NFA is built here, on a thread of
-its own (compiled code that releases the GIL, a few ms at the median, at most some hundreds
-of ms at `MAX_GROWN_NFA_STATES`), and the byte DFA grows from it as walks read it
+its own (compiled code that releases the GIL: a few ms at the median, up to about 2 s at
+`MAX_GROWN_NFA_STATES`), and the byte DFA grows from it as walks read it
 (compiler/lazy_dfa.py): outlines-core's determinization of the whole DFA, seconds on large
 schemas, is left to the whole compile, for the requests that need one. A regex the parser
 refuses, an NFA past that size, or one no LazyTable serves goes to the worker as before.
@@ -48,10 +48,11 @@ from gclm.errors import CompilerBusyError
 log = logging.getLogger("gclm.compiler")
 
 _WARM_UP_REGEX = "[a-z]{1,3}"  # a regex whose byte DFA takes no time to build
-# Past this, a grown table's NFA is left to a worker's outlines-core DFA: in the server's
-# process, 0.4-1.7 s for 0.8-1.4 M states, about 250 bytes a state at the peak and 65 held
-# while the table is cached (the workers have their own memory and CPU limits).
-MAX_GROWN_NFA_STATES = 1_000_000
+# Past this, a grown table's NFA is left to a worker's outlines-core DFA. In the server's
+# process 0.8-1.7 M states took 0.4-2.2 s (outlines-core's whole DFA: 2.3-4.6 s), about 250
+# bytes a state at the peak and 65 held while the table is cached; the workers have their
+# own memory and CPU limits for what is larger (one dev-split schema, 7.2 M states).
+MAX_GROWN_NFA_STATES = 2_000_000
 
 
 class FirstMasks:
