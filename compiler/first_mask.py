@@ -43,7 +43,7 @@ from gclm.compiler.regex_parse import Unsupported
 from gclm.compiler.tables import UNREACHABLE, CompiledTable
 from gclm.compiler.token_walk import ByteDfa, byte_dfa
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.errors import CompilerBusyError
+from gclm.errors import CompilerBusyError, ConstraintError
 
 log = logging.getLogger("gclm.compiler")
 
@@ -125,8 +125,10 @@ class FirstMasks:
             table = GrowingLazyTable.of_regex(regex, self.vocab, MAX_GROWN_NFA_STATES)
             if table.upper[table.initial] == UNREACHABLE:
                 table = None  # nothing to spell: the whole compile's error answers
-        except (Unsupported, ValueError):
-            pass  # not read by the parser, too large, or not served: outlines-core's DFA
+        except (Unsupported, ValueError, ConstraintError):
+            # Not read by the parser, too large, not served, or refused by to_regex: the
+            # worker's compile answers, with outlines-core's DFA or with its error.
+            pass
         except Exception:  # a bug: the worker's compile answers instead
             log.exception("could not grow the first masks of a constraint")
         if table is None:

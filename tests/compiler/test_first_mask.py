@@ -512,6 +512,21 @@ def test_what_does_not_grow_goes_to_a_worker(constraint, vocab, embedded_vocab) 
         pool.close()
 
 
+def test_a_schema_to_regex_refuses_gets_the_workers_error(embedded_vocab, caplog) -> None:
+    """to_regex's refusal is no bug of the growth: the worker's compile gives the request
+    its 400, and nothing is logged as an exception."""
+    constraint = Constraint.json_schema({"type": "string", "pattern": "^a(?=b)"})
+    pool = CompilerPool(embedded_vocab, CompileLimits(timeout_s=120), workers=1)
+    first = FirstMasks(pool.early_dfa, embedded_vocab, pool.submit_first, grow=True)
+    try:
+        with pytest.raises(ConstraintError, match="look"):
+            first.compile(constraint).result(timeout=120)
+        assert not [r for r in caplog.records if r.exc_info]
+    finally:
+        first.close()
+        pool.close()
+
+
 def test_a_busy_worker_answers_a_refused_growth_with_its_429() -> None:
     """Where the fallback's worker is busy, the request gets its CompilerBusyError, never
     a future left unanswered."""
