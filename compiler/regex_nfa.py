@@ -95,9 +95,15 @@ def _by_source(n, src):
     return at, order
 
 
+_CAP = 1 << 60  # counts saturate here: a count past any limit is as good as infinite
+
+
 @nb.njit(cache=True, nogil=True)
 def _count(k, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, out):
-    """Add node k's states, epsilon edges and byte edges, written out, to out[0:3]."""
+    """Add node k's states, epsilon edges and byte edges, written out, to out[0:3]
+    (saturating at _CAP). A repetition's body is counted once and multiplied, so the count
+    takes time in the regex's size, not in the NFA's: nested counts can write out more
+    states than any machine holds, and the limit must refuse them at once."""
     t = kind[k]
     if t == SET:
         out[0] += 1
@@ -105,28 +111,33 @@ def _count(k, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, out)
             n = rng_at[s + 1] - rng_at[s]
             out[0] += n - 1
             out[2] += n
-        return 0
-    if t == SEQ:
+    elif t == SEQ:
         for j in range(kids_lo[k], kids_hi[k]):
             _count(kids[j], kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, out)
-        return 0
-    if t == ALT:
+    elif t == ALT:
         out[0] += 1
         for j in range(kids_lo[k], kids_hi[k]):
             out[0] += 1
             out[1] += 2
             _count(kids[j], kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, out)
-        return 0
-    sub, low, high = kids[kids_lo[k]], p0[k], p1[k]
-    copies = low + (1 if high == UNBOUNDED else high - low)
-    if high == UNBOUNDED:
-        out[0] += 1
-        out[1] += 2
-    elif high > low:
-        out[0] += 1
-        out[1] += high - low + 1
-    for _ in range(copies):
-        _count(sub, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, out)
+    else:
+        sub, low, high = kids[kids_lo[k]], p0[k], p1[k]
+        copies = low + (1 if high == UNBOUNDED else high - low)
+        if high == UNBOUNDED:
+            out[0] += 1
+            out[1] += 2
+        elif high > low:
+            out[0] += 1
+            out[1] += high - low + 1
+        body = np.zeros(3, dtype=np.int64)
+        _count(sub, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, body)
+        for i in range(3):
+            if copies > 0 and body[i] > _CAP // copies:
+                out[i] = _CAP
+            else:
+                out[i] += body[i] * copies
+    for i in range(3):
+        out[i] = min(out[i], _CAP)
     return 0
 
 

@@ -103,6 +103,14 @@ def test_an_nfa_past_its_limit_is_refused():
         build_nfa("[a-z]{2000}$", ALL_BYTES, max_states=1000)
 
 
+def test_nested_counts_are_refused_without_writing_them_out():
+    """Four nested {0,1000} write out about 10^12 states: counted, not walked, so the limit
+    refuses them at once (a dev-split schema, Github_hard o9836, makes 2.7 * 10^11; counting
+    its copies one by one held the server's grow thread for good)."""
+    with pytest.raises(Unsupported, match="an NFA of 1001001001002 states"):
+        build_nfa("(?:(?:(?:[a-z]{0,1000}){0,1000}){0,1000}){0,1000}$", ALL_BYTES, 2_000_000)
+
+
 def test_a_missing_single_byte_token_is_refused():
     vocab = TokenVocabulary((b"a", "é".encode(), None), eos_token_id=2, scheme="plain")
     with pytest.raises(ValueError, match="compile its whole table"):
