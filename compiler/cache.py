@@ -381,7 +381,7 @@ class TableCache:
             with self._lock:
                 del self._inflight[_first_key(key)]
             whole = self.fetch(constraint)
-            whole.add_done_callback(lambda f: _copy(f, pending))
+            whole.add_done_callback(lambda f: copy_outcome(f, pending))
             return
         try:
             self._land_first(key, result, stored=stored)
@@ -625,7 +625,8 @@ def _failed(error: BaseException) -> Future[CompiledTable]:
     return future
 
 
-def _copy(source: Future[CompiledTable], target: Future[CompiledTable | LazyTable]) -> None:
+def copy_outcome(source: Future[Any], target: Future[Any]) -> None:
+    """`source`'s result or exception, into `target`."""
     try:
         target.set_result(source.result())
     except BaseException as e:

@@ -35,6 +35,7 @@ import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from gclm.compiler.cache import copy_outcome
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.lazy_dfa import GrowingLazyTable
 from gclm.compiler.lazy_table import LazyTable
@@ -137,7 +138,7 @@ class FirstMasks:
             except BaseException as e:  # never leave `out` unanswered
                 out.set_exception(e)
                 return
-            sent.add_done_callback(lambda f: _copy(f, out))
+            sent.add_done_callback(lambda f: copy_outcome(f, out))
             return
         table.compile_seconds = time.perf_counter() - started
         with self._lock:
@@ -206,13 +207,6 @@ class FirstMasks:
         self._builder.shutdown(wait=False, cancel_futures=True)
         if self._grower is not None:
             self._grower.shutdown(wait=False, cancel_futures=True)
-
-
-def _copy(source: Future[Any], target: Future[Any]) -> None:
-    try:
-        target.set_result(source.result())
-    except BaseException as e:
-        target.set_exception(e)
 
 
 def _warm_up(vocab: TokenVocabulary) -> None:

@@ -12,8 +12,9 @@ transitions are -1, as in a whole byte DFA.
 A set accepts what its members accept, so its byte distances are the least of its members':
 the same two bounds a LazyTable reads from a whole byte DFA (compiler/byte_bounds.py), each
 state's as soon as it exists. A GrowingLazyTable is a LazyTable whose walks read a
-GrowingDfa, resuming after each row they make; its masks and budgets are a whole table's
-(tests/compiler/test_lazy_dfa.py walks them beside compile_constraint's).
+GrowingDfa (the LazyTable's resumable walk, which stops at a row not built yet); its masks
+and budgets are a whole table's (tests/compiler/test_lazy_dfa.py walks them beside
+compile_constraint's).
 
 State 0 is the start state, as in compiler/token_walk.py's DFAs; ids otherwise follow the
 order walks made them, so they differ from outlines-core's.
@@ -24,7 +25,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from gclm.compiler.lazy_table import LazyTable
+from gclm.compiler.lazy_table import NEEDS_WHOLE_TABLE, LazyTable
 from gclm.compiler.numba_cache import cache_per_version
 from gclm.compiler.regex_nfa import MAX_NFA_STATES, Nfa, build_nfa
 from gclm.compiler.tables import UNREACHABLE
@@ -118,15 +119,13 @@ class GrowingLazyTable(LazyTable):
         self._setup(vocab)
         every, single = dfa.nfa.every, dfa.nfa.single
         if not np.array_equal(every == UNREACHABLE, single == UNREACHABLE):
-            raise ValueError(
-                "The constraint needs a byte that is no token of this vocabulary by itself: "
-                "compile its whole table (compile_constraint) instead."
-            )
+            raise ValueError(NEEDS_WHOLE_TABLE)
         self.grown = dfa
         # The lists grow with the DFA: a new state's bounds are there as soon as it exists.
         self.upper = self._upper_list = dfa.upper_list
         self.lower = self._lower_list = dfa.lower_list
         self._accepting_list = dfa.accepting_list
+        self._columns = np.arange(256, dtype=np.int64)  # a row is 256 bytes wide
         self._stamp = np.full(64, -1, dtype=np.int64)
         self._slot = np.zeros(64, dtype=np.int64)
 
@@ -144,34 +143,17 @@ class GrowingLazyTable(LazyTable):
         nfa = build_nfa(regex, single_byte_tokens(vocab), max_states)
         return cls(GrowingDfa(nfa, token_trie(vocab).max_depth), vocab)
 
-    def _groups(self, state: int) -> tuple[int, np.ndarray, np.ndarray]:
-        trie, dfa = self._trie, self.grown
-        cap = 64
-        nexts = np.zeros(cap, dtype=np.int64)
-        rows = np.zeros((cap, self.width), dtype=np.uint32)
-        path = np.empty(trie.max_depth + 1, dtype=np.int64)
-        path[0] = state
-        self._walks += 1
-        k = ng = 0
-        while True:
-            if self._stamp.size < dfa.states:
-                more = max(self._stamp.size, dfa.states - self._stamp.size)
-                self._stamp = np.concatenate([self._stamp, np.full(more, -1, np.int64)])
-                self._slot = np.concatenate([self._slot, np.zeros(more, np.int64)])
-            status, k, ng = _walk_growing(
-                dfa.next, dfa.built, trie.byte, trie.depth, trie.skip, trie.token_lo,
-                trie.token_ids, k, path, ng, nexts, rows, self._stamp, self._slot, self._walks,
-            )  # fmt: skip
-            if status == 0:
-                return ng, nexts, rows
-            if status == 1:
-                dfa.expand(int(path[trie.depth[k] - 1]))
-            else:  # more successors than room
-                cap *= 4
-                nexts = np.concatenate([nexts, np.zeros(cap - nexts.size, np.int64)])
-                rows = np.concatenate(
-                    [rows, np.zeros((cap - rows.shape[0], self.width), np.uint32)]
-                )
+    def _readable(self) -> tuple[np.ndarray, np.ndarray]:
+        """The DFA's rows so far; the walk's marks made room for every state made."""
+        dfa = self.grown
+        if self._stamp.size < dfa.states:
+            more = max(self._stamp.size, dfa.states - self._stamp.size)
+            self._stamp = np.concatenate([self._stamp, np.full(more, -1, np.int64)])
+            self._slot = np.concatenate([self._slot, np.zeros(more, np.int64)])
+        return dfa.next, dfa.built
+
+    def _build_row(self, state: int) -> None:
+        self.grown.expand(state)
 
     def stored_dfa(self) -> None:
         """None: a part of a DFA is not worth a file; the NFA takes milliseconds to build."""
@@ -255,39 +237,3 @@ def _row(members, eps_at, eps_to, byte_at, byte_lo, byte_hi, byte_to, every, sta
         set_at[m + 1] = sets.size
         m += 1
     return starts[:m], ends[:m], set_at[: m + 1], sets
-
-
-@nb.njit(cache=True, nogil=True)
-def _walk_growing(
-    trans, built, node_byte, node_depth, node_skip, token_lo, token_ids, k, path, ng, nexts,
-    rows, stamp, slot_of, walk_id,
-):  # fmt: skip
-    """lazy_table._walk_state's preorder walk, resumable: from trie node `k` with the DFA
-    states of `path` so far. Returns (status, k, groups): status 0 when done, 1 when the
-    walk needs row `path[node_depth[k] - 1]` built, 2 when `nexts` is full; then call
-    again with the same k after building the row or growing `nexts` and `rows`."""
-    n_nodes = node_byte.size
-    while k < n_nodes:
-        s = path[node_depth[k] - 1]
-        if not built[s]:
-            return 1, k, ng
-        nxt = trans[s, node_byte[k]]
-        if nxt < 0:  # dead: so is every token under this node
-            k = node_skip[k]
-            continue
-        path[node_depth[k]] = nxt
-        lo, hi = token_lo[k], token_lo[k + 1]
-        if lo < hi:
-            if stamp[nxt] != walk_id:
-                if ng == nexts.size:
-                    return 2, k, ng
-                stamp[nxt] = walk_id
-                slot_of[nxt] = ng
-                nexts[ng] = nxt
-                ng += 1
-            r = slot_of[nxt]
-            for j in range(lo, hi):
-                tok = token_ids[j]
-                rows[r, tok >> 5] |= np.uint32(1 << (tok & 31))
-        k += 1
-    return 0, k, ng

@@ -52,6 +52,10 @@ from gclm.errors import InternalError
 cache_per_version(__file__)
 
 _BITS = np.arange(32, dtype=np.uint32)
+NEEDS_WHOLE_TABLE = (
+    "The constraint needs a byte that is no token of this vocabulary by itself: "
+    "compile its whole table (compile_constraint) instead."
+)
 
 
 def can_serve(dfa: ByteDfa, vocab: TokenVocabulary) -> bool:
@@ -110,10 +114,7 @@ class LazyTable:
         self._accepting = dfa.accepting
         every, single = byte_bounds(dfa, single_byte_tokens(vocab))
         if not np.array_equal(every == UNREACHABLE, single == UNREACHABLE):
-            raise ValueError(
-                "The constraint needs a byte that is no token of this vocabulary by itself: "
-                "compile its whole table (compile_constraint) instead."
-            )
+            raise ValueError(NEEDS_WHOLE_TABLE)
         self.upper = single  # int32 [S]
         longest = max(self._trie.max_depth, 1)
         lower = -(-every.astype(np.int64) // longest)
@@ -123,6 +124,7 @@ class LazyTable:
         self._lower_list = self.lower.tolist()
         self._accepting_list = dfa.accepting.tolist()
         states = dfa.next.shape[0]
+        self._built = np.ones(states, dtype=np.bool_)  # every row of a whole DFA is there
         self._stamp = np.full(states, -1, dtype=np.int64)
         self._slot = np.zeros(states, dtype=np.int64)
 
@@ -189,28 +191,35 @@ class LazyTable:
 
     def _groups(self, state: int) -> tuple[int, np.ndarray, np.ndarray]:
         """The trie walked from `state`: (groups, successors [>= groups], packed rows)."""
-        trie, cap = self._trie, 64
+        trie = self._trie
+        nexts = np.zeros(64, dtype=np.int64)
+        rows = np.zeros((64, self.width), dtype=np.uint32)
+        path = np.empty(trie.max_depth + 1, dtype=np.int64)
+        path[0] = state
+        self._walks += 1
+        k = ng = 0
         while True:
-            self._walks += 1
-            ng, nexts, rows = _walk_state(
-                self._trans,
-                self._columns,
-                state,
-                trie.byte,
-                trie.depth,
-                trie.skip,
-                trie.token_lo,
-                trie.token_ids,
-                trie.max_depth,
-                self.width,
-                cap,
-                self._stamp,
-                self._slot,
-                self._walks,
-            )
-            if ng >= 0:
+            trans, built = self._readable()
+            status, k, ng = _walk_state(
+                trans, self._columns, built, trie.byte, trie.depth, trie.skip, trie.token_lo,
+                trie.token_ids, k, path, ng, nexts, rows, self._stamp, self._slot, self._walks,
+            )  # fmt: skip
+            if status == 0:
                 return ng, nexts, rows
-            cap *= 4
+            if status == 1:
+                self._build_row(int(path[trie.depth[k] - 1]))
+            else:  # more successors than room: four times the room, and on from node k
+                more = 3 * nexts.size
+                nexts = np.concatenate([nexts, np.zeros(more, np.int64)])
+                rows = np.concatenate([rows, np.zeros((more, self.width), np.uint32)])
+
+    def _readable(self) -> tuple[np.ndarray, np.ndarray]:
+        """The transitions the walk reads, and which states' rows are there (all of them
+        for a whole DFA; compiler/lazy_dfa.py's grows)."""
+        return self._trans, self._built
+
+    def _build_row(self, state: int) -> None:
+        raise InternalError(f"state {state} of a whole byte DFA has no row")
 
     def _compact(self, row: np.ndarray) -> np.ndarray:
         """A group's packed row as its token ids, or shared, whichever is smaller."""
@@ -377,40 +386,27 @@ class LazyTable:
         """Bytes held: the byte DFA and its bounds, every walked state's groups, and the
         packed rows they share (counted as they are made)."""
         bounds = 2 * 4 * len(self._upper_list)  # upper and lower, int32 a state
-        fixed = self._trans.nbytes + self._accepting.nbytes + bounds
+        fixed = self._trans.nbytes + self._accepting.nbytes + self._built.nbytes + bounds
         return fixed + self._held + self._stamp.nbytes + self._slot.nbytes
 
 
 @nb.njit(cache=True, nogil=True)
 def _walk_state(
-    trans,
-    columns,
-    state,
-    node_byte,
-    node_depth,
-    node_skip,
-    token_lo,
-    token_ids,
-    max_depth,
-    words,
-    group_cap,
-    stamp,
-    slot_of,
-    walk_id,
-):
-    """The trie in preorder through `trans` (a byte's column: `columns[byte]`) from `state`,
-    tokens bucketed by the DFA state they end in (as token_walk._walk does for one state).
-    Returns (groups, next states, packed rows), groups -1 when there are more than
-    `group_cap` successors."""
-    path = np.empty(max_depth + 1, dtype=np.int64)
-    rows = np.zeros((group_cap, words), dtype=np.uint32)
-    nexts = np.zeros(group_cap, dtype=np.int64)
-    path[0] = state
-    ng = 0
-    k = 0
+    trans, columns, built, node_byte, node_depth, node_skip, token_lo, token_ids, k, path, ng,
+    nexts, rows, stamp, slot_of, walk_id,
+):  # fmt: skip
+    """The trie in preorder through `trans` (a byte's column: `columns[byte]`) from the
+    state `path[0]`, tokens bucketed by the DFA state they end in (as token_walk._walk does
+    for one state), from trie node `k` with the states of `path` so far. Returns (status, k,
+    groups): status 0 when done; 1 when the walk needs row `path[node_depth[k] - 1]`, which
+    `built` says is not there yet; 2 when `nexts` is full. Then call again with the same k,
+    once the row is built or `nexts` and `rows` are larger."""
     n_nodes = node_byte.size
     while k < n_nodes:
-        nxt = trans[path[node_depth[k] - 1], columns[node_byte[k]]]
+        s = path[node_depth[k] - 1]
+        if not built[s]:
+            return 1, k, ng
+        nxt = trans[s, columns[node_byte[k]]]
         if nxt < 0:  # dead: so is every token under this node
             k = node_skip[k]
             continue
@@ -418,8 +414,8 @@ def _walk_state(
         lo, hi = token_lo[k], token_lo[k + 1]
         if lo < hi:
             if stamp[nxt] != walk_id:
-                if ng == group_cap:
-                    return -1, nexts, rows
+                if ng == nexts.size:
+                    return 2, k, ng
                 stamp[nxt] = walk_id
                 slot_of[nxt] = ng
                 nexts[ng] = nxt
@@ -429,4 +425,4 @@ def _walk_state(
                 tok = token_ids[j]
                 rows[r, tok >> 5] |= np.uint32(1 << (tok & 31))
         k += 1
-    return ng, nexts, rows
+    return 0, k, ng

@@ -280,6 +280,7 @@ def test_walked_groups_are_stored_small_and_shared(embedded_vocab):
         w.nexts.nbytes + w.sparse_ids.nbytes + w.sparse_group.nbytes for w in lazy._walked.values()
     )
     fixed = lazy._trans.nbytes + lazy._accepting.nbytes + 2 * lazy.upper.nbytes
+    fixed += lazy._built.nbytes
     fixed += lazy._stamp.nbytes + lazy._slot.nbytes
     assert lazy.nbytes == fixed + nexts + sum(held.values())
 
