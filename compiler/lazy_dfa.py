@@ -27,6 +27,7 @@ import numpy as np
 
 from gclm.compiler.lazy_table import NEEDS_WHOLE_TABLE, LazyTable
 from gclm.compiler.numba_cache import cache_per_version
+from gclm.compiler.path_bound import nfa_path
 from gclm.compiler.regex_nfa import MAX_NFA_STATES, Nfa, build_nfa
 from gclm.compiler.tables import UNREACHABLE
 from gclm.compiler.vocabulary import TokenVocabulary
@@ -154,6 +155,16 @@ class GrowingLazyTable(LazyTable):
 
     def _build_row(self, state: int) -> None:
         self.grown.expand(state)
+
+    def _shortest_path(self, state: int) -> np.ndarray:
+        """Read out of the NFA, from the nearest member of `state`'s set."""
+        dfa, nfa = self.grown, self.grown.nfa
+        members = dfa._members[state]
+        start = int(members[np.argmin(nfa.single[members])])
+        return nfa_path(
+            start, nfa.accept, nfa.eps_at, nfa.eps_to, nfa.byte_at, nfa.byte_lo, nfa.byte_hi,
+            nfa.byte_to, nfa.single, self._single_bytes, dfa._stamp, dfa._visit,
+        )  # fmt: skip
 
     def stored_dfa(self) -> None:
         """None: a part of a DFA is not worth a file; the NFA takes milliseconds to build."""

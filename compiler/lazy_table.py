@@ -43,6 +43,7 @@ import numpy as np
 
 from gclm.compiler.byte_bounds import byte_bounds, single_byte_tokens
 from gclm.compiler.numba_cache import cache_per_version
+from gclm.compiler.path_bound import dfa_path, fewest_tokens
 from gclm.compiler.tables import UNREACHABLE, CompiledTable
 from gclm.compiler.token_sets import words_for
 from gclm.compiler.token_walk import ByteDfa, TokenTrie, token_trie
@@ -139,6 +140,8 @@ class LazyTable:
         self._rows: dict[bytes, list[np.ndarray]] = {}  # packed rows by digest (Walked)
         self._held = 0  # bytes of the walked states' groups and of `_rows`
         self._exact: dict[int, int] = {}  # state -> token distance
+        self._spelled: dict[int, int] = {}  # state -> its shortest path's fewest tokens
+        self._single_bytes = single_byte_tokens(vocab)
         self._beyond: dict[int, int] = {}  # state -> k: its distance is known to exceed k
         self._lock = threading.RLock()
         self._walks = 0
@@ -314,6 +317,8 @@ class LazyTable:
             return exact <= k
         if self._beyond.get(state, -1) >= k:
             return False
+        if self.spelled_upper(state) <= k:
+            return True
         found = self._search(state, k)
         return found is not None
 
@@ -324,10 +329,31 @@ class LazyTable:
             return exact
         if self._upper_list[state] == UNREACHABLE:
             return int(UNREACHABLE)
-        found = self._search(state, self._upper_list[state])
+        found = self._search(state, self.spelled_upper(state))
         if found is None:
             raise InternalError(f"state {state} has no token path within its upper bound")
         return found
+
+    def spelled_upper(self, state: int) -> int:
+        """An upper bound on `state`'s token distance, at most `upper[state]`: the fewest
+        tokens that spell the bytes of one shortest path along single-byte tokens
+        (compiler/path_bound.py; found once per state)."""
+        found = self._spelled.get(state)
+        if found is None:
+            upper = self._upper_list[state]
+            found = upper
+            if 1 < upper < UNREACHABLE:
+                with self._lock:
+                    spelled = self._shortest_path(state)
+                if spelled.size == upper:  # else the bound stays the byte count
+                    found = fewest_tokens(spelled, self._trie)
+            self._spelled[state] = found
+        return found
+
+    def _shortest_path(self, state: int) -> np.ndarray:
+        """uint8 [upper[state]]: the bytes of a shortest path from `state` to acceptance
+        along single-byte tokens."""
+        return dfa_path(self._trans, self._columns, self.upper, self._single_bytes, state)
 
     @property
     def min_tokens(self) -> int:

@@ -313,7 +313,7 @@ class Serving:
             if table is None:
                 return s.default_max_tokens
             floor, factor = s.constrained_max_tokens_floor, s.constrained_max_tokens_factor
-            if is_lazy(table) and factor * int(table.upper[table.initial]) <= floor:
+            if is_lazy(table) and factor * table.spelled_upper(table.initial) <= floor:
                 return floor  # what the exact minimum gives too, without its search
             if thinking is None:
                 need = table.min_tokens

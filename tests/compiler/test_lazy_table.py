@@ -55,6 +55,8 @@ def walk_both(
         assert lz.must_stop(left) is False
         exact_dist = exact.dist[ex.state]
         assert lazy.lower[lz.state] <= exact_dist <= lazy.upper[lz.state]
+        if rng.random() < 0.5:  # else the row's own search asks for it, or does not
+            assert exact_dist <= lazy.spelled_upper(lz.state) <= lazy.upper[lz.state]
         row = lz.allowed_row(left)
         assert np.array_equal(row, ex.allowed_row(left)), f"after {tokens}, {left} left"
         allowed = unpack_row(row)
@@ -106,6 +108,42 @@ def test_a_tight_budget_gets_the_exact_minimum_before_any_whole_table(embedded_v
     fresh = lazy_table(constraint, embedded_vocab)
     check_budget(fresh, need)  # the exact minimum itself is enough
     walk_both(exact, fresh, need, np.random.default_rng(1))
+
+
+def spelling_vocab() -> TokenVocabulary:
+    # Every byte is a token by itself, plus two longer tokens and EOS (id 258).
+    tokens = (*(bytes([b]) for b in range(256)), b'{"a": ', b"}", None)
+    return TokenVocabulary(tokens, eos_token_id=258, scheme="plain")
+
+
+@pytest.mark.parametrize("table", ["whole DFA", "grown DFA"])
+def test_a_budget_below_the_byte_bound_is_passed_by_the_spelled_one(table):
+    from gclm.compiler.lazy_dfa import GrowingLazyTable
+
+    vocab, regex = spelling_vocab(), r'\{"a": [0-9]{1,3}\}'
+    if table == "whole DFA":
+        lazy = LazyTable(byte_dfa(regex), vocab)
+    else:
+        lazy = GrowingLazyTable.of_regex(regex, vocab)
+    assert lazy.upper[lazy.initial] == 8  # '{"a": 0}' a byte a token
+    assert lazy.spelled_upper(lazy.initial) == 3  # '{"a": ', '0', '}'
+    check_budget(lazy, 3)
+    assert lazy.num_walked == 0  # no search over the token graph was needed
+    with pytest.raises(BudgetTooSmallError) as caught:
+        check_budget(lazy, 2)
+    assert caught.value.min_tokens == 3
+
+
+def test_the_fewest_tokens_spelling_bytes_are_found_not_the_greedy_ones():
+    from gclm.compiler.path_bound import fewest_tokens
+    from gclm.compiler.token_walk import token_trie
+
+    tokens = (b"a", b"b", b"c", b"d", b"ab", b"bcd", None)
+    trie = token_trie(TokenVocabulary(tokens, eos_token_id=6, scheme="plain"))
+    spell = lambda text: fewest_tokens(np.frombuffer(text, dtype=np.uint8), trie)  # noqa: E731
+    assert spell(b"abcd") == 2  # 'a', 'bcd'; longest first would take 'ab', 'c', 'd'
+    assert spell(b"abab") == 2
+    assert spell(b"dcba") == 4
 
 
 def test_a_row_past_the_budget_raises(embedded_vocab):
