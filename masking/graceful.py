@@ -252,9 +252,9 @@ class GracefulPolicy:
     def serves_lazily(self, table: LazyTable, budget: int) -> bool:
         """Whether the request is generous, so that no rule acts and no whole table is
         needed: every rule acts only in a request with fewer than `generous` spare tokens
-        (budget - d0, see penalties), and the start state's upper bound proves most
-        requests generous without the exact d0."""
-        if budget - int(table.upper[table.initial]) >= self.generous:
+        (budget - d0, see penalties), and an upper bound on the start state's distance
+        proves most requests generous without the exact d0."""
+        if budget - table.spelled_upper(table.initial) >= self.generous:
             return True
         d0 = table.min_tokens
         return d0 <= 0 or budget - d0 >= self.generous

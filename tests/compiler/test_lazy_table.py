@@ -134,6 +134,19 @@ def test_a_budget_below_the_byte_bound_is_passed_by_the_spelled_one(table):
     assert caught.value.min_tokens == 3
 
 
+def test_the_spelled_bound_proves_a_request_generous_without_a_search():
+    from gclm.masking.graceful import GracefulPolicy
+
+    vocab = spelling_vocab()
+    policy = GracefulPolicy.for_vocab(vocab.token_bytes)
+    lazy = LazyTable(byte_dfa(r'\{"a": [0-9]{1,3}\}'), vocab)
+    budget = 3 + int(policy.generous)  # generous by the spelled bound, not by the byte one
+    assert budget - lazy.upper[lazy.initial] < policy.generous
+    assert policy.serves_lazily(lazy, budget)
+    assert lazy.num_walked == 0
+    assert not policy.serves_lazily(lazy, budget - 1)  # the exact minimum is 3
+
+
 def test_the_fewest_tokens_spelling_bytes_are_found_not_the_greedy_ones():
     from gclm.compiler.path_bound import fewest_tokens
     from gclm.compiler.token_walk import token_trie
