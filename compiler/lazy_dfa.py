@@ -53,6 +53,7 @@ class GrowingDfa:
         self.lower_list: list[int] = []  # fewest bytes / the longest token, rounded up
         self._ids: dict[bytes, int] = {}
         self._members: list[np.ndarray] = []
+        self._member_bytes = 0  # of the sets in _members (kept twice: as keys too)
         self._stamp = np.zeros(nfa.states, dtype=np.int64)  # _row's visited marks
         self._visit = np.zeros(1, dtype=np.int64)
         start = _closure(np.zeros(1, dtype=np.int64), nfa.eps_at, nfa.eps_to, nfa.every,
@@ -89,6 +90,7 @@ class GrowingDfa:
             self.next = grown
             self.built = np.concatenate([self.built, np.zeros(state, dtype=np.bool_)])
         self._members.append(members)
+        self._member_bytes += members.nbytes
         self._ids[members.tobytes()] = state
         nfa = self.nfa
         every = int(nfa.every[members].min(initial=UNREACHABLE))
@@ -102,7 +104,7 @@ class GrowingDfa:
     @property
     def nbytes(self) -> int:
         """The NFA, the rows and bounds so far, and the sets of NFA states."""
-        sets = sum(m.nbytes for m in self._members)
+        sets = self._member_bytes
         return self.nfa.nbytes + self._stamp.nbytes + self.next.nbytes + 2 * sets
 
 

@@ -66,7 +66,10 @@ def build_nfa(regex: str, single_bytes: np.ndarray, max_states: int = MAX_NFA_ST
     every = nfa_distances(n, accept, eps_src, eps_dst, e_src, e_dst)
     spelled = np.concatenate([[0], np.cumsum(single_bytes.astype(np.int64))])
     usable = spelled[e_hi + 1] > spelled[e_lo]  # some byte of the edge is a token
-    single = nfa_distances(n, accept, eps_src, eps_dst, e_src[usable], e_dst[usable])
+    if usable.all():  # every byte-level vocabulary: the same distances
+        single = every.copy()
+    else:
+        single = nfa_distances(n, accept, eps_src, eps_dst, e_src[usable], e_dst[usable])
     eps_at, eps_order = _by_source(n, eps_src)
     byte_at, byte_order = _by_source(n, e_src)
     every[every >= _INF] = UNREACHABLE
