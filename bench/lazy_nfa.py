@@ -106,7 +106,7 @@ class Program:
 def compiled_nfa(program: Any, root: int) -> tuple[int, int, np.ndarray]:
     """Write the program out (numba): (states, accepting state, bytes to accept per state).
     `program`: a Program, or compiler/regex_parse.ParsedRegex (the same arrays)."""
-    n, accept, (eps_src, eps_dst, e_src, _, _, e_dst) = write_nfa(program, root)
+    n, accept, (eps_src, eps_dst, e_src, _, _, e_dst) = write_nfa(program, root, share=False)
     return n, accept, nfa_distances(n, accept, eps_src, eps_dst, e_src, e_dst)
 
 
@@ -114,7 +114,7 @@ def as_python_nfa(program: Any, root: int) -> tuple[Any, int]:
     """The written-out NFA as bench.lazy_dfa.Nfa (for its LazyDfa) and its accepting state."""
     from bench.lazy_dfa import Nfa
 
-    n, accept, (eps_src, eps_dst, e_src, e_lo, e_hi, e_dst) = write_nfa(program, root)
+    n, accept, (eps_src, eps_dst, e_src, e_lo, e_hi, e_dst) = write_nfa(program, root, share=False)
     nfa = Nfa()
     nfa.eps = [[] for _ in range(n)]
     nfa.edges = [[] for _ in range(n)]

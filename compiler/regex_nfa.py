@@ -1,16 +1,20 @@
 """A regex as a Thompson NFA over bytes, and each NFA state's byte distances to acceptance.
 
 compiler/regex_parse.py reads the regex into a program; numba writes the program out, one
-copy of a repetition's body per count (so the NFA is linear in the regex with its counted
-repetitions expanded), then runs a reverse BFS for each state's fewest bytes to
-acceptance: over every byte, and over the bytes that are tokens by themselves. A subset of
-NFA states accepts what its members accept, so a subset's distance is the least of its
-members': compiler/lazy_dfa.py determinizes the NFA only where walks go, with the same
-bounds a LazyTable reads from a whole byte DFA (compiler/byte_bounds.py).
+copy of a repetition's body per count, but a subtree written from the same state as an
+equal one before shares its states (so the NFA is at most linear in the regex with its
+counted repetitions expanded, and the regexes of objects with optional properties, which
+write each property once per alternative that may hold it, make 2 to 60 times fewer
+states). Then a reverse BFS finds each state's fewest bytes to acceptance: over every
+byte, and over the bytes that are tokens by themselves. A subset of NFA states accepts what
+its members accept, so a subset's distance is the least of its members':
+compiler/lazy_dfa.py determinizes the NFA only where walks go, with the same bounds a
+LazyTable reads from a whole byte DFA (compiler/byte_bounds.py).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,11 +150,32 @@ def _count(k, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, out)
 
 @nb.njit(cache=True, nogil=True)
 def _emit(k, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, rng_lo, rng_hi,
-          top, eps_src, eps_dst, e_src, e_lo, e_hi, e_dst):  # fmt: skip
-    """Write node k out from state `at` (top: next state, epsilon and byte edge); returns
-    its end state. (The same order of states as bench.lazy_dfa's Python NFA.)"""
+          top, eps_src, eps_dst, e_src, e_lo, e_hi, e_dst, shape, written):  # fmt: skip
+    """Write node k out from state `at` (top: next state, epsilon and byte edge, and the
+    most states: past it nothing more is written); returns its end state.
+
+    With `shape` (each node's two 64-bit hashes of its subtree, [nodes, 2]), a node whose
+    subtree was written from the same state before is not written again: `written` maps
+    (hashes, state) to the end state, which the two uses then share, and alternatives start
+    at `at` itself. That keeps the language: the two copies would be equal states hung off
+    the same state, entered only through it, so a path through the shared states reads a
+    word that one copy alone reads too (tests/compiler/test_lazy_dfa.py checks the DFAs
+    made of it against outlines-core's, over every byte). Without `shape` (empty), every
+    node is written where it occurs,
+    each alternative from a state of its own, in the same order of states as
+    bench.lazy_dfa's Python NFA. (One function, not two calling each other: numba's cache
+    does not load mutually recursive functions safely.)"""
+    share = shape.shape[0] > 0
+    key = (np.uint64(0), np.uint64(0), at)
+    if share:
+        key = (shape[k, 0], shape[k, 1], at)
+        if key in written:
+            return written[key]
+    end = at
     t = kind[k]
-    if t == SET:
+    if top[0] > top[3]:
+        pass  # past the limit: the caller refuses the NFA
+    elif t == SET:
         end = top[0]
         top[0] += 1
         for s in range(seq_lo[p0[k]], seq_hi[p0[k]]):
@@ -166,56 +191,58 @@ def _emit(k, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, r
                 e_src[e], e_lo[e], e_hi[e], e_dst[e] = cur, rng_lo[r], rng_hi[r], to
                 top[2] += 1
                 cur = to
-        return end
-    if t == SEQ:
+    elif t == SEQ:
         for j in range(kids_lo[k], kids_hi[k]):
-            at = _emit(kids[j], at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
-                       rng_at, rng_lo, rng_hi, top,
-                       eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)  # fmt: skip
-        return at
-    if t == ALT:
+            end = _emit(kids[j], end, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
+                        rng_at, rng_lo, rng_hi, top,
+                        eps_src, eps_dst, e_src, e_lo, e_hi, e_dst, shape, written)  # fmt: skip
+    elif t == ALT:
         end = top[0]
         top[0] += 1
         for j in range(kids_lo[k], kids_hi[k]):
-            s = top[0]
-            top[0] += 1
-            eps_src[top[1]], eps_dst[top[1]] = at, s
-            top[1] += 1
+            s = at
+            if not share:
+                s = top[0]
+                top[0] += 1
+                eps_src[top[1]], eps_dst[top[1]] = at, s
+                top[1] += 1
             e = _emit(kids[j], s, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
                       rng_at, rng_lo, rng_hi, top,
-                      eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)  # fmt: skip
+                      eps_src, eps_dst, e_src, e_lo, e_hi, e_dst, shape, written)  # fmt: skip
             eps_src[top[1]], eps_dst[top[1]] = e, end
             top[1] += 1
-        return end
-    sub, low, high = kids[kids_lo[k]], p0[k], p1[k]
-    for _ in range(low):
-        at = _emit(sub, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
-                   rng_at, rng_lo, rng_hi, top,
-                   eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)  # fmt: skip
-    if high == UNBOUNDED:
-        loop = top[0]
-        top[0] += 1
-        eps_src[top[1]], eps_dst[top[1]] = at, loop
-        top[1] += 1
-        e = _emit(sub, loop, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
-                  rng_at, rng_lo, rng_hi, top,
-                  eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)  # fmt: skip
-        eps_src[top[1]], eps_dst[top[1]] = e, loop
-        top[1] += 1
-        return loop
-    if high > low:
-        end = top[0]
-        top[0] += 1
-        for _ in range(high - low):
-            eps_src[top[1]], eps_dst[top[1]] = at, end
+    else:
+        sub, low, high = kids[kids_lo[k]], p0[k], p1[k]
+        cur = at
+        for _ in range(low):
+            cur = _emit(sub, cur, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
+                        rng_at, rng_lo, rng_hi, top,
+                        eps_src, eps_dst, e_src, e_lo, e_hi, e_dst, shape, written)  # fmt: skip
+        end = cur
+        if high == UNBOUNDED:
+            end = top[0]  # the loop
+            top[0] += 1
+            eps_src[top[1]], eps_dst[top[1]] = cur, end
             top[1] += 1
-            at = _emit(sub, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
-                       rng_at, rng_lo, rng_hi, top,
-                       eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)  # fmt: skip
-        eps_src[top[1]], eps_dst[top[1]] = at, end
-        top[1] += 1
-        return end
-    return at
+            e = _emit(sub, end, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
+                      rng_at, rng_lo, rng_hi, top,
+                      eps_src, eps_dst, e_src, e_lo, e_hi, e_dst, shape, written)  # fmt: skip
+            eps_src[top[1]], eps_dst[top[1]] = e, end
+            top[1] += 1
+        elif high > low:
+            end = top[0]
+            top[0] += 1
+            for _ in range(high - low):
+                eps_src[top[1]], eps_dst[top[1]] = cur, end
+                top[1] += 1
+                cur = _emit(sub, cur, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
+                            rng_at, rng_lo, rng_hi, top,
+                            eps_src, eps_dst, e_src, e_lo, e_hi, e_dst, shape, written)  # fmt: skip
+            eps_src[top[1]], eps_dst[top[1]] = cur, end
+            top[1] += 1
+    if share:
+        written[key] = end
+    return end
 
 
 @nb.njit(cache=True, nogil=True)
@@ -273,26 +300,91 @@ def nfa_distances(n, accept, eps_src, eps_dst, e_src, e_dst):
 
 
 def write_nfa(
-    program: Any, root: int, max_states: int | None = None
+    program: Any, root: int, max_states: int | None = None, share: bool = True
 ) -> tuple[int, int, tuple[np.ndarray, ...]]:
     """The program written out (numba): (states, accepting state, edge arrays: epsilon
     sources and targets, byte sources, lows, highs and targets). `program`: a ParsedRegex,
-    or anything with its `arrays()`. Raises Unsupported past `max_states` states."""
+    or anything with its `arrays()`. Raises Unsupported past `max_states` states.
+
+    `share`: a subtree written from the same state twice is written once (see _emit). The
+    regexes of objects with optional properties write each property's value once per
+    alternative that may hold it; as written they start at the same state, so Kubernetes
+    kb_1112's 2.4 M characters make 32 k NFA states instead of 1.2 M."""
     (kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, rng_lo, rng_hi) = (
         program.arrays()
     )
     counts = np.zeros(3, dtype=np.int64)
     _count(root, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, counts)
     n, n_eps, n_edges = int(counts[0]) + 1, int(counts[1]), int(counts[2])
-    if max_states is not None and n > max_states:
-        raise Unsupported(f"an NFA of {n} states (at most {max_states})")
+    limit = max_states if max_states is not None else n
+    if n > (_SHARED_ROOM * limit if share else limit):
+        raise Unsupported(f"an NFA of {n} states (at most {limit})")
+    # The count is what the program writes out unshared: room enough either way (pages
+    # that sharing leaves unwritten are never touched).
     eps_src, eps_dst = np.empty(n_eps, np.int64), np.empty(n_eps, np.int64)
     e_src, e_lo = np.empty(n_edges, np.int64), np.empty(n_edges, np.int64)
     e_hi, e_dst = np.empty(n_edges, np.int64), np.empty(n_edges, np.int64)
-    top = np.array([1, 0, 0], dtype=np.int64)  # state 0 is the start
+    top = np.array([1, 0, 0, limit], dtype=np.int64)  # state 0 is the start
+    if share:
+        shape = _shapes(root, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at,
+                        rng_lo, rng_hi, _SEEDS)  # fmt: skip
+    else:
+        shape = np.empty((0, 2), dtype=np.uint64)
+    written = nb.typed.Dict.empty(_KEY, nb.types.int64)
     accept = _emit(root, 0, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
                    rng_at, rng_lo, rng_hi, top,
-                   eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)  # fmt: skip
-    if top[0] != n or top[1] != n_eps or top[2] != n_edges:
+                   eps_src, eps_dst, e_src, e_lo, e_hi, e_dst, shape, written)  # fmt: skip
+    if top[0] > limit:
+        raise Unsupported(f"an NFA past its limit (at most {limit} states)")
+    if top[0] > n or top[1] > n_eps or top[2] > n_edges or (not share and top[0] != n):
         raise InternalError("the count and the written NFA disagree")
-    return n, int(accept), (eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)
+    n, n_eps, n_edges = int(top[0]), int(top[1]), int(top[2])
+    edges = (eps_src[:n_eps], eps_dst[:n_eps], e_src[:n_edges], e_lo[:n_edges])
+    return n, int(accept), (*edges, e_hi[:n_edges], e_dst[:n_edges])
+
+
+# A program whose unshared NFA has more than this many times the limit is refused before it
+# is written: sharing rarely gains that much, and writing it to find out would take seconds.
+_SHARED_ROOM = 8
+_KEY = nb.types.Tuple((nb.types.uint64, nb.types.uint64, nb.types.int64))
+# Two hashes of a subtree, seeded per process: a subtree is taken for another only when
+# both 64-bit hashes agree.
+_SEEDS = np.frombuffer(os.urandom(16), dtype=np.uint64).copy()
+
+
+@nb.njit(cache=True, nogil=True)
+def _mix(h, x):
+    """splitmix64's finalizer over h and x (uint64)."""
+    z = h ^ (x * np.uint64(0x9E3779B97F4A7C15))
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@nb.njit(cache=True, nogil=True)
+def _shapes(root, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, rng_lo, rng_hi,
+            seeds):  # fmt: skip
+    """[root + 1, 2]: each node's subtree hashed twice (from the two seeds): its kind, its
+    counts or its class's byte ranges, its children's hashes in order. The parser writes a
+    node after its children, so one pass in order sees every child first."""
+    out = np.empty((root + 1, 2), dtype=np.uint64)
+    for k in range(root + 1):
+        t = kind[k]
+        for lane in range(2):
+            h = _mix(seeds[lane], np.uint64(t))
+            if t == SET:
+                for q in range(seq_lo[p0[k]], seq_hi[p0[k]]):
+                    h = _mix(h, np.uint64(1 << 40) + np.uint64(rng_at[q + 1] - rng_at[q]))
+                    for r in range(rng_at[q], rng_at[q + 1]):
+                        h = _mix(_mix(h, np.uint64(rng_lo[r])), np.uint64(rng_hi[r]))
+            else:
+                if t != SEQ and t != ALT:  # a repetition's counts (UNBOUNDED: -1)
+                    h = _mix(_mix(h, np.uint64(p0[k] + 2)), np.uint64(p1[k] + 2))
+                h = _mix(h, np.uint64(kids_hi[k] - kids_lo[k]))
+                for j in range(kids_lo[k], kids_hi[k]):
+                    c = kids[j]
+                    if c >= k:
+                        raise ValueError("a node written before its children")
+                    h = _mix(h, out[c, lane])
+            out[k, lane] = h
+    return out

@@ -103,6 +103,24 @@ def test_an_nfa_past_its_limit_is_refused():
         build_nfa("[a-z]{2000}$", ALL_BYTES, max_states=1000)
 
 
+def test_subtrees_written_from_the_same_state_are_shared():
+    """An object's optional properties: the alternatives by its last property write every
+    earlier one again; from the same state they are written once."""
+    from gclm.compiler.regex_nfa import write_nfa
+    from gclm.compiler.regex_parse import ParsedRegex
+
+    properties = {f"p{i}": {"type": "integer"} for i in range(12)}
+    regex = to_regex(Constraint.json_schema({"type": "object", "properties": properties})).regex
+    program = ParsedRegex(regex)
+    shared, _, _ = write_nfa(program, program.root)
+    whole, _, _ = write_nfa(program, program.root, share=False)
+    assert shared * 4 < whole
+    build_nfa(regex, ALL_BYTES, max_states=shared)  # within the limit, though `whole` is not
+    with pytest.raises(Unsupported, match="at most"):
+        build_nfa(regex, ALL_BYTES, max_states=shared - 1)
+    assert same_language_and_bounds(grown(regex), byte_dfa(regex), ALL_BYTES) > 100
+
+
 def test_nested_counts_are_refused_without_writing_them_out():
     """Four nested {0,1000} write out about 10^12 states: counted, not walked, so the limit
     refuses them at once (a dev-split schema, Github_hard o9836, makes 2.7 * 10^11; counting
