@@ -48,11 +48,12 @@ from gclm.errors import CompilerBusyError, ConstraintError
 
 log = logging.getLogger("gclm.compiler")
 
-_WARM_UP_REGEX = "[a-z]{1,3}"  # a regex whose byte DFA takes no time to build
+_WARM_UP_REGEX = "[a-z]{2,4}"  # a regex whose byte DFA takes no time to build
 # Past this, a grown table's NFA is left to a worker's outlines-core DFA. In the server's
 # process 0.8-1.7 M states took 0.4-2.2 s (outlines-core's whole DFA: 2.3-4.6 s), about 250
 # bytes a state at the peak and 65 held while the table is cached; the workers have their
-# own memory and CPU limits for what is larger (one dev-split schema, 7.2 M states).
+# own memory and CPU limits for what is larger (none of the dev split since subtrees are
+# shared: its largest, Github_hard o21076, makes 742 k states).
 MAX_GROWN_NFA_STATES = 2_000_000
 
 
@@ -216,8 +217,10 @@ def _warm_up(vocab: TokenVocabulary) -> None:
         table = lazy_table(byte_dfa(_WARM_UP_REGEX), vocab)
         if table is not None:
             table.forward_row(table.initial)
+            table.spelled_upper(table.initial)
         grown = GrowingLazyTable.of_regex(_WARM_UP_REGEX, vocab)
         grown.forward_row(grown.initial)
+        grown.spelled_upper(grown.initial)
     except Exception:  # not fatal: the first request pays for it instead
         log.exception("could not warm up the first masks")
 
