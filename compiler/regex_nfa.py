@@ -151,8 +151,9 @@ def _count(k, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, out)
 @nb.njit(cache=True, nogil=True)
 def _emit(k, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, rng_lo, rng_hi,
           top, eps_src, eps_dst, e_src, e_lo, e_hi, e_dst, shape, written):  # fmt: skip
-    """Write node k out from state `at` (top: next state, epsilon and byte edge, and the
-    most states: past it nothing more is written); returns its end state.
+    """Write node k out from state `at` (top: next state, epsilon and byte edge, the most
+    states: past it nothing more is written, and whether to write the edges or only count
+    them); returns its end state.
 
     With `shape` (each node's two 64-bit hashes of its subtree, [nodes, 2]), a node whose
     subtree was written from the same state before is not written again: `written` maps
@@ -187,8 +188,9 @@ def _emit(k, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, r
                 else:
                     to = top[0]
                     top[0] += 1
-                e = top[2]
-                e_src[e], e_lo[e], e_hi[e], e_dst[e] = cur, rng_lo[r], rng_hi[r], to
+                if top[4]:
+                    e = top[2]
+                    e_src[e], e_lo[e], e_hi[e], e_dst[e] = cur, rng_lo[r], rng_hi[r], to
                 top[2] += 1
                 cur = to
     elif t == SEQ:
@@ -204,12 +206,14 @@ def _emit(k, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, r
             if not share:
                 s = top[0]
                 top[0] += 1
-                eps_src[top[1]], eps_dst[top[1]] = at, s
+                if top[4]:
+                    eps_src[top[1]], eps_dst[top[1]] = at, s
                 top[1] += 1
             e = _emit(kids[j], s, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
                       rng_at, rng_lo, rng_hi, top,
                       eps_src, eps_dst, e_src, e_lo, e_hi, e_dst, shape, written)  # fmt: skip
-            eps_src[top[1]], eps_dst[top[1]] = e, end
+            if top[4]:
+                eps_src[top[1]], eps_dst[top[1]] = e, end
             top[1] += 1
     else:
         sub, low, high = kids[kids_lo[k]], p0[k], p1[k]
@@ -222,23 +226,27 @@ def _emit(k, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, r
         if high == UNBOUNDED:
             end = top[0]  # the loop
             top[0] += 1
-            eps_src[top[1]], eps_dst[top[1]] = cur, end
+            if top[4]:
+                eps_src[top[1]], eps_dst[top[1]] = cur, end
             top[1] += 1
             e = _emit(sub, end, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
                       rng_at, rng_lo, rng_hi, top,
                       eps_src, eps_dst, e_src, e_lo, e_hi, e_dst, shape, written)  # fmt: skip
-            eps_src[top[1]], eps_dst[top[1]] = e, end
+            if top[4]:
+                eps_src[top[1]], eps_dst[top[1]] = e, end
             top[1] += 1
         elif high > low:
             end = top[0]
             top[0] += 1
             for _ in range(high - low):
-                eps_src[top[1]], eps_dst[top[1]] = cur, end
+                if top[4]:
+                    eps_src[top[1]], eps_dst[top[1]] = cur, end
                 top[1] += 1
                 cur = _emit(sub, cur, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
                             rng_at, rng_lo, rng_hi, top,
                             eps_src, eps_dst, e_src, e_lo, e_hi, e_dst, shape, written)  # fmt: skip
-            eps_src[top[1]], eps_dst[top[1]] = cur, end
+            if top[4]:
+                eps_src[top[1]], eps_dst[top[1]] = cur, end
             top[1] += 1
     if share:
         written[key] = end
@@ -309,43 +317,45 @@ def write_nfa(
     `share`: a subtree written from the same state twice is written once (see _emit). The
     regexes of objects with optional properties write each property's value once per
     alternative that may hold it; as written they start at the same state, so Kubernetes
-    kb_1112's 2.4 M characters make 32 k NFA states instead of 1.2 M."""
-    (kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, rng_lo, rng_hi) = (
-        program.arrays()
-    )
-    counts = np.zeros(3, dtype=np.int64)
-    _count(root, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, counts)
-    n, n_eps, n_edges = int(counts[0]) + 1, int(counts[1]), int(counts[2])
-    limit = max_states if max_states is not None else n
-    if n > (_SHARED_ROOM * limit if share else limit):
-        raise Unsupported(f"an NFA of {n} states (at most {limit})")
-    # The count is what the program writes out unshared: room enough either way (pages
-    # that sharing leaves unwritten are never touched).
+    kb_1112's 2.4 M characters make 32 k NFA states instead of 1.2 M. Shared, the NFA is
+    written twice, counting and then writing: the first pass stops at the limit, and reads
+    only what it writes, where the unshared count reads the whole program."""
+    arrays = program.arrays()
+    if share:
+        shape = _shapes(root, *arrays, _SEEDS)
+        limit = max_states if max_states is not None else np.iinfo(np.int64).max - 1
+        counted = _write(root, arrays, shape, limit, write=False)[0]
+        n, n_eps, n_edges = (int(x) for x in counted)
+    else:
+        shape = np.empty((0, 2), dtype=np.uint64)
+        counts = np.zeros(3, dtype=np.int64)
+        _count(root, *arrays[:9], counts)
+        n, n_eps, n_edges = int(counts[0]) + 1, int(counts[1]), int(counts[2])
+        limit = max_states if max_states is not None else n
+    if n > limit:
+        raise Unsupported(f"an NFA of {'over ' if share else ''}{n} states (at most {limit})")
+    top, accept, edges = _write(root, arrays, shape, limit, True, n_eps, n_edges)
+    if top[0] != n or top[1] != n_eps or top[2] != n_edges:
+        raise InternalError("the count and the written NFA disagree")
+    return n, accept, edges
+
+
+def _write(
+    root: int, arrays: tuple[np.ndarray, ...], shape: np.ndarray, limit: int, write: bool,
+    n_eps: int = 0, n_edges: int = 0,
+) -> tuple[np.ndarray, int, tuple[np.ndarray, ...]]:  # fmt: skip
+    """One pass of _emit: (top: states, epsilon and byte edges; the accepting state; the
+    edges, or empty arrays when not `write`)."""
     eps_src, eps_dst = np.empty(n_eps, np.int64), np.empty(n_eps, np.int64)
     e_src, e_lo = np.empty(n_edges, np.int64), np.empty(n_edges, np.int64)
     e_hi, e_dst = np.empty(n_edges, np.int64), np.empty(n_edges, np.int64)
-    top = np.array([1, 0, 0, limit], dtype=np.int64)  # state 0 is the start
-    if share:
-        shape = _shapes(root, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at,
-                        rng_lo, rng_hi, _SEEDS)  # fmt: skip
-    else:
-        shape = np.empty((0, 2), dtype=np.uint64)
+    top = np.array([1, 0, 0, limit, write], dtype=np.int64)  # state 0 is the start
     written = nb.typed.Dict.empty(_KEY, nb.types.int64)
-    accept = _emit(root, 0, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
-                   rng_at, rng_lo, rng_hi, top,
-                   eps_src, eps_dst, e_src, e_lo, e_hi, e_dst, shape, written)  # fmt: skip
-    if top[0] > limit:
-        raise Unsupported(f"an NFA past its limit (at most {limit} states)")
-    if top[0] > n or top[1] > n_eps or top[2] > n_edges or (not share and top[0] != n):
-        raise InternalError("the count and the written NFA disagree")
-    n, n_eps, n_edges = int(top[0]), int(top[1]), int(top[2])
-    edges = (eps_src[:n_eps], eps_dst[:n_eps], e_src[:n_edges], e_lo[:n_edges])
-    return n, int(accept), (*edges, e_hi[:n_edges], e_dst[:n_edges])
+    accept = _emit(root, 0, *arrays, top, eps_src, eps_dst, e_src, e_lo, e_hi, e_dst,
+                   shape, written)  # fmt: skip
+    return top[:3], int(accept), (eps_src, eps_dst, e_src, e_lo, e_hi, e_dst)
 
 
-# A program whose unshared NFA has more than this many times the limit is refused before it
-# is written: sharing rarely gains that much, and writing it to find out would take seconds.
-_SHARED_ROOM = 8
 _KEY = nb.types.Tuple((nb.types.uint64, nb.types.uint64, nb.types.int64))
 # Two hashes of a subtree, seeded per process: a subtree is taken for another only when
 # both 64-bit hashes agree.
