@@ -62,13 +62,11 @@ def _utf8_bytes(cp, out):
 
 
 @nb.njit(cache=True, nogil=True)
-def _emit_class(iv_lo, iv_hi, count, b, ranges_at, rng_lo, rng_hi):
+def _emit_class(iv_lo, iv_hi, count, b, ranges_at, rng_lo, rng_hi, todo_lo, todo_hi, a, z):
     """Append the UTF-8 byte-range sequences of intervals [0, count) (split as
-    bench.lazy_dfa.utf8_sequences splits them); b = [sequences, ranges] written so far."""
-    todo_lo = np.empty(64, dtype=np.int64)
-    todo_hi = np.empty(64, dtype=np.int64)
-    a = np.empty(4, dtype=np.int64)
-    z = np.empty(4, dtype=np.int64)
+    bench.lazy_dfa.utf8_sequences splits them); b = [sequences, ranges] written so far.
+    Scratch: todo_lo and todo_hi [64], a and z [4] (allocated once per parse: the parser
+    calls this for every character)."""
     for i in range(count):
         todo_lo[0], todo_hi[0] = iv_lo[i], iv_hi[i]
         top = 1
@@ -178,15 +176,22 @@ def _parse(code, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, ranges_at
     returns (error, root), error 7 when the classes need larger arrays."""
     n = code.size
     cap = kind.size
-    items = np.zeros(cap, dtype=np.int64)
-    alts = np.zeros(cap, dtype=np.int64)
-    item_base = np.zeros(n + 2, dtype=np.int64)
-    alt_base = np.zeros(n + 2, dtype=np.int64)
+    # Stacks and scratch, each written before it is read (but the bases of depth 0): not
+    # zeroed: zeroing them took three quarters of a parse of millions of characters.
+    items = np.empty(cap, dtype=np.int64)
+    alts = np.empty(cap, dtype=np.int64)
+    item_base = np.empty(n + 2, dtype=np.int64)
+    alt_base = np.empty(n + 2, dtype=np.int64)
+    item_base[0] = alt_base[0] = 0
     written = np.zeros(2, dtype=np.int64)  # sequences, ranges
-    iv_lo = np.zeros(n + 4, dtype=np.int64)
-    iv_hi = np.zeros(n + 4, dtype=np.int64)
-    merged_lo = np.zeros(n + 4, dtype=np.int64)
-    merged_hi = np.zeros(n + 4, dtype=np.int64)
+    iv_lo = np.empty(n + 4, dtype=np.int64)
+    iv_hi = np.empty(n + 4, dtype=np.int64)
+    merged_lo = np.empty(n + 4, dtype=np.int64)
+    merged_hi = np.empty(n + 4, dtype=np.int64)
+    todo_lo = np.empty(64, dtype=np.int64)  # _emit_class's scratch
+    todo_hi = np.empty(64, dtype=np.int64)
+    utf8_lo = np.empty(4, dtype=np.int64)
+    utf8_hi = np.empty(4, dtype=np.int64)
     nodes = n_kids = n_items = n_alts = depth = classes = 0
     at = 0
     while True:
@@ -339,7 +344,14 @@ def _parse(code, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, ranges_at
         if written[0] + 18 * m + 1 >= ranges_at.size or written[1] + 72 * m >= rng_lo.size:
             return 7, 0
         seq_lo[classes] = written[0]
-        _emit_class(merged_lo, merged_hi, m, written, ranges_at, rng_lo, rng_hi)
+        if m == 1 and merged_hi[0] < 0x80:  # one ASCII range: one sequence of one range
+            rng_lo[written[1]], rng_hi[written[1]] = merged_lo[0], merged_hi[0]
+            written[1] += 1
+            written[0] += 1
+            ranges_at[written[0]] = written[1]
+        else:
+            _emit_class(merged_lo, merged_hi, m, written, ranges_at, rng_lo, rng_hi,
+                        todo_lo, todo_hi, utf8_lo, utf8_hi)  # fmt: skip
         seq_hi[classes] = written[0]
         k = nodes
         nodes += 1
