@@ -194,7 +194,7 @@ def _emit(k, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, r
                 else:
                     to = top[0]
                     top[0] += 1
-                if top[4]:
+                if top[4] and top[2] < e_src.size:
                     e = top[2]
                     e_src[e], e_lo[e], e_hi[e], e_dst[e] = cur, rng_lo[r], rng_hi[r], to
                 top[2] += 1
@@ -212,13 +212,13 @@ def _emit(k, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, r
             if shape.shape[0] == 0:
                 s = top[0]
                 top[0] += 1
-                if top[4]:
+                if top[4] and top[1] < eps_src.size:
                     eps_src[top[1]], eps_dst[top[1]] = at, s
                 top[1] += 1
             e = _emit(kids[j], s, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
                       rng_at, rng_lo, rng_hi, top,
                       eps_src, eps_dst, e_src, e_lo, e_hi, e_dst, shape, written)  # fmt: skip
-            if top[4]:
+            if top[4] and top[1] < eps_src.size:
                 eps_src[top[1]], eps_dst[top[1]] = e, end
             top[1] += 1
     else:
@@ -232,26 +232,26 @@ def _emit(k, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, r
         if high == UNBOUNDED:
             end = top[0]  # the loop
             top[0] += 1
-            if top[4]:
+            if top[4] and top[1] < eps_src.size:
                 eps_src[top[1]], eps_dst[top[1]] = cur, end
             top[1] += 1
             e = _emit(sub, end, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
                       rng_at, rng_lo, rng_hi, top,
                       eps_src, eps_dst, e_src, e_lo, e_hi, e_dst, shape, written)  # fmt: skip
-            if top[4]:
+            if top[4] and top[1] < eps_src.size:
                 eps_src[top[1]], eps_dst[top[1]] = e, end
             top[1] += 1
         elif high > low:
             end = top[0]
             top[0] += 1
             for _ in range(high - low):
-                if top[4]:
+                if top[4] and top[1] < eps_src.size:
                     eps_src[top[1]], eps_dst[top[1]] = cur, end
                 top[1] += 1
                 cur = _emit(sub, cur, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
                             rng_at, rng_lo, rng_hi, top,
                             eps_src, eps_dst, e_src, e_lo, e_hi, e_dst, shape, written)  # fmt: skip
-            if top[4]:
+            if top[4] and top[1] < eps_src.size:
                 eps_src[top[1]], eps_dst[top[1]] = cur, end
             top[1] += 1
     if share:
@@ -324,34 +324,41 @@ def write_nfa(
     regexes of objects with optional properties write each property's value once per
     alternative that may hold it; as written they start at the same state, so Kubernetes
     kb_1112's 2.4 M characters make 32 k NFA states instead of 1.2 M. Shared, the NFA is
-    written twice, counting and then writing: the first pass stops at the limit, and reads
-    only what it writes, where the unshared count reads the whole program."""
+    counted as it is written, into room for most programs' edges, and written again where
+    that was short; the count stops at the limit and reads only what it writes, where the
+    unshared count reads the whole program."""
     arrays = program.arrays()
     if share:
         shape = _shapes(root, *arrays, _SEEDS)
         limit = min(max_states or _MAX_SHARED, _MAX_SHARED)
-        counted = _write(root, arrays, shape, limit, write=False)[0]
-        n, n_eps, n_edges = (int(x) for x in counted)
+        room = max(4 * (root + 1), 1 << 16)  # edges, for most programs (pages untouched
+        # stay free); else the first pass has counted them, and a second writes them
+        top, accept, edges = _write(root, arrays, shape, limit, True, room, room)
+        n, n_eps, n_edges = (int(x) for x in top)
+        if n <= limit and (n_eps > room or n_edges > room):
+            top, accept, edges = _write(root, arrays, shape, limit, True, n_eps, n_edges)
     else:
         shape = np.empty((0, 2), dtype=np.uint64)
         counts = np.zeros(3, dtype=np.int64)
         _count(root, *arrays[:9], counts)
         n, n_eps, n_edges = int(counts[0]) + 1, int(counts[1]), int(counts[2])
         limit = max_states if max_states is not None else n
+        if n <= limit:
+            top, accept, edges = _write(root, arrays, shape, limit, True, n_eps, n_edges)
     if n > limit:
         raise Unsupported(f"an NFA of {'over ' if share else ''}{n} states (at most {limit})")
-    top, accept, edges = _write(root, arrays, shape, limit, True, n_eps, n_edges)
     if top[0] != n or top[1] != n_eps or top[2] != n_edges:
         raise InternalError("the count and the written NFA disagree")
-    return n, accept, edges
+    return n, accept, tuple(a[: n_eps if i < 2 else n_edges] for i, a in enumerate(edges))
 
 
 def _write(
     root: int, arrays: tuple[np.ndarray, ...], shape: np.ndarray, limit: int, write: bool,
     n_eps: int = 0, n_edges: int = 0,
 ) -> tuple[np.ndarray, int, tuple[np.ndarray, ...]]:  # fmt: skip
-    """One pass of _emit: (top: states, epsilon and byte edges; the accepting state; the
-    edges, or empty arrays when not `write`)."""
+    """One pass of _emit into room for `n_eps` and `n_edges` edges: (top: states, epsilon
+    and byte edges, counted past the room; the accepting state; the edge arrays, written
+    up to the room, and only when `write`)."""
     eps_src, eps_dst = np.empty(n_eps, np.int64), np.empty(n_eps, np.int64)
     e_src, e_lo = np.empty(n_edges, np.int64), np.empty(n_edges, np.int64)
     e_hi, e_dst = np.empty(n_edges, np.int64), np.empty(n_edges, np.int64)

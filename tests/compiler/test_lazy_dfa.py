@@ -121,6 +121,14 @@ def test_subtrees_written_from_the_same_state_are_shared():
     assert same_language_and_bounds(grown(regex), byte_dfa(regex), ALL_BYTES) > 100
 
 
+def test_an_nfa_past_the_first_room_is_written_whole():
+    # 70,000 byte edges from a program of three nodes: more than the room the shared writer
+    # first makes (65,536), so it writes again, sized by what the first pass counted.
+    nfa = build_nfa("[a-z]{70000}$", ALL_BYTES)
+    assert nfa.states == 70_001 and nfa.byte_to.size == 70_000
+    assert nfa.every[0] == 70_000 and nfa.every[nfa.accept] == 0
+
+
 @pytest.mark.parametrize("share", [True, False])
 def test_nested_counts_are_refused_without_writing_them_out(share):
     """Four nested {0,1000} write out about 10^12 states (a dev-split schema, Github_hard
