@@ -149,6 +149,15 @@ def _count(k, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, out)
 
 
 @nb.njit(cache=True, nogil=True)
+def _add_eps(top, eps_src, eps_dst, source, target):
+    """Count the epsilon edge source -> target, and write it where there is room (when
+    top[4] says the pass writes)."""
+    if top[4] and top[1] < eps_src.size:
+        eps_src[top[1]], eps_dst[top[1]] = source, target
+    top[1] += 1
+
+
+@nb.njit(cache=True, nogil=True)
 def _emit(k, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, rng_lo, rng_hi,
           top, eps_src, eps_dst, e_src, e_lo, e_hi, e_dst, shape, written):  # fmt: skip
     """Write node k out from state `at` (top: next state, epsilon and byte edge, the most
@@ -212,15 +221,11 @@ def _emit(k, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, r
             if shape.shape[0] == 0:
                 s = top[0]
                 top[0] += 1
-                if top[4] and top[1] < eps_src.size:
-                    eps_src[top[1]], eps_dst[top[1]] = at, s
-                top[1] += 1
+                _add_eps(top, eps_src, eps_dst, at, s)
             e = _emit(kids[j], s, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
                       rng_at, rng_lo, rng_hi, top,
                       eps_src, eps_dst, e_src, e_lo, e_hi, e_dst, shape, written)  # fmt: skip
-            if top[4] and top[1] < eps_src.size:
-                eps_src[top[1]], eps_dst[top[1]] = e, end
-            top[1] += 1
+            _add_eps(top, eps_src, eps_dst, e, end)
     else:
         sub, low, high = kids[kids_lo[k]], p0[k], p1[k]
         cur = at
@@ -232,28 +237,20 @@ def _emit(k, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, r
         if high == UNBOUNDED:
             end = top[0]  # the loop
             top[0] += 1
-            if top[4] and top[1] < eps_src.size:
-                eps_src[top[1]], eps_dst[top[1]] = cur, end
-            top[1] += 1
+            _add_eps(top, eps_src, eps_dst, cur, end)
             e = _emit(sub, end, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
                       rng_at, rng_lo, rng_hi, top,
                       eps_src, eps_dst, e_src, e_lo, e_hi, e_dst, shape, written)  # fmt: skip
-            if top[4] and top[1] < eps_src.size:
-                eps_src[top[1]], eps_dst[top[1]] = e, end
-            top[1] += 1
+            _add_eps(top, eps_src, eps_dst, e, end)
         elif high > low:
             end = top[0]
             top[0] += 1
             for _ in range(high - low):
-                if top[4] and top[1] < eps_src.size:
-                    eps_src[top[1]], eps_dst[top[1]] = cur, end
-                top[1] += 1
+                _add_eps(top, eps_src, eps_dst, cur, end)
                 cur = _emit(sub, cur, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi,
                             rng_at, rng_lo, rng_hi, top,
                             eps_src, eps_dst, e_src, e_lo, e_hi, e_dst, shape, written)  # fmt: skip
-            if top[4] and top[1] < eps_src.size:
-                eps_src[top[1]], eps_dst[top[1]] = cur, end
-            top[1] += 1
+            _add_eps(top, eps_src, eps_dst, cur, end)
     if share:
         written[key] = (check << 31) | end
     return end
