@@ -12,7 +12,9 @@ outlines-core; `lazy`: the default, a LazyTable of a byte DFA grown from the reg
 the server, outlines-core's where that is not built) one `gclm serve` is started,
 with a cold table cache, and warmed with one request. Then, per schema of the MaskBench
 corpus (sorted by name, the first --limit), a streamed /v1/completions with `guided_json` set
-to the schema, sent twice in a row: the first time the server has not seen the schema, the
+to the schema, sent twice in a row, each once the server is idle (/metrics shows no running
+or queued request: the stream before was closed at its first token and its request runs
+until the server sees that): the first time the server has not seen the schema, the
 second time its table is cached. The stream is closed at the first token. Reported: p50 /
 p90 / p99 over the schemas of (first token, new schema) minus (first token, cached), and
 the schemas the server refused (a 400) or failed; how long the new schema's compile waited
@@ -87,6 +89,29 @@ def gauge(client: httpx.Client, name: str) -> float:
     raise RuntimeError(f"the server's /metrics has no {name}")
 
 
+GCLM_BUSY = ("gclm_batch_size", "gclm_queue_depth")
+VLLM_BUSY = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def wait_idle(client: httpx.Client, busy: tuple[str, ...], timeout_s: float = 10.0) -> None:
+    """Wait until every `busy` gauge of /metrics (any labels) is 0: a stream closed at its
+    first token leaves its request running until the server sees the close, and a request
+    sent meanwhile waits for that step (about one forward: +50 ms with the embedded model)."""
+    deadline = time.perf_counter() + timeout_s
+    while True:
+        values = [
+            float(value)
+            for line in client.get("/metrics").text.splitlines()
+            for sample, _, value in [line.partition(" ")]
+            if sample.partition("{")[0] in busy
+        ]
+        if values and not any(values):
+            return
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"the server stayed busy for {timeout_s} s: {busy}")
+        time.sleep(0.005)
+
+
 def model_dir(model: str) -> Path | None:
     """The directory to serve: bench/o200k.py's for "200k", None for the embedded model."""
     if model != "200k":
@@ -112,7 +137,9 @@ def run_peer(model: str, backend: str, paths: list[Path], max_tokens: int) -> di
             schema = json.loads(path.read_text())["schema"]
             row: dict[str, Any] = {"schema": path.name}
             try:
+                wait_idle(client, VLLM_BUSY)
                 row["new_s"] = first_token_s(client, schema, budget, peer=True)
+                wait_idle(client, VLLM_BUSY)
                 row["cached_s"] = first_token_s(client, schema, budget, peer=True)
             except Exception as e:  # noqa: BLE001 - a refusal is a result here
                 row["error"] = str(e)[:200]
@@ -160,10 +187,12 @@ def run_model(model: str, mode: str, paths: list[Path], max_tokens: int) -> dict
                     queued = gauge(client, "gclm_compile_queue_seconds_total")
                     held = gauge(client, "gclm_table_cache_bytes")
                     grown = gauge(client, "gclm_first_masks_grown_total")
+                    wait_idle(client, GCLM_BUSY)
                     row["new_s"] = first_token_s(client, schema, max_tokens)
                     row["queue_s"] = gauge(client, "gclm_compile_queue_seconds_total") - queued
                     # Whether its byte DFA grew in the server (else a worker built it).
                     row["grown"] = gauge(client, "gclm_first_masks_grown_total") > grown
+                    wait_idle(client, GCLM_BUSY)
                     row["cached_s"] = first_token_s(client, schema, max_tokens)
                     # What the schema's table (or LazyTable, walked so far) holds in memory.
                     row["cache_bytes"] = gauge(client, "gclm_table_cache_bytes") - held
