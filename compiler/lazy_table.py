@@ -40,11 +40,13 @@ from dataclasses import dataclass
 
 import numba as nb
 import numpy as np
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 from gclm.compiler.byte_bounds import byte_bounds, single_byte_tokens
 from gclm.compiler.numba_cache import cache_per_version
 from gclm.compiler.path_bound import dfa_path, fewest_tokens
 from gclm.compiler.tables import UNREACHABLE, CompiledTable
+from gclm.compiler.text_slice import text_slice, text_target
 from gclm.compiler.token_sets import words_for
 from gclm.compiler.token_walk import ByteDfa, TokenTrie, token_trie
 from gclm.compiler.vocabulary import TokenVocabulary
@@ -52,7 +54,6 @@ from gclm.errors import InternalError
 
 cache_per_version(__file__)
 
-_BITS = np.arange(32, dtype=np.uint32)
 NEEDS_WHOLE_TABLE = (
     "The constraint needs a byte that is no token of this vocabulary by itself: "
     "compile its whole table (compile_constraint) instead."
@@ -136,6 +137,7 @@ class LazyTable:
         self.width = words_for(vocab.size)
         self.initial = 0
         self._trie: TokenTrie = token_trie(vocab)
+        self._text = text_slice(vocab)
         self._walked: dict[int, Walked] = {}
         self._rows: dict[bytes, list[np.ndarray]] = {}  # packed rows by digest (Walked)
         self._held = 0  # bytes of the walked states' groups and of `_rows`
@@ -170,19 +172,29 @@ class LazyTable:
         return found
 
     def _walk(self, state: int) -> Walked:
-        ng, nexts, rows = self._groups(state)
-        # Live successors only: with every byte spelled, a finite upper bound is a token path.
-        upper = np.array([self._upper_list[n] for n in nexts[:ng].tolist()], dtype=np.int64)
-        live = upper != UNREACHABLE
-        nexts, rows, upper = nexts[:ng][live], rows[:ng][live], upper[live]
-        forward = np.zeros(self.width, dtype=np.int32)
-        if rows.shape[0]:
-            np.bitwise_or.reduce(rows, axis=0, out=forward.view(np.uint32))
+        try:
+            ng, nexts, rows, counts = self._groups(state)
+        except BaseException:
+            _local.rows[:] = 0  # a walk stopped midway (a grown DFA past its limit)
+            raise
+        try:
+            # Live successors only: with every byte spelled, a finite upper bound is a
+            # token path.
+            upper = np.array([self._upper_list[n] for n in nexts[:ng].tolist()], dtype=np.int64)
+            live = np.flatnonzero(upper != UNREACHABLE)
+            nexts, upper, counts = nexts[live], upper[live], counts[live]
+            forward = np.zeros(self.width, dtype=np.int32)
+            groups = []
+            for g, count in zip(live.tolist(), counts.tolist(), strict=True):
+                row = rows[g]
+                np.bitwise_or(forward.view(np.uint32), row, out=forward.view(np.uint32))
+                groups.append(self._shared(row) if count >= self.width else _read_only(row, count))
+        finally:
+            rows[:ng] = 0  # the thread's scratch, clean for its next walk
         if self._accepting_list[state]:
             forward.view(np.uint32)[self.eos_token_id >> 5] |= np.uint32(
                 1 << (self.eos_token_id & 31)
             )
-        groups = tuple(self._compact(row) for row in rows)
         max_upper = int(upper.max(initial=-1))
         sparse = [g for g, group in enumerate(groups) if group.dtype == np.int32]
         ids = np.concatenate([groups[g] for g in sparse]) if sparse else np.zeros(0, np.int32)
@@ -190,13 +202,22 @@ class LazyTable:
         order = np.argsort(ids, kind="stable")
         ids, owner = ids[order], owner[order]
         self._held += nexts.nbytes + 2 * ids.nbytes + owner.nbytes
-        return Walked(nexts, groups, self._shared(forward), max_upper, nexts.tolist(), ids, owner)
+        return Walked(
+            nexts, tuple(groups), self._shared(forward), max_upper, nexts.tolist(), ids, owner
+        )
 
-    def _groups(self, state: int) -> tuple[int, np.ndarray, np.ndarray]:
-        """The trie walked from `state`: (groups, successors [>= groups], packed rows)."""
-        trie = self._trie
-        nexts = np.zeros(64, dtype=np.int64)
-        rows = np.zeros((64, self.width), dtype=np.uint32)
+    def _groups(self, state: int) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        """The trie walked from `state`: (groups, successors [>= groups], packed rows, tokens
+        per group). The rows are the thread's scratch: the caller zeroes the ones it used.
+
+        From a state where every text token leads to one state t (compiler/text_slice.py),
+        only the other tokens are walked; the text tokens join the group of t."""
+        target = self._text_target(state)
+        text = target >= 0
+        trie = self._text.rest if text else self._trie
+        rows = _scratch(self.width, 64)
+        nexts = np.zeros(rows.shape[0], dtype=np.int64)
+        counts = np.zeros(rows.shape[0], dtype=np.int64)
         path = np.empty(trie.max_depth + 1, dtype=np.int64)
         path[0] = state
         self._walks += 1
@@ -205,16 +226,37 @@ class LazyTable:
             trans, built = self._readable()
             status, k, ng = _walk_state(
                 trans, self._columns, built, trie.byte, trie.depth, trie.skip, trie.token_lo,
-                trie.token_ids, k, path, ng, nexts, rows, self._stamp, self._slot, self._walks,
+                trie.token_ids, k, path, ng, nexts, rows, counts, self._stamp, self._slot,
+                self._walks,
             )  # fmt: skip
-            if status == 0:
-                return ng, nexts, rows
             if status == 1:
                 self._build_row(int(path[trie.depth[k] - 1]))
-            else:  # more successors than room: four times the room, and on from node k
+                continue
+            if status == 0 and text and self._stamp[target] != self._walks and ng == nexts.size:
+                status = 2  # no room for the text's own group
+            if status == 2:  # more successors than room: four times the room, on from node k
                 more = 3 * nexts.size
                 nexts = np.concatenate([nexts, np.zeros(more, np.int64)])
-                rows = np.concatenate([rows, np.zeros((more, self.width), np.uint32)])
+                counts = np.concatenate([counts, np.zeros(more, np.int64)])
+                rows = _scratch(self.width, 4 * rows.shape[0], rows)
+                continue
+            if text:  # the text tokens join the group of `target`, or make it
+                if self._stamp[target] != self._walks:
+                    self._stamp[target], self._slot[target], nexts[ng] = self._walks, ng, target
+                    ng += 1
+                slot = self._slot[target]
+                rows[slot] |= self._text.row
+                counts[slot] += self._text.count
+            return ng, nexts, rows, counts
+
+    def _text_target(self, state: int) -> int:
+        """The state every text token leads to from `state`, if one (else -1)."""
+        while True:
+            trans, built = self._readable()
+            status, found = text_target(trans, self._columns, built, state)
+            if status != 1:
+                return found if status == 0 else -1
+            self._build_row(found)
 
     def _readable(self) -> tuple[np.ndarray, np.ndarray]:
         """The transitions the walk reads, and which states' rows are there (all of them
@@ -223,16 +265,6 @@ class LazyTable:
 
     def _build_row(self, state: int) -> None:
         raise InternalError(f"state {state} of a whole byte DFA has no row")
-
-    def _compact(self, row: np.ndarray) -> np.ndarray:
-        """A group's packed row as its token ids, or shared, whichever is smaller."""
-        if int(np.bitwise_count(row).sum()) >= self.width:
-            return self._shared(row)
-        words = np.flatnonzero(row)
-        bits = (row[words, None] >> _BITS) & 1  # [n words, 32]
-        ids = (words[:, None] * 32 + _BITS)[bits.astype(bool)].astype(np.int32)
-        ids.flags.writeable = False
-        return ids
 
     def _shared(self, row: np.ndarray) -> np.ndarray:
         """The one read-only copy of a packed row that the table keeps for its contents
@@ -416,14 +448,37 @@ class LazyTable:
         return fixed + self._held + self._stamp.nbytes + self._slot.nbytes
 
 
+_local = threading.local()
+
+
+def _scratch(width: int, groups: int, used: np.ndarray | None = None) -> np.ndarray:
+    """This thread's zeroed uint32 [>= groups, width] rows for walks (a 200k vocabulary's
+    are 1.6 MB: made once per thread, not per walk or per table). `used`: the rows so far,
+    kept in the larger array that replaces them."""
+    rows = getattr(_local, "rows", None)
+    if rows is None or rows.shape[1] != width or rows.shape[0] < groups:
+        rows = np.zeros((max(groups, 64), width), dtype=np.uint32)
+        if used is not None:
+            rows[: used.shape[0]] = used
+        _local.rows = rows
+    return rows
+
+
+def _read_only(row: np.ndarray, count: int) -> np.ndarray:
+    ids = _ids_of(row, count)
+    ids.flags.writeable = False
+    return ids
+
+
 @nb.njit(cache=True, nogil=True)
 def _walk_state(
     trans, columns, built, node_byte, node_depth, node_skip, token_lo, token_ids, k, path, ng,
-    nexts, rows, stamp, slot_of, walk_id,
+    nexts, rows, counts, stamp, slot_of, walk_id,
 ):  # fmt: skip
     """The trie in preorder through `trans` (a byte's column: `columns[byte]`) from the
     state `path[0]`, tokens bucketed by the DFA state they end in (as token_walk._walk does
-    for one state), from trie node `k` with the states of `path` so far. Returns (status, k,
+    for one state) and counted in `counts`, from trie node `k` with the states of `path` so
+    far. Returns (status, k,
     groups): status 0 when done; 1 when the walk needs row `path[node_depth[k] - 1]`, which
     `built` says is not there yet; 2 when `nexts` is full. Then call again with the same k,
     once the row is built or `nexts` and `rows` are larger."""
@@ -447,8 +502,23 @@ def _walk_state(
                 nexts[ng] = nxt
                 ng += 1
             r = slot_of[nxt]
+            counts[r] += hi - lo
             for j in range(lo, hi):
                 tok = token_ids[j]
                 rows[r, tok >> 5] |= np.uint32(1 << (tok & 31))
         k += 1
     return 0, k, ng
+
+
+@nb.njit(cache=True, nogil=True)
+def _ids_of(row, count):
+    """The `count` token ids whose bits are set in the packed row `row` (int32, sorted)."""
+    ids = np.empty(count, dtype=np.int32)
+    n = 0
+    for w in range(row.size):
+        bits = row[w]
+        while bits:
+            ids[n] = (w << 5) + trailing_zeros(bits)
+            n += 1
+            bits &= bits - np.uint32(1)  # the lowest set bit cleared
+    return ids

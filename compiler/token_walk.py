@@ -213,20 +213,30 @@ def token_trie(vocab: TokenVocabulary) -> TokenTrie:
     trie = _TRIES.get(vocab)
     if trie is None:
         kept = [
-            (data, i)
+            i
             for i, data in enumerate(vocab.token_bytes)
             if data is not None and i != vocab.eos_token_id
         ]
-        kept.sort()
-        ids = np.array([i for _, i in kept], dtype=np.int64)
-        lengths = np.array([len(d) for d, _ in kept], dtype=np.int64)
-        flat = np.frombuffer(b"".join(d for d, _ in kept), dtype=np.uint8)
-        offsets = np.zeros(len(kept) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        byte, depth, skip, token_lo = _build_trie(flat, offsets)
-        trie = TokenTrie(byte, depth, skip, token_lo, ids, int(lengths.max(initial=0)))
-        _TRIES[vocab] = trie
+        trie = _TRIES[vocab] = trie_of(vocab, kept)
     return trie
+
+
+def trie_of(vocab: TokenVocabulary, ids: list[int]) -> TokenTrie:
+    """The trie of the tokens `ids` of `vocab` (each with bytes)."""
+    kept: list[tuple[bytes, int]] = []
+    for i in ids:
+        data = vocab.token_bytes[i]
+        if data is None:
+            raise ValueError(f"token {i} has no bytes to put in a trie")
+        kept.append((data, i))
+    kept.sort()
+    token_ids = np.array([i for _, i in kept], dtype=np.int64)
+    lengths = np.array([len(d) for d, _ in kept], dtype=np.int64)
+    flat = np.frombuffer(b"".join(d for d, _ in kept), dtype=np.uint8)
+    offsets = np.zeros(len(kept) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    byte, depth, skip, token_lo = _build_trie(flat, offsets)
+    return TokenTrie(byte, depth, skip, token_lo, token_ids, int(lengths.max(initial=0)))
 
 
 @nb.njit(cache=True)
