@@ -58,7 +58,14 @@ class GrowingDfa:
         self._visit = np.zeros(1, dtype=np.int64)
         start = _closure(np.zeros(1, dtype=np.int64), nfa.eps_at, nfa.eps_to, nfa.every,
                          self._stamp, self._visit)  # fmt: skip
-        self._add(start)
+        nfa = self.nfa
+        self._add(
+            start,
+            int(nfa.every[start].min(initial=UNREACHABLE)),
+            int(nfa.single[start].min(initial=UNREACHABLE)),
+            bool(start.size) and _has(start, nfa.accept),
+            start.tobytes(),
+        )
 
     @property
     def states(self) -> int:
@@ -67,22 +74,30 @@ class GrowingDfa:
     def expand(self, state: int) -> None:
         """Build row `state`: each byte's set of NFA states, a new DFA state when new."""
         nfa = self.nfa
-        starts, ends, set_at, sets = _row(
+        starts, ends, set_at, sets, bounds = _row(
             self._members[state], nfa.eps_at, nfa.eps_to, nfa.byte_at, nfa.byte_lo,
-            nfa.byte_hi, nfa.byte_to, nfa.every, self._stamp, self._visit,
+            nfa.byte_hi, nfa.byte_to, nfa.every, nfa.single, nfa.accept, self._stamp,
+            self._visit,
         )  # fmt: skip
         targets = []
-        for i in range(starts.size):
+        for i, (every, single, accepting) in enumerate(bounds.tolist()):
             members = sets[set_at[i] : set_at[i + 1]]
-            found = self._ids.get(members.tobytes())
-            targets.append(self._add(members) if found is None else found)
+            key = members.tobytes()
+            found = self._ids.get(key)
+            if found is None:
+                found = self._add(members, every, single, bool(accepting), key)
+            targets.append(found)
         row = self.next[state]  # after the adds: they may have grown `next`
         row[:] = -1
         for i, target in enumerate(targets):
             row[starts[i] : ends[i]] = target
         self.built[state] = True
 
-    def _add(self, members: np.ndarray) -> int:
+    def _add(
+        self, members: np.ndarray, every: int, single: int, accepting: bool, key: bytes
+    ) -> int:
+        """A new state for the set `members` (`key`: its bytes), whose least distances to
+        acceptance are `every` (any bytes) and `single` (single-byte tokens)."""
         state = len(self._members)
         if state == self.built.size:
             grown = np.full((2 * state, 256), NOT_BUILT, dtype=np.int32)
@@ -91,11 +106,9 @@ class GrowingDfa:
             self.built = np.concatenate([self.built, np.zeros(state, dtype=np.bool_)])
         self._members.append(members)
         self._member_bytes += members.nbytes
-        self._ids[members.tobytes()] = state
-        nfa = self.nfa
-        every = int(nfa.every[members].min(initial=UNREACHABLE))
-        self.accepting_list.append(bool(members.size) and _has(members, nfa.accept))
-        self.upper_list.append(int(nfa.single[members].min(initial=UNREACHABLE)))
+        self._ids[key] = state
+        self.accepting_list.append(accepting)
+        self.upper_list.append(single)
         self.lower_list.append(
             int(UNREACHABLE) if every == UNREACHABLE else -(-every // self._longest)
         )
@@ -212,9 +225,13 @@ def _closure(seeds, eps_at, eps_to, every, stamp, visit):
 
 
 @nb.njit(cache=True, nogil=True)
-def _row(members, eps_at, eps_to, byte_at, byte_lo, byte_hi, byte_to, every, stamp, visit):
+def _row(
+    members, eps_at, eps_to, byte_at, byte_lo, byte_hi, byte_to, every, single, accept, stamp,
+    visit,
+):  # fmt: skip
     """Row of the set `members`: bytes [starts[i], ends[i]) lead to the set
-    `sets[set_at[i]:set_at[i + 1]]` (only intervals whose set is not empty)."""
+    `sets[set_at[i]:set_at[i + 1]]` (only intervals whose set is not empty), whose least
+    `every` and `single` distances and whether it holds `accept` are `bounds[i]`."""
     n_edges = 0
     for q in members:
         n_edges += byte_at[q + 1] - byte_at[q]
@@ -231,6 +248,7 @@ def _row(members, eps_at, eps_to, byte_at, byte_lo, byte_hi, byte_to, every, sta
     ends = np.empty(cuts.size, dtype=np.int64)
     set_at = np.zeros(cuts.size + 1, dtype=np.int64)
     sets = np.empty(0, dtype=np.int64)
+    bounds = np.empty((cuts.size, 3), dtype=np.int64)
     seeds = np.empty(n_edges, dtype=np.int64)
     m = 0
     for c in range(cuts.size - 1):
@@ -246,7 +264,14 @@ def _row(members, eps_at, eps_to, byte_at, byte_lo, byte_hi, byte_to, every, sta
         if found.size == 0:
             continue
         starts[m], ends[m] = a, b
+        least_every = least_single = _DEAD
+        holds = 0
+        for q in found:
+            least_every = min(least_every, every[q])
+            least_single = min(least_single, single[q])
+            holds |= q == accept
+        bounds[m, 0], bounds[m, 1], bounds[m, 2] = least_every, least_single, holds
         sets = np.concatenate((sets, found))
         set_at[m + 1] = sets.size
         m += 1
-    return starts[:m], ends[:m], set_at[: m + 1], sets
+    return starts[:m], ends[:m], set_at[: m + 1], sets, bounds[:m]
