@@ -33,26 +33,29 @@ scratch arrays, so they run under a lock; the compiled walk releases the GIL.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-import numba as nb
 import numpy as np
-from numba.cpython.unsafe.numbers import trailing_zeros
 
 from gclm.compiler.byte_bounds import byte_bounds, single_byte_tokens
-from gclm.compiler.numba_cache import cache_per_version
 from gclm.compiler.path_bound import dfa_path, fewest_tokens
+from gclm.compiler.state_walk import (
+    clear_rows,
+    clear_scratch,
+    digest,
+    scratch_pairs,
+    scratch_rows,
+    split_groups,
+    walk_trie,
+)
 from gclm.compiler.tables import UNREACHABLE, CompiledTable
 from gclm.compiler.text_slice import text_slice, text_target
 from gclm.compiler.token_sets import words_for
 from gclm.compiler.token_walk import ByteDfa, TokenTrie, token_trie
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import InternalError
-
-cache_per_version(__file__)
 
 NEEDS_WHOLE_TABLE = (
     "The constraint needs a byte that is no token of this vocabulary by itself: "
@@ -139,7 +142,7 @@ class LazyTable:
         self._trie: TokenTrie = token_trie(vocab)
         self._text = text_slice(vocab)
         self._walked: dict[int, Walked] = {}
-        self._rows: dict[bytes, list[np.ndarray]] = {}  # packed rows by digest (Walked)
+        self._rows: dict[int, list[np.ndarray]] = {}  # packed rows by digest (Walked)
         self._held = 0  # bytes of the walked states' groups and of `_rows`
         self._exact: dict[int, int] = {}  # state -> token distance
         self._spelled: dict[int, int] = {}  # state -> its shortest path's fewest tokens
@@ -173,61 +176,66 @@ class LazyTable:
 
     def _walk(self, state: int) -> Walked:
         try:
-            ng, nexts, rows, counts = self._groups(state)
+            ng, nexts, rows, counts, pairs, n_pairs, whole = self._groups(state)
         except BaseException:
-            _local.rows[:] = 0  # a walk stopped midway (a grown DFA past its limit)
+            clear_scratch()  # a walk stopped midway (a grown DFA past its limit)
             raise
         try:
             # Live successors only: with every byte spelled, a finite upper bound is a
             # token path.
             upper = np.array([self._upper_list[n] for n in nexts[:ng].tolist()], dtype=np.int64)
-            live = np.flatnonzero(upper != UNREACHABLE)
-            nexts, upper, counts = nexts[live], upper[live], counts[live]
-            forward = np.zeros(self.width, dtype=np.int32)
-            groups = []
-            for g, count in zip(live.tolist(), counts.tolist(), strict=True):
-                row = rows[g]
-                np.bitwise_or(forward.view(np.uint32), row, out=forward.view(np.uint32))
-                groups.append(self._shared(row) if count >= self.width else _read_only(row, count))
-        finally:
-            rows[:ng] = 0  # the thread's scratch, clean for its next walk
-        if self._accepting_list[state]:
-            forward.view(np.uint32)[self.eos_token_id >> 5] |= np.uint32(
-                1 << (self.eos_token_id & 31)
+            keep = upper != UNREACHABLE
+            forward, dense, ids, owner, span, by_group = split_groups(
+                rows, counts[:ng], keep, pairs[0], pairs[1], n_pairs
             )
-        max_upper = int(upper.max(initial=-1))
-        sparse = [g for g, group in enumerate(groups) if group.dtype == np.int32]
-        ids = np.concatenate([groups[g] for g in sparse]) if sparse else np.zeros(0, np.int32)
-        owner = np.repeat(np.array(sparse, dtype=np.int32), [groups[g].size for g in sparse])
-        order = np.argsort(ids, kind="stable")
-        ids, owner = ids[order], owner[order]
-        self._held += nexts.nbytes + 2 * ids.nbytes + owner.nbytes
+            by_group.flags.writeable = False
+            groups = tuple(
+                self._shared(rows[g]) if dense[g] else by_group[span[g] : span[g + 1]]
+                for g in np.flatnonzero(keep).tolist()
+            )
+        finally:
+            clear_rows(rows, pairs[0], pairs[1], n_pairs, whole)
+        nexts, upper = nexts[:ng][keep], upper[keep]
+        if self._accepting_list[state]:
+            forward[self.eos_token_id >> 5] |= np.uint32(1 << (self.eos_token_id & 31))
+        self._held += nexts.nbytes + by_group.nbytes + ids.nbytes + owner.nbytes
         return Walked(
-            nexts, tuple(groups), self._shared(forward), max_upper, nexts.tolist(), ids, owner
+            nexts,
+            groups,
+            self._shared(forward.view(np.int32)),
+            int(upper.max(initial=-1)),
+            nexts.tolist(),
+            ids,
+            owner,
         )
 
-    def _groups(self, state: int) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-        """The trie walked from `state`: (groups, successors [>= groups], packed rows, tokens
-        per group). The rows are the thread's scratch: the caller zeroes the ones it used.
+    def _groups(
+        self, state: int
+    ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray], int, int]:
+        """The trie walked from `state` (compiler/state_walk.py): (groups, successors
+        [>= groups], packed rows, tokens per group, the (token, group) pairs, how many, the
+        row the text tokens were added to whole or -1). The rows are the thread's scratch:
+        the caller clears them.
 
         From a state where every text token leads to one state t (compiler/text_slice.py),
         only the other tokens are walked; the text tokens join the group of t."""
         target = self._text_target(state)
         text = target >= 0
         trie = self._text.rest if text else self._trie
-        rows = _scratch(self.width, 64)
+        rows = scratch_rows(self.width, 64)
+        pairs = scratch_pairs(trie.token_ids.size)
         nexts = np.zeros(rows.shape[0], dtype=np.int64)
         counts = np.zeros(rows.shape[0], dtype=np.int64)
         path = np.empty(trie.max_depth + 1, dtype=np.int64)
         path[0] = state
         self._walks += 1
-        k = ng = 0
+        k = ng = n_pairs = 0
         while True:
             trans, built = self._readable()
-            status, k, ng = _walk_state(
+            status, k, ng, n_pairs = walk_trie(
                 trans, self._columns, built, trie.byte, trie.depth, trie.skip, trie.token_lo,
                 trie.token_ids, k, path, ng, nexts, rows, counts, self._stamp, self._slot,
-                self._walks,
+                self._walks, pairs[0], pairs[1], n_pairs,
             )  # fmt: skip
             if status == 1:
                 self._build_row(int(path[trie.depth[k] - 1]))
@@ -238,16 +246,18 @@ class LazyTable:
                 more = 3 * nexts.size
                 nexts = np.concatenate([nexts, np.zeros(more, np.int64)])
                 counts = np.concatenate([counts, np.zeros(more, np.int64)])
-                rows = _scratch(self.width, 4 * rows.shape[0], rows)
+                rows = scratch_rows(self.width, 4 * rows.shape[0], rows)
                 continue
-            if text:  # the text tokens join the group of `target`, or make it
-                if self._stamp[target] != self._walks:
-                    self._stamp[target], self._slot[target], nexts[ng] = self._walks, ng, target
-                    ng += 1
-                slot = self._slot[target]
-                rows[slot] |= self._text.row
-                counts[slot] += self._text.count
-            return ng, nexts, rows, counts
+            if not text:
+                return ng, nexts, rows, counts, pairs, n_pairs, -1
+            # The text tokens join the group of `target`, or make it.
+            if self._stamp[target] != self._walks:
+                self._stamp[target], self._slot[target], nexts[ng] = self._walks, ng, target
+                ng += 1
+            slot = int(self._slot[target])
+            rows[slot] |= self._text.row
+            counts[slot] += self._text.count
+            return ng, nexts, rows, counts, pairs, n_pairs, slot
 
     def _text_target(self, state: int) -> int:
         """The state every text token leads to from `state`, if one (else -1)."""
@@ -269,9 +279,9 @@ class LazyTable:
     def _shared(self, row: np.ndarray) -> np.ndarray:
         """The one read-only copy of a packed row that the table keeps for its contents
         (found by a digest, so that no second copy is kept as a key)."""
-        same = self._rows.setdefault(hashlib.blake2b(row.data, digest_size=16).digest(), [])
+        same = self._rows.setdefault(int(digest(row.view(np.uint32))), [])
         for found in same:
-            if np.array_equal(found, row):
+            if found.dtype == row.dtype and np.array_equal(found, row):
                 return found
         found = row.copy()
         found.flags.writeable = False
@@ -446,79 +456,3 @@ class LazyTable:
         bounds = 2 * 4 * len(self._upper_list)  # upper and lower, int32 a state
         fixed = self._trans.nbytes + self._accepting.nbytes + self._built.nbytes + bounds
         return fixed + self._held + self._stamp.nbytes + self._slot.nbytes
-
-
-_local = threading.local()
-
-
-def _scratch(width: int, groups: int, used: np.ndarray | None = None) -> np.ndarray:
-    """This thread's zeroed uint32 [>= groups, width] rows for walks (a 200k vocabulary's
-    are 1.6 MB: made once per thread, not per walk or per table). `used`: the rows so far,
-    kept in the larger array that replaces them."""
-    rows = getattr(_local, "rows", None)
-    if rows is None or rows.shape[1] != width or rows.shape[0] < groups:
-        rows = np.zeros((max(groups, 64), width), dtype=np.uint32)
-        if used is not None:
-            rows[: used.shape[0]] = used
-        _local.rows = rows
-    return rows
-
-
-def _read_only(row: np.ndarray, count: int) -> np.ndarray:
-    ids = _ids_of(row, count)
-    ids.flags.writeable = False
-    return ids
-
-
-@nb.njit(cache=True, nogil=True)
-def _walk_state(
-    trans, columns, built, node_byte, node_depth, node_skip, token_lo, token_ids, k, path, ng,
-    nexts, rows, counts, stamp, slot_of, walk_id,
-):  # fmt: skip
-    """The trie in preorder through `trans` (a byte's column: `columns[byte]`) from the
-    state `path[0]`, tokens bucketed by the DFA state they end in (as token_walk._walk does
-    for one state) and counted in `counts`, from trie node `k` with the states of `path` so
-    far. Returns (status, k,
-    groups): status 0 when done; 1 when the walk needs row `path[node_depth[k] - 1]`, which
-    `built` says is not there yet; 2 when `nexts` is full. Then call again with the same k,
-    once the row is built or `nexts` and `rows` are larger."""
-    n_nodes = node_byte.size
-    while k < n_nodes:
-        s = path[node_depth[k] - 1]
-        if not built[s]:
-            return 1, k, ng
-        nxt = trans[s, columns[node_byte[k]]]
-        if nxt < 0:  # dead: so is every token under this node
-            k = node_skip[k]
-            continue
-        path[node_depth[k]] = nxt
-        lo, hi = token_lo[k], token_lo[k + 1]
-        if lo < hi:
-            if stamp[nxt] != walk_id:
-                if ng == nexts.size:
-                    return 2, k, ng
-                stamp[nxt] = walk_id
-                slot_of[nxt] = ng
-                nexts[ng] = nxt
-                ng += 1
-            r = slot_of[nxt]
-            counts[r] += hi - lo
-            for j in range(lo, hi):
-                tok = token_ids[j]
-                rows[r, tok >> 5] |= np.uint32(1 << (tok & 31))
-        k += 1
-    return 0, k, ng
-
-
-@nb.njit(cache=True, nogil=True)
-def _ids_of(row, count):
-    """The `count` token ids whose bits are set in the packed row `row` (int32, sorted)."""
-    ids = np.empty(count, dtype=np.int32)
-    n = 0
-    for w in range(row.size):
-        bits = row[w]
-        while bits:
-            ids[n] = (w << 5) + trailing_zeros(bits)
-            n += 1
-            bits &= bits - np.uint32(1)  # the lowest set bit cleared
-    return ids
