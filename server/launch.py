@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import importlib.util
 import logging
 import time
@@ -239,6 +240,17 @@ def reasoning_parser(settings: ServerSettings, engine: Any) -> ReasoningParser |
     return ReasoningParser.named(settings.reasoning_parser, engine.tokenizer)
 
 
+def freeze_startup_heap() -> None:
+    """Collect once, then leave every object made so far out of later collections.
+
+    What start-up loads (torch, transformers, the model, the app: some 300 k objects) is
+    never garbage, yet each full collection walked all of it: 150-540 ms in a serving
+    process, on whatever request was then in flight (vLLM's server freezes its start-up
+    heap for the same reason)."""
+    gc.collect()
+    gc.freeze()
+
+
 def serve(settings: ServerSettings) -> None:
     """Run until interrupted."""
     import uvicorn
@@ -255,6 +267,7 @@ def serve(settings: ServerSettings) -> None:
         watch = None
         try:
             await engine.start()  # on the serving loop (vLLM's AsyncLLM needs it)
+            freeze_startup_heap()
             log.info("%s engine started", "vLLM" if settings.engine == "vllm" else "transformers")
             watch = asyncio.get_running_loop().create_task(watch_loop())
             yield

@@ -1,9 +1,11 @@
-"""Wiring the compiler at start-up: the common constraints compile in the background."""
+"""Start-up: the common constraints compile in the background; the start-up heap is frozen."""
 
 from __future__ import annotations
 
+import gc
+
 from gclm.compiler.constraint import Constraint
-from gclm.server.launch import COMMON_CONSTRAINTS, build_compiler
+from gclm.server.launch import COMMON_CONSTRAINTS, build_compiler, freeze_startup_heap
 from gclm.server.settings import ServerSettings
 
 
@@ -22,3 +24,16 @@ def test_json_object_is_compiled_at_start_up_without_blocking(embedded_vocab, tm
     finally:
         pool.close()
         cache.close()
+
+
+def test_the_start_up_heap_is_left_out_of_later_collections():
+    loaded = [[i] for i in range(1000)]  # what start-up made, never garbage
+    try:
+        freeze_startup_heap()
+        assert gc.get_freeze_count() >= len(loaded)
+        tracked = {id(o) for o in gc.get_objects()}
+        assert not any(id(o) in tracked for o in loaded)  # no collection walks them
+        later = [1]
+        assert gc.is_tracked(later) and id(later) in {id(o) for o in gc.get_objects()}
+    finally:
+        gc.unfreeze()
