@@ -22,6 +22,8 @@ order walks made them, so they differ from outlines-core's.
 
 from __future__ import annotations
 
+import array
+
 import numba as nb
 import numpy as np
 
@@ -48,9 +50,11 @@ class GrowingDfa:
         self._longest = max(longest, 1)
         self.next = np.full((64, 256), NOT_BUILT, dtype=np.int32)
         self.built = np.zeros(64, dtype=np.bool_)
-        self.accepting_list: list[bool] = []
-        self.upper_list: list[int] = []  # fewest bytes along single-byte tokens
-        self.lower_list: list[int] = []  # fewest bytes / the longest token, rounded up
+        # By state (array.array: see tables.scalars): accepting (0 / 1); fewest bytes along
+        # single-byte tokens; fewest bytes / the longest token, rounded up.
+        self.accepting_list = array.array("b")
+        self.upper_list = array.array("i")
+        self.lower_list = array.array("i")
         self._ids: dict[bytes, int] = {}
         self._members: list[np.ndarray] = []
         self._member_bytes = 0  # of the sets in _members (kept twice: as keys too)

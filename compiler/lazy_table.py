@@ -33,6 +33,7 @@ scratch arrays, so they run under a lock; the compiled walk releases the GIL.
 
 from __future__ import annotations
 
+import array
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ from gclm.compiler.state_walk import (
     split_groups,
     walk_trie,
 )
-from gclm.compiler.tables import UNREACHABLE, CompiledTable
+from gclm.compiler.tables import UNREACHABLE, CompiledTable, scalars
 from gclm.compiler.text_slice import text_slice, text_target
 from gclm.compiler.token_sets import words_for
 from gclm.compiler.token_walk import ByteDfa, TokenTrie, token_trie
@@ -104,8 +105,8 @@ class LazyTable:
     reach acceptance in `k` tokens?) and `min_tokens`, found exactly when asked.
     """
 
-    upper: np.ndarray | list[int]  # by state: the token distance is at most this
-    lower: np.ndarray | list[int]  # by state: the token distance is at least this
+    upper: np.ndarray | array.array[int]  # by state: the token distance is at most this
+    lower: np.ndarray | array.array[int]  # by state: the token distance is at least this
 
     def __init__(self, dfa: ByteDfa, vocab: TokenVocabulary) -> None:
         """Bounds for every state of `dfa`; no state is walked yet.
@@ -125,9 +126,9 @@ class LazyTable:
         lower = -(-every.astype(np.int64) // longest)
         lower[every == UNREACHABLE] = UNREACHABLE
         self.lower = lower.astype(np.int32)  # int32 [S]
-        self._upper_list = single.tolist()
-        self._lower_list = self.lower.tolist()
-        self._accepting_list = dfa.accepting.tolist()
+        self._upper_list = scalars(single)
+        self._lower_list = scalars(self.lower)
+        self._accepting_list = scalars(dfa.accepting)
         states = dfa.next.shape[0]
         self._built = np.ones(states, dtype=np.bool_)  # every row of a whole DFA is there
         self._stamp = np.full(states, -1, dtype=np.int64)
@@ -339,7 +340,7 @@ class LazyTable:
         return -1
 
     def is_accepting(self, state: int) -> bool:
-        return self._accepting_list[state]
+        return bool(self._accepting_list[state])
 
     def has_tokens(self, state: int) -> bool:
         """Whether any non-EOS token leads from `state` to a live state."""

@@ -16,6 +16,7 @@ states and does not spend budget (README, "Budget semantics").
 
 from __future__ import annotations
 
+import array
 import io
 import json
 from dataclasses import dataclass, field, replace
@@ -25,6 +26,18 @@ import numpy as np
 from gclm.compiler.token_sets import TokenSets, spans, words_for
 
 UNREACHABLE = np.iinfo(np.int32).max
+
+
+def scalars(values: np.ndarray) -> array.array[int]:
+    """A 1-D array of ints or bools for reading one entry at a time from Python: as fast to
+    index as a list, 1-8 bytes an entry, and nothing for the garbage collector to walk. As
+    lists, the per-state values of the tables a server caches were walked by every full
+    collection: pauses grew to 235 ms on whatever request was in flight."""
+    code = "b" if values.dtype == np.bool_ else "q" if values.dtype.itemsize > 4 else "i"
+    return array.array(
+        code, values.astype({"b": np.int8, "i": np.int32, "q": np.int64}[code]).tobytes()
+    )
+
 
 _ARRAY_FIELDS = (
     "accepting",

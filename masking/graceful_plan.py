@@ -15,7 +15,7 @@ from typing import TypeAlias
 import numpy as np
 import torch
 
-from gclm.compiler.tables import CompiledTable
+from gclm.compiler.tables import CompiledTable, scalars
 from gclm.compiler.token_sets import TokenSets
 
 BLANK = frozenset(b" \t\n\r")
@@ -74,26 +74,26 @@ class TablePlan:
     ) -> None:
         self.token_sets = table.token_sets
         self.min_tokens = table.min_tokens
-        self.dist = table.dist.tolist()
-        self.maxsucc = table.max_next_dist.tolist()
-        self.offsets = table.group_offsets.tolist()
-        self.group_next = table.group_next.tolist()
-        self.group_set = table.group_set.tolist()
-        self.size = table.token_sets.counts().tolist()
+        self.dist = scalars(table.dist)
+        self.maxsucc = scalars(table.max_next_dist)
+        self.offsets = scalars(table.group_offsets)
+        self.group_next = scalars(table.group_next)
+        self.group_set = scalars(table.group_set)
+        self.size = scalars(table.token_sets.counts())
         self._ids: dict[tuple[int, Where], np.ndarray | torch.Tensor] = {}
         self.slot = self._slots(first_bytes, blanks)
         # set index -> whether it has an empty literal; state -> whether it allows one
         with_empty = _sets_with(table.token_sets, empty_ids)
-        self.skips: list[bool] = with_empty.tolist()
+        self.skips = scalars(with_empty)
         total = np.concatenate([[0], np.cumsum(with_empty[table.group_set], dtype=np.int64)])
         hits = total[table.group_offsets[1:]] - total[table.group_offsets[:-1]]
-        self._has_empty: list[bool] = (hits > 0).tolist()
+        self._has_empty = scalars(hits > 0)
         self.ahead = self._ahead()
         self.slots = max(1, self.ahead[table.initial] + self.slot[table.initial])
 
     def has_empty(self, state: int) -> bool:
         """Whether a token allowed in `state` writes an empty literal ("", [], {})."""
-        return self._has_empty[state]
+        return bool(self._has_empty[state])
 
     def solid(self, index: int) -> bool:
         """Whether set `index` has a token other than a blank."""

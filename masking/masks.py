@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 from typing_extensions import TypeIs
 
-from gclm.compiler.tables import CompiledTable
+from gclm.compiler.tables import CompiledTable, scalars
 from gclm.compiler.token_sets import TokenSets, words_for
 from gclm.errors import InternalError
 
@@ -123,11 +123,11 @@ class MaskTable:
         self._dist = table.dist
 
         self.maxsucc = table.max_next_dist  # int32 [S], -1 where no token leaves
-        # Python lists: the hot path indexes them one scalar at a time, which lists do faster.
-        self._maxsucc = self.maxsucc.tolist()
-        self._dist_list = table.dist.tolist()
-        self._accepting_list = table.accepting.tolist()
-        self._has_tokens = (np.diff(table.group_offsets) > 0).tolist()
+        # The hot path indexes these one scalar at a time: array.array, as fast as lists.
+        self._maxsucc = scalars(self.maxsucc)
+        self._dist_list = scalars(table.dist)
+        self._accepting_list = scalars(table.accepting)
+        self._has_tokens = scalars(np.diff(table.group_offsets) > 0)
         # One forward row per distinct (pool row, accepting) pair: the EOS bit is the only
         # difference between a state's forward row and its pool row.
         key = table.state_set.astype(np.int64) * 2 + table.accepting  # [S]
@@ -278,11 +278,11 @@ class MaskTable:
         return self._largest_next[state]
 
     def is_accepting(self, state: int) -> bool:
-        return self._accepting_list[state]
+        return bool(self._accepting_list[state])
 
     def has_tokens(self, state: int) -> bool:
         """Whether any non-EOS token leaves `state`."""
-        return self._has_tokens[state]
+        return bool(self._has_tokens[state])
 
     def dist(self, state: int) -> int:
         return self._dist_list[state]
