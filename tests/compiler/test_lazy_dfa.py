@@ -121,6 +121,21 @@ def test_subtrees_written_from_the_same_state_are_shared():
     assert same_language_and_bounds(grown(regex), byte_dfa(regex), ALL_BYTES) > 100
 
 
+def test_equal_classes_are_one_class():
+    """The parser writes a class once however often it comes: one ASCII character by a
+    table, any other by its byte ranges (compared, not only hashed)."""
+    from gclm.compiler.regex_parse import SET, ParsedRegex
+
+    regex = r'"a"(?:[^"\\]|x)*"a"[^"\\]é(?:é|[é])[b-c][bc]'
+    program = ParsedRegex(regex)
+    kind, p0 = program.arrays()[0], program.arrays()[1]
+    sets = [int(p0[k]) for k in range(program.root + 1) if kind[k] == SET]
+    quote, a, text, x, e, bc = sets[0], sets[1], sets[3], sets[4], sets[9], sets[12]
+    assert sets == [quote, a, quote, text, x, quote, a, quote, text, e, e, e, bc, bc]
+    assert len(set(sets)) == 6  # '"', 'a', [^"\\], 'x', 'é', [b-c]
+    assert same_language_and_bounds(grown(regex), byte_dfa(regex), ALL_BYTES) > 5
+
+
 def test_an_nfa_past_the_first_room_is_written_whole():
     # 70,000 byte edges from a program of three nodes: more than the room the shared writer
     # first makes (65,536), so it writes again, sized by what the first pass counted.
