@@ -62,14 +62,8 @@ class GrowingDfa:
         self._visit = np.zeros(1, dtype=np.int64)
         start = _closure(np.zeros(1, dtype=np.int64), nfa.eps_at, nfa.eps_to, nfa.every,
                          self._stamp, self._visit)  # fmt: skip
-        nfa = self.nfa
-        self._add(
-            start,
-            int(nfa.every[start].min(initial=UNREACHABLE)),
-            int(nfa.single[start].min(initial=UNREACHABLE)),
-            bool(start.size) and _has(start, nfa.accept),
-            start.tobytes(),
-        )
+        every, single, accepting = _bounds(start, nfa.every, nfa.single, nfa.accept)
+        self._add(start, every, single, bool(accepting), start.tobytes())
 
     @property
     def states(self) -> int:
@@ -123,11 +117,6 @@ class GrowingDfa:
         """The NFA, the rows and bounds so far, and the sets of NFA states."""
         sets = self._member_bytes
         return self.nfa.nbytes + self._stamp.nbytes + self.next.nbytes + 2 * sets
-
-
-def _has(members: np.ndarray, state: int) -> bool:
-    at = int(np.searchsorted(members, state))
-    return at < members.size and int(members[at]) == state
 
 
 class GrowingLazyTable(LazyTable):
@@ -229,6 +218,18 @@ def _closure(seeds, eps_at, eps_to, every, stamp, visit):
 
 
 @nb.njit(cache=True, nogil=True)
+def _bounds(members, every, single, accept):
+    """A set's least `every` and `single` distances, and 1 if it holds `accept` (else 0)."""
+    least_every = least_single = _DEAD
+    holds = 0
+    for q in members:
+        least_every = min(least_every, every[q])
+        least_single = min(least_single, single[q])
+        holds |= q == accept
+    return least_every, least_single, holds
+
+
+@nb.njit(cache=True, nogil=True)
 def _row(
     members, eps_at, eps_to, byte_at, byte_lo, byte_hi, byte_to, every, single, accept, stamp,
     visit,
@@ -268,13 +269,7 @@ def _row(
         if found.size == 0:
             continue
         starts[m], ends[m] = a, b
-        least_every = least_single = _DEAD
-        holds = 0
-        for q in found:
-            least_every = min(least_every, every[q])
-            least_single = min(least_single, single[q])
-            holds |= q == accept
-        bounds[m, 0], bounds[m, 1], bounds[m, 2] = least_every, least_single, holds
+        bounds[m, 0], bounds[m, 1], bounds[m, 2] = _bounds(found, every, single, accept)
         sets = np.concatenate((sets, found))
         set_at[m + 1] = sets.size
         m += 1
