@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from outlines_core.json_schema import build_regex_from_schema
@@ -118,13 +119,22 @@ def schema_regex(
     # outlines-core's strings lack raw U+007F..U+009F and, unbounded, `\uXXXX`: valid JSON.
     regex = regex.replace(OUTLINES_JSON_CHAR + "*", JSON_CHAR + "*")
     regex = regex.replace(OUTLINES_JSON_CHAR, JSON_CHAR_SHORT)
-    for placeholder, leaf in leaves.items():
-        quoted = f'"{placeholder}"'
-        if quoted not in regex:
-            raise ConstraintError(
-                f"Internal: leaf {placeholder} vanished from outlines-core's regex."
-            )
-        regex = regex.replace(quoted, f"(?:{leaf})")
+    return _splice(regex, f"gclm{nonce}x", leaves)
+
+
+def _splice(regex: str, prefix: str, leaves: dict[str, str]) -> str:
+    """`regex` with each quoted placeholder replaced by its leaf, in one pass (a replace per
+    leaf rescanned the regex each time: 0.15 s for Github_ultra o65323's 4,460 leaves)."""
+    found: set[str] = set()
+
+    def leaf(match: re.Match[str]) -> str:
+        found.add(match[1])
+        return f"(?:{leaves[match[1]]})"
+
+    regex = re.sub(f'"({re.escape(prefix)}[0-9]+)"', leaf, regex)
+    if len(found) != len(leaves):
+        missing = next(p for p in leaves if p not in found)
+        raise ConstraintError(f"Internal: leaf {missing} vanished from outlines-core's regex.")
     return regex
 
 
