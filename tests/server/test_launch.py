@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 
 from gclm.compiler.constraint import Constraint
-from gclm.server.launch import COMMON_CONSTRAINTS, build_compiler, freeze_startup_heap
+from gclm.server.launch import (
+    COMMON_CONSTRAINTS,
+    build_compiler,
+    freeze_startup_heap,
+    no_hugepage_advice,
+)
 from gclm.server.settings import ServerSettings
 
 
@@ -37,3 +44,41 @@ def test_the_start_up_heap_is_left_out_of_later_collections():
         assert gc.is_tracked(later) and id(later) in {id(o) for o in gc.get_objects()}
     finally:
         gc.unfreeze()
+
+
+def hugepage_advice() -> bool:
+    """numpy's switch, read by setting it back to what it was."""
+    from numpy._core.multiarray import _set_madvise_hugepage
+
+    was = _set_madvise_hugepage(True)
+    _set_madvise_hugepage(was)
+    return was
+
+
+def test_numpy_stops_advising_huge_pages_here_and_in_child_processes(monkeypatch):
+    monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "")  # restored after the test, then
+    monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE")  # unset for it
+    was = hugepage_advice()
+    try:
+        no_hugepage_advice()
+        assert hugepage_advice() is False
+        # A compile worker is a new interpreter: numpy reads the variable at its import.
+        code = "from numpy._core.multiarray import _set_madvise_hugepage as s; print(s(False))"
+        child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert child.stdout.strip() == "False", child.stderr
+    finally:
+        from numpy._core.multiarray import _set_madvise_hugepage
+
+        _set_madvise_hugepage(was)
+
+
+def test_a_user_who_asks_for_huge_pages_keeps_them(monkeypatch):
+    from numpy._core.multiarray import _set_madvise_hugepage
+
+    monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "1")
+    was = _set_madvise_hugepage(True)
+    try:
+        no_hugepage_advice()
+        assert hugepage_advice() is True
+    finally:
+        _set_madvise_hugepage(was)
