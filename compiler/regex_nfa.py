@@ -65,7 +65,7 @@ def build_nfa(regex: str, single_bytes: np.ndarray, max_states: int = MAX_NFA_ST
     Raises Unsupported for a construct compiler/regex_parse.py does not read, or an NFA of
     more than `max_states` states."""
     parsed = ParsedRegex(regex)
-    n, accept, edges = write_nfa(parsed, parsed.root, max_states)
+    n, accept, edges = write_nfa(parsed, parsed.root, max_states, room=len(regex))
     eps_src, eps_dst, e_src, e_lo, e_hi, e_dst = edges
     every = nfa_distances(n, accept, eps_src, eps_dst, e_src, e_dst)
     spelled = np.concatenate([[0], np.cumsum(single_bytes.astype(np.int64))])
@@ -311,7 +311,7 @@ def nfa_distances(n, accept, eps_src, eps_dst, e_src, e_dst):
 
 
 def write_nfa(
-    program: Any, root: int, max_states: int | None = None, share: bool = True
+    program: Any, root: int, max_states: int | None = None, share: bool = True, room: int = 0
 ) -> tuple[int, int, tuple[np.ndarray, ...]]:
     """The program written out (numba): (states, accepting state, edge arrays: epsilon
     sources and targets, byte sources, lows, highs and targets). `program`: a ParsedRegex,
@@ -323,13 +323,13 @@ def write_nfa(
     kb_1112's 2.4 M characters make 32 k NFA states instead of 1.2 M. Shared, the NFA is
     counted as it is written, into room for most programs' edges, and written again where
     that was short; the count stops at the limit and reads only what it writes, where the
-    unshared count reads the whole program."""
+    unshared count reads the whole program. `room`: the edges to make room for first (the
+    regex's length is room for most programs' edges; pages left untouched stay free)."""
     arrays = program.arrays()
     if share:
         shape = _shapes(root, *arrays, _SEEDS)
         limit = min(max_states or _MAX_SHARED, _MAX_SHARED)
-        room = max(4 * (root + 1), 1 << 16)  # edges, for most programs (pages untouched
-        # stay free); else the first pass has counted them, and a second writes them
+        room = max(room, 1 << 16)  # else the first pass has counted them, a second writes them
         top, accept, edges = _write(root, arrays, shape, limit, True, room, room)
         n, n_eps, n_edges = (int(x) for x in top)
         if n <= limit and (n_eps > room or n_edges > room):

@@ -126,14 +126,35 @@ def test_equal_classes_are_one_class():
     table, any other by its byte ranges (compared, not only hashed)."""
     from gclm.compiler.regex_parse import SET, ParsedRegex
 
-    regex = r'"a"(?:[^"\\]|x)*"a"[^"\\]é(?:é|[é])[b-c][bc]'
+    regex = r'"a"(?:[^"\\]|x)*"a"[^"\\]é(?:é|[é])[b-c][bc]\u00e9'
     program = ParsedRegex(regex)
     kind, p0 = program.arrays()[0], program.arrays()[1]
     sets = [int(p0[k]) for k in range(program.root + 1) if kind[k] == SET]
-    quote, a, text, x, e, bc = sets[0], sets[1], sets[3], sets[4], sets[9], sets[12]
-    assert sets == [quote, a, quote, text, x, quote, a, quote, text, e, e, e, bc, bc]
-    assert len(set(sets)) == 6  # '"', 'a', [^"\\], 'x', 'é', [b-c]
+    # One SET node a class, in the order the classes first come: '"', 'a', [^"\\], 'x',
+    # 'é' (also [é] and \u00e9), [b-c] (also [bc]).
+    assert sets == list(range(6))
     assert same_language_and_bounds(grown(regex), byte_dfa(regex), ALL_BYTES) > 5
+
+
+def test_equal_subtrees_are_one_node():
+    """The program is a DAG: a subtree the regex repeats is written once, and the NFA
+    written from it is the one its tree makes."""
+    from gclm.compiler.regex_nfa import write_nfa
+    from gclm.compiler.regex_parse import ParsedRegex
+
+    regex = r"(?:(?:ab|c)d{2,3}x|(?:ab|c)d{2,3}y)(?:ab|c)d{2,3}$"
+    program = ParsedRegex(regex)
+    kind, _, _, kids_lo, kids_hi, kids = program.arrays()[:6]
+    # a, b, c, d, x, y; [a b], [c], [ab|c], d{2,3}, [(ab|c) d{2,3} x], the same with y,
+    # their alternation, the whole: 14 nodes, each after its children.
+    assert program.root + 1 == 14
+    assert all(kids[j] < k for k in range(14) for j in range(kids_lo[k], kids_hi[k]))
+    tree = ParsedRegex(regex.replace("(?:ab|c)d{2,3}$", "(?:ba|c)d{2,3}$"))  # shares less
+    assert tree.root + 1 > program.root + 1
+    for share in (True, False):
+        states, _, _ = write_nfa(program, program.root, share=share)
+        assert states == write_nfa(tree, tree.root, share=share)[0]
+    assert same_language_and_bounds(grown(regex), byte_dfa(regex), ALL_BYTES) > 10
 
 
 def test_an_nfa_past_the_first_room_is_written_whole():
