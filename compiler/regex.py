@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.grammar import grammar_regex
 from gclm.compiler.json_schema.normalize import SchemaLimits, normalize_schema
+from gclm.compiler.json_schema.objects import FREE_FORM_NOTE
 from gclm.compiler.json_schema.patterns import escape_literal
 from gclm.compiler.json_schema.regex import json_object_regex, schema_regex
 from gclm.compiler.rust_regex import check_regex, matches_empty, strip_anchors
@@ -91,9 +92,8 @@ def json_regex(c: Constraint, limits: SchemaLimits | None = None) -> RegexResult
         regex: str | None = schema_regex(schema, c.whitespace)
     except CompileLimitError:
         regex = None
-    if limits.free_object_depth > limits.any_depth and (
-        regex is None or len(regex) > FREE_DEPTH_BUDGET
-    ):
+    deeper = any(FREE_FORM_NOTE in line for line in rewrites)  # else shallower is the same
+    if deeper and (regex is None or len(regex) > FREE_DEPTH_BUDGET):
         # Deeper free-form objects cost too much here: nest them as `{}` values instead.
         shallow = replace(limits, free_object_depth=limits.any_depth)
         schema, rewrites = normalize_schema(

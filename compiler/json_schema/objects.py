@@ -33,6 +33,9 @@ from gclm.errors import UnsupportedSchemaError, quote
 # dependentSchemas of optional triggers: each present or absent, 2**N objects at most.
 MAX_OPTIONAL_TRIGGERS = 4
 
+# The rewrite noted where a free-form object's values nest deeper than a `{}` value's.
+FREE_FORM_NOTE = "free-form object: values nested at most"
+
 
 class Subschemas(Protocol):
     """What object_node needs from the normaliser (normalize.Normalizer implements it)."""
@@ -112,7 +115,7 @@ def object_node(self: Subschemas, s: dict[str, Any], ptr: str) -> Node | None:
         else self.schema(extra_s, f"{ptr}/additionalProperties")
     )
     if free and extra_s is True and self.free_object_depth > self.any_depth:
-        self.note(ptr, f"free-form object: values nested at most {self.free_object_depth} deep")
+        self.note(ptr, f"{FREE_FORM_NOTE} {self.free_object_depth} deep")
     pattern_nodes = [
         self.schema(sub, f"{ptr}/patternProperties/{escape_pointer(p)}")
         for p, sub in patterns.items()

@@ -44,3 +44,24 @@ def test_many_free_form_objects_fall_back_to_one_level_within_the_budget():
     assert not any("free-form object" in r for r in result.rewrites)
     one = {"type": "object", "properties": {"p": {"type": "object"}}}
     assert any("free-form object" in r for r in to_regex(Constraint.json_schema(one)).rewrites)
+
+
+def test_a_long_regex_without_free_form_objects_is_built_once(monkeypatch):
+    # Past the budget, the schema is normalised again with free-form objects one level
+    # deep; with none in it, that would build the same regex a second time.
+    import gclm.compiler.regex as regex_module
+
+    built = []
+    build = regex_module.schema_regex
+    monkeypatch.setattr(
+        regex_module, "schema_regex", lambda *a, **k: built.append(1) or build(*a, **k)
+    )
+    words = [f"{i:08d}" * 10 for i in range(FREE_DEPTH_BUDGET // 80 + 100)]
+    schema = {"type": "object", "properties": {"w": {"enum": words}}, "required": ["w"]}
+    long = to_regex(Constraint.json_schema(schema)).regex
+    assert len(long) > FREE_DEPTH_BUDGET and len(built) == 1
+    # With a free-form object in it, the fallback still builds it shallower.
+    schema["properties"]["meta"] = {"type": "object"}
+    result = to_regex(Constraint.json_schema(schema))
+    assert len(built) == 3
+    assert not any("free-form object" in r for r in result.rewrites)
