@@ -95,11 +95,13 @@ def json_regex(c: Constraint, limits: SchemaLimits | None = None) -> RegexResult
     deeper = any(FREE_FORM_NOTE in line for line in rewrites)  # else shallower is the same
     if deeper and (regex is None or len(regex) > FREE_DEPTH_BUDGET):
         # Deeper free-form objects cost too much here: nest them as `{}` values instead.
-        shallow = replace(limits, free_object_depth=limits.any_depth)
-        schema, rewrites = normalize_schema(
-            json.loads(c.spec), shallow, additional_properties=c.additional_properties
+        shallow, rewrites = normalize_schema(
+            json.loads(c.spec),
+            replace(limits, free_object_depth=limits.any_depth),
+            additional_properties=c.additional_properties,
         )
-        regex = None
+        if shallow != schema:  # else its regex is the one built (Github_ultra o6354's)
+            schema, regex = shallow, None
     if regex is None:
         regex = schema_regex(schema, c.whitespace)
     if any(b.get("type") == "string" for b in schema.get("anyOf", [schema])):
