@@ -54,7 +54,11 @@ _WARM_UP_REGEX = "[a-z]{2,4}"  # a regex whose byte DFA takes no time to build
 # bytes a state at the peak and 65 held while the table is cached; the workers have their
 # own memory and CPU limits for what is larger (none of the dev split since subtrees are
 # shared: its largest, Github_hard o21076, makes 742 k states).
-MAX_GROWN_NFA_STATES = 2_000_000
+MAX_GROWN_NFA_STATES = 1_000_000
+# Grows queued or running at once on the grow thread; past them a new constraint's first
+# masks come from a worker. Each grow is bounded (by the NFA's size): about 2 s at the
+# limit on a loaded 2-core machine, and some 250 bytes a state while it runs.
+GROW_LANE_DEPTH = 2
 
 
 class FirstMasks:
@@ -82,6 +86,7 @@ class FirstMasks:
         self.vocab = vocab
         self.grown = 0  # tables grown here instead of a worker's FIRST compile
         self.grow_seconds = 0.0
+        self._growing = 0  # grows queued or running on `_grower`
         # Its own thread: an NFA can take a second, and the DFAs above must not wait.
         self._grower = ThreadPoolExecutor(1, thread_name_prefix="gclm-grow") if grow else None
         # One thread: a LazyTable's bounds take a millisecond or so; never the pool's thread.
@@ -112,14 +117,29 @@ class FirstMasks:
         compile the whole table). Errors as the pool's; a CompilerBusyError's `compiling`
         resolves the same way."""
         assert self._submit_first is not None, "FirstMasks was made without submit_first"
-        if self._grower is None:
+        with self._lock:
+            lane_free = self._grower is not None and self._growing < GROW_LANE_DEPTH
+            if lane_free:
+                self._growing += 1
+        if not lane_free:
+            # A worker's FIRST compile instead: a new constraint is not queued behind heavy
+            # grows (the pool demotes slow compiles, and bounds each by CPU and memory).
             return self._made(self._submit_first(constraint))
         out: Future[CompiledTable | LazyTable | None] = Future()
-        self._grower.submit(self._grow, constraint, out)
+        self._grower.submit(self._grow, constraint, out)  # type: ignore[union-attr]
         return out
 
     def _grow(self, constraint: Constraint, out: Future[CompiledTable | LazyTable | None]) -> None:
         """`constraint`'s GrowingLazyTable into `out`, else a worker's FIRST compile."""
+        try:
+            self._grow_here(constraint, out)
+        finally:
+            with self._lock:
+                self._growing -= 1
+
+    def _grow_here(
+        self, constraint: Constraint, out: Future[CompiledTable | LazyTable | None]
+    ) -> None:
         started = time.perf_counter()
         table = None
         try:

@@ -58,6 +58,18 @@ from gclm.compiler.token_walk import ByteDfa, TokenTrie, token_trie
 from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.errors import InternalError
 
+# States a search on a request's way in may walk (its budget check, its exact minimum):
+# past them the request is answered from the whole table, which a compile worker makes
+# within its own CPU and memory limits. A search that walks the token graph state by state
+# cost 0.1-0.3 ms and 1-4 KB a state here; `start: ("a"~1000)~1000` walked 270 k states and
+# 1.2 GB in 40 s before this bound.
+REQUEST_SEARCH_STATES = 5_000
+
+
+class SearchTooLarge(Exception):
+    """A bounded search (`REQUEST_SEARCH_STATES`) did not decide: ask the whole table."""
+
+
 NEEDS_WHOLE_TABLE = (
     "The constraint needs a byte that is no token of this vocabulary by itself: "
     "compile its whole table (compile_constraint) instead."
@@ -348,9 +360,10 @@ class LazyTable:
 
     # -- distances --------------------------------------------------------------------------
 
-    def fits(self, state: int, k: int) -> bool:
+    def fits(self, state: int, k: int, most: int | None = None) -> bool:
         """Whether `state` can reach acceptance in at most `k` tokens: by the bounds when
-        they decide it, else by a search at most `k` deep."""
+        they decide it, else by a search at most `k` deep (walking at most `most` states:
+        past them SearchTooLarge)."""
         if self._upper_list[state] <= k:
             return True
         if self._lower_list[state] > k:
@@ -362,17 +375,18 @@ class LazyTable:
             return False
         if self.spelled_upper(state) <= k:
             return True
-        found = self._search(state, k)
+        found = self._search(state, k, most)
         return found is not None
 
-    def dist(self, state: int) -> int:
-        """The exact fewest tokens from `state` to acceptance (searched when not known)."""
+    def dist(self, state: int, most: int | None = None) -> int:
+        """The exact fewest tokens from `state` to acceptance (searched when not known,
+        walking at most `most` states: past them SearchTooLarge)."""
         exact = self._exact.get(state)
         if exact is not None:
             return exact
         if self._upper_list[state] == UNREACHABLE:
             return int(UNREACHABLE)
-        found = self._search(state, self.spelled_upper(state))
+        found = self._search(state, self.spelled_upper(state), most)
         if found is None:
             raise InternalError(f"state {state} has no token path within its upper bound")
         return found
@@ -403,11 +417,23 @@ class LazyTable:
         """Fewest tokens of any output (exact; searched on first use)."""
         return self.dist(self.initial)
 
-    def _search(self, state: int, limit: int) -> int | None:
-        """The token distance of `state` if it is at most `limit`, else None (remembered)."""
+    def request_fits(self, budget: int) -> bool:
+        """`fits(initial, budget)` as a request's way in may search it: SearchTooLarge past
+        REQUEST_SEARCH_STATES states."""
+        return self.fits(self.initial, budget, REQUEST_SEARCH_STATES)
+
+    def request_minimum(self) -> int:
+        """`min_tokens` as a request's way in may search it: SearchTooLarge past
+        REQUEST_SEARCH_STATES states."""
+        return self.dist(self.initial, REQUEST_SEARCH_STATES)
+
+    def _search(self, state: int, limit: int, most: int | None = None) -> int | None:
+        """The token distance of `state` if it is at most `limit`, else None (remembered);
+        SearchTooLarge once it has met more than `most` states (None: no bound)."""
         if self._accepting_list[state]:
             self._exact[state] = 0
             return 0
+        most = most if most is not None else -1
         seen = {state}
         frontier = [state]
         best: int | None = None
@@ -416,6 +442,10 @@ class LazyTable:
                 break
             following: list[int] = []
             for s in frontier:
+                if len(seen) > most >= 0:
+                    raise SearchTooLarge(
+                        f"the exact search from state {state} met over {most} states"
+                    )
                 for n in self.walked(s).next_list:
                     if n in seen:
                         continue

@@ -47,7 +47,23 @@ def to_regex(c: Constraint, limits: SchemaLimits | None = None) -> RegexResult:
     Raises:
         UnsupportedSchemaError: a schema keyword gclm cannot honour.
         ConstraintError: an invalid schema, a regex that does not compile, or no choices.
+        CompileLimitError: a constraint nested past the limits (MAX_SCHEMA_DEPTH, the
+            grammar's MAX_NESTING), or whose expansion recurses past Python's stack.
     """
+    try:
+        return _to_regex(c, limits)
+    except RecursionError:  # a backstop: the explicit limits refuse what tests reach
+        raise _too_deep(c) from None
+
+
+def _too_deep(c: Constraint) -> CompileLimitError:
+    return CompileLimitError(
+        f"The {c.kind.replace('_', ' ')} nests too deeply to compile (its parts, or a chain "
+        "of $refs or rules, one inside another). Flatten it."
+    )
+
+
+def _to_regex(c: Constraint, limits: SchemaLimits | None) -> RegexResult:
     if c.kind in JSON_KINDS:
         result = json_regex(c, limits)
         return RegexResult(_anchor(result.regex), result.rewrites)
@@ -70,6 +86,26 @@ def to_regex(c: Constraint, limits: SchemaLimits | None = None) -> RegexResult:
 
 
 JSON_KINDS = ("json_schema", "json_object")
+# JSON objects and arrays one inside another in a schema as sent. Normalising recurses on
+# them (and refuses past 200 levels once $refs are expanded); deeper input ran out of
+# Python's stack before that check could say so.
+MAX_SCHEMA_DEPTH = 256
+
+
+def check_depth(schema: object) -> None:
+    """Refuse a schema nested past MAX_SCHEMA_DEPTH (counted without recursion)."""
+    todo: list[tuple[object, int]] = [(schema, 1)]
+    while todo:
+        value, depth = todo.pop()
+        if depth > MAX_SCHEMA_DEPTH:
+            raise CompileLimitError(
+                f"The JSON Schema nests more than {MAX_SCHEMA_DEPTH} levels of JSON objects "
+                "and arrays, over gclm's limit. Flatten it: name the repeated parts in $defs."
+            )
+        if isinstance(value, dict):
+            todo.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            todo.extend((v, depth + 1) for v in value)
 
 
 def json_regex(c: Constraint, limits: SchemaLimits | None = None) -> RegexResult:
@@ -84,7 +120,14 @@ def json_regex(c: Constraint, limits: SchemaLimits | None = None) -> RegexResult
         return RegexResult(json_object_regex(c.whitespace))
     if c.kind != "json_schema":
         raise ValueError(f"json_regex takes a JSON constraint, not {c.kind!r}")
-    limits = limits or SchemaLimits()
+    try:
+        return _json_schema_regex(c, limits or SchemaLimits())
+    except RecursionError:  # as in to_regex
+        raise _too_deep(c) from None
+
+
+def _json_schema_regex(c: Constraint, limits: SchemaLimits) -> RegexResult:
+    check_depth(json.loads(c.spec))
     schema, rewrites = normalize_schema(
         json.loads(c.spec), limits, additional_properties=c.additional_properties
     )

@@ -9,8 +9,11 @@ served.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import signal
+import sys
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -34,6 +37,7 @@ log = logging.getLogger("gclm.compiler")
 # walk, so that the first request can start on masks walked state by state
 # (compiler/lazy_table.py) while the whole table is compiled.
 EARLY_DFA_MAX_STATES = 16_384
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 # What a worker is asked to compile (the second item of what it receives):
 TABLE = "table"  # the whole table
@@ -81,11 +85,24 @@ class CompileLimits:
             raise ValueError("compile state limit must be at least 1")
 
 
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when its parent (the fork server, which exits with the
+    server) dies: a compile busy in compiled code reads no pipe, and was left running,
+    re-parented to init, after a server killed mid-compile."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # no prctl here: the pool's close still kills it
+        pass
+
+
 def _serve(conn: Connection, vocab: TokenVocabulary, limits: CompileLimits, shared: Any) -> None:
     """Worker main loop: receive (Constraint, TABLE | TABLE_AND_DFA | FIRST), send back table
     bytes, a byte DFA or an error; report each compile's progress in `shared`
     (compiler/progress.py's slots)."""
     slots = np.frombuffer(shared, dtype=np.int64)
+    _die_with_parent()
     try:
         import resource
 

@@ -256,7 +256,7 @@ class GracefulPolicy:
         proves most requests generous without the exact d0."""
         if budget - table.spelled_upper(table.initial) >= self.generous:
             return True
-        d0 = table.min_tokens
+        d0 = table.request_minimum()
         return d0 <= 0 or budget - d0 >= self.generous
 
     def adjust(

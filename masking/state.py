@@ -41,8 +41,8 @@ def check_budget(
     if is_lazy(table):
         if thinking is not None:
             raise ValueError("A thinking prelude needs the whole table (compile_constraint).")
-        if not table.fits(table.initial, budget):
-            raise BudgetTooSmallError(table.min_tokens, budget, param=param)
+        if not table.request_fits(budget):
+            raise BudgetTooSmallError(table.request_minimum(), budget, param=param)
         return
     need = table.min_tokens if thinking is None else thinking.min_tokens(table)
     if budget < need:

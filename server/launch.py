@@ -219,6 +219,8 @@ def server_config(app: Any, settings: ServerSettings, **options: Any) -> Any:
         timeout_keep_alive=max(
             1, round(settings.keep_alive_timeout)
         ),  # uvicorn takes whole seconds
+        # Else SIGTERM waits for every open stream and every compile a request waits on.
+        timeout_graceful_shutdown=max(1, round(settings.shutdown_timeout)),  # whole seconds
         **options,
     )
 

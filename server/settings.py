@@ -134,6 +134,12 @@ class ServerSettings:
     keep_alive_timeout: float = setting(
         5.0, HTTP, "seconds an idle kept-alive connection stays open"
     )
+    shutdown_timeout: float = setting(
+        5.0,
+        HTTP,
+        "seconds SIGTERM waits for requests in flight; then they are closed, and the compile "
+        "workers and threads stop with the server",
+    )
     max_connections: int = setting(
         1024,
         HTTP,
@@ -388,7 +394,7 @@ class ServerSettings:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
-        for name in ("header_timeout", "body_timeout", "keep_alive_timeout"):
+        for name in ("header_timeout", "body_timeout", "keep_alive_timeout", "shutdown_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(
                     f"{name} must be a positive number of seconds, got {getattr(self, name)}."

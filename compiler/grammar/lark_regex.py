@@ -27,6 +27,7 @@ from gclm.compiler.grammar.python_regex import (
 )
 from gclm.compiler.grammar.rx import EMPTY, Builder, RegexTooLong, Rx, raw
 from gclm.compiler.grammar.syntax import (
+    MAX_NESTING,
     Alt,
     CharRange,
     Definition,
@@ -39,6 +40,7 @@ from gclm.compiler.grammar.syntax import (
     Seq,
     grammar_error,
     is_terminal_name,
+    nesting_error,
     parse_grammar,
 )
 from gclm.errors import CompileLimitError, ConstraintError, quote
@@ -306,8 +308,9 @@ class _Expander:
         self.depth = depth
         self.build = Builder(budget)
         self.stack: list[str] = []
+        self.counts: dict[str, int] = {}  # how often each rule is on `stack`
         self.cut: set[str] = set()
-        self.rules: dict[tuple[str, tuple[int, ...]], Rx | None] = {}
+        self.rules: dict[tuple[str, tuple[tuple[str, int], ...]], Rx | None] = {}
         self.terminals: dict[Key, Rx | None] = {}
         self.terminal_stack: list[Key] = []
         pieces = [self.token(node, "", _line(node)) for node in scope.grammar.ignore]
@@ -321,18 +324,23 @@ class _Expander:
 
     def rule(self, name: str, line: int) -> Rx | None:
         key, d = self.scope.resolve(Ref(name, line), "")
-        if self.stack.count(name) >= self.depth:
+        if self.counts.get(name, 0) >= self.depth:
             self.cut.add(name)
             return None
+        if len(self.stack) >= MAX_NESTING:
+            raise nesting_error(d.line, "rules that use rules")
         reach = self.scope.reach(name)
-        memo = (name, tuple(self.stack.count(r) for r in sorted(reach)))
+        # The expansion depends on how often each rule it reaches is open around it.
+        memo = (name, tuple(sorted((r, n) for r, n in self.counts.items() if n and r in reach)))
         if memo in self.rules:
             return self.rules[memo]
         self.stack.append(name)
+        self.counts[name] = self.counts.get(name, 0) + 1
         try:
             result = self.in_rule(self.scope.body(key, d))
         finally:
             self.stack.pop()
+            self.counts[name] -= 1
         self.rules[memo] = result
         return result
 
@@ -401,6 +409,8 @@ class _Expander:
                 f"the terminal {quote(d.name)} is recursive",
                 "A terminal must be regular: make it a rule (a lowercase name)",
             )
+        if len(self.terminal_stack) >= MAX_NESTING:
+            raise nesting_error(d.line, "terminals that use terminals")
         self.terminal_stack.append(key)
         try:
             result = self.in_terminal(d.body, key[0])

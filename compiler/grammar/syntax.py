@@ -20,6 +20,12 @@ from dataclasses import dataclass, field
 from gclm.compiler.rust_regex import MAX_COUNT
 from gclm.errors import CompileLimitError, ConstraintError, quote
 
+# What a grammar may hold, so that reading and expanding it stays bounded. No grammar of the
+# tests, the benchmarks or Lark's own examples comes near either: the longest is some 4 k
+# characters, the deepest nests groups 6 deep.
+MAX_GRAMMAR_CHARS = 100_000
+MAX_NESTING = 64  # groups, `[...]` and rule references, one inside another
+
 # ---------------------------------------------------------------------------- the tree
 
 
@@ -176,15 +182,32 @@ def parse_grammar(text: str) -> Grammar:
     """Read a Lark grammar.
 
     Raises:
-        ConstraintError: what cannot be read, with its line and how to fix it.
+        ConstraintError: what cannot be read, with its line and how to fix it;
+            CompileLimitError: a grammar longer than MAX_GRAMMAR_CHARS, or nested deeper
+            than MAX_NESTING.
     """
+    if len(text) > MAX_GRAMMAR_CHARS:
+        raise CompileLimitError(
+            f"The Lark grammar is {len(text):,} characters long, over gclm's limit of "
+            f"{MAX_GRAMMAR_CHARS:,}. Send a shorter grammar: for a long list of strings, "
+            "a regex or a pattern that covers them."
+        )
     return _Parser(tokenize(text)).grammar()
+
+
+def nesting_error(line: int, what: str) -> CompileLimitError:
+    """The error of a grammar nested past MAX_NESTING."""
+    return CompileLimitError(
+        f"Lark grammar, line {line}: {what} nest more than {MAX_NESTING} deep, over gclm's "
+        "limit. Flatten the grammar: name the inner parts as rules of their own."
+    )
 
 
 class _Parser:
     def __init__(self, tokens: list[Token]):
         self.tokens = tokens
         self.pos = 0
+        self.depth = 0  # groups open around the current atom
         self.result = Grammar()
 
     # -------------------------------------------------------------- helpers
@@ -390,7 +413,11 @@ class _Parser:
         token = self.peek()
         if token.kind == "op" and token.text in "([":
             self.take()
+            if self.depth >= MAX_NESTING:
+                raise nesting_error(token.line, "groups")
+            self.depth += 1
             inner = self.expansions()
+            self.depth -= 1
             close = ")" if token.text == "(" else "]"
             self.expect(
                 "op", close, f"{quote(close)}", f"Close the {quote(token.text)} opened here"

@@ -20,6 +20,7 @@ from gclm.compiler.constraint import Constraint
 from gclm.compiler.pool import CompilerPool
 from gclm.compiler.tables import CompiledTable
 from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.errors import CompilerBusyError
 from gclm.masking import mask_table
 from gclm.masking.graceful import GracefulPolicy
 from gclm.masking.masks import is_lazy
@@ -27,6 +28,11 @@ from gclm.masking.policy import BudgetPolicy
 
 if TYPE_CHECKING:
     from gclm.compiler.lazy_table import LazyTable
+
+
+_DEFAULT_TIMEOUT_S = 10.0  # without a pool (tests): the server's default --compile-timeout
+_WAIT_GRACE_S = 1.0
+_GROW_RETRY_S = 5.0  # a grown first mask's NFA is bounded (compiler/first_mask.py): seconds
 
 
 class Constraints:
@@ -56,6 +62,10 @@ class Constraints:
         self.pool = pool
         self.first_masks = first_masks
         self._lookups = ThreadPoolExecutor(threads, thread_name_prefix="gclm-lookup")
+        # How long a request waits for its table: the pool's compile timeout, and a grace
+        # for the pool's own answer at that timeout to come first.
+        timeout = pool.limits.timeout_s if pool is not None else _DEFAULT_TIMEOUT_S
+        self._wait_s = timeout + _WAIT_GRACE_S
 
     async def compile(
         self, constraint: Constraint, *, first_mask: bool = False
@@ -70,7 +80,20 @@ class Constraints:
         )
         future = await loop.run_in_executor(self._lookups, fetch, constraint)
         # shield: a client that leaves must not cancel the compile other requests share.
-        table = await asyncio.shield(asyncio.wrap_future(future))
+        compiled = asyncio.wrap_future(future)
+        # Read its outcome even when nobody waits any more (else asyncio logs it as lost).
+        compiled.add_done_callback(lambda f: f.cancelled() or f.exception())
+        try:
+            table = await asyncio.wait_for(asyncio.shield(compiled), self._wait_s)
+        except TimeoutError:
+            # The pool answers its own compiles at the timeout; this is for the work it does
+            # not time: a first mask grown in this process, queued or running.
+            raise CompilerBusyError(
+                f"The compiler is busy: after {self._wait_s - _WAIT_GRACE_S:g} s the "
+                "constraint is still compiling. It goes on in the background and its table "
+                "will be remembered; retry in a few seconds.",
+                retry_after=_GROW_RETRY_S,
+            ) from None
         if not is_lazy(table):
             # Build the mask rows here, not on the engine thread's first step (a cache that
             # measures with masking.masks.table_memory has built them already).

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Request, Response
 
+from gclm.compiler.lazy_table import SearchTooLarge
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import (
     CompileLimitError,
@@ -159,7 +160,9 @@ class Serving:
         """
         self.engine.check_health()  # a dead engine: 503 now, not after compiling
         self.check_admissible(body, len(prompts))
-        spec = constraint_spec(body, self.settings.additional_properties)
+        # Off the event loop: reading a grammar or writing the tools' regex grows with the
+        # request (a 20,000-character case-insensitive literal held the loop for 14 s).
+        spec = await asyncio.to_thread(constraint_spec, body, self.settings.additional_properties)
         parser = self.reasoning if self.thinks(body) else None
         started = time.perf_counter()
         try:
@@ -211,24 +214,43 @@ class Serving:
         table = await self.compile(spec, request, parser is None) if spec is not None else None
         budget_aware = spec.budget_aware if spec is not None else True
         marker = ThinkingSpec(parser.end_ids) if parser is not None else None
-        if is_lazy(table):  # a LazyTable may search its exact minimum: off the event loop
-            max_tokens = await asyncio.to_thread(self.budget, body, table, budget_aware)
-        else:
-            max_tokens = self.budget(body, table, budget_aware, marker)
-        thinking = None
-        if parser is not None and isinstance(body, ThinkingControls):
-            assert not is_lazy(table)  # no first masks for a thinking request
-            thinking = parser.thinking(body, table, max_tokens)
         policy = (
             self.engine.constraints.budget_policy(spec.budget_policy)
             if spec and budget_aware
             else None
         )
-        if spec is not None and is_lazy(table) and policy is not None:
-            lazily = await asyncio.to_thread(policy.serves_lazily, table, max_tokens)
-            if not lazily:  # a tight budget: it is paced
+        if spec is not None and is_lazy(table):
+            # A LazyTable may search its exact minimum: off the event loop, and bounded. A
+            # tight budget is paced over the whole table, as is a minimum past the bound.
+            lazily = await asyncio.to_thread(self.lazy_budget, body, table, budget_aware, policy)
+            if lazily is None:
                 table = await self.compile(spec, request)  # over the whole table
+            else:
+                return table, lazily, None, policy
+        max_tokens = self.budget(body, table, budget_aware, marker)
+        thinking = None
+        if parser is not None and isinstance(body, ThinkingControls):
+            assert not is_lazy(table)  # no first masks for a thinking request
+            thinking = parser.thinking(body, table, max_tokens)
         return table, max_tokens, thinking, policy
+
+    def lazy_budget(
+        self,
+        body: GenerationBody,
+        table: LazyTable,
+        budget_aware: bool,
+        policy: BudgetPolicy | None,
+    ) -> int | None:
+        """max_tokens of a request on first masks, or None where it needs the whole table:
+        its budget is tight (a policy paces it), or its minimum is past the bounded search
+        (compiler/lazy_table.py's REQUEST_SEARCH_STATES). Raises as `budget`."""
+        try:
+            max_tokens = self.budget(body, table, budget_aware)
+            if policy is not None and not policy.serves_lazily(table, max_tokens):
+                return None
+        except SearchTooLarge:
+            return None
+        return max_tokens
 
     def check_admissible(self, body: GenerationBody, prompts: int) -> None:
         """A 400 for a request that no amount of waiting lets in: more choices (n x prompts)
@@ -315,7 +337,9 @@ class Serving:
             floor, factor = s.constrained_max_tokens_floor, s.constrained_max_tokens_factor
             if is_lazy(table) and factor * table.spelled_upper(table.initial) <= floor:
                 return floor  # what the exact minimum gives too, without its search
-            if thinking is None:
+            if is_lazy(table):
+                need = table.request_minimum()
+            elif thinking is None:
                 need = table.min_tokens
             else:  # a thinking request has the whole table (to_plan)
                 assert not is_lazy(table)

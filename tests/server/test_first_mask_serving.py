@@ -153,7 +153,10 @@ async def test_a_tight_budget_waits_for_the_whole_table(held) -> None:
                 model="tiny", messages=MESSAGES, response_format=FORMAT, max_tokens=12, seed=1
             )
         )
-        await asyncio.sleep(0.5)
+        for _ in range(600):  # until the request asks for the whole table
+            if compiles.started or request.done():
+                break
+            await asyncio.sleep(0.05)
         assert not request.done()
         compiles.land_all()
         done = await asyncio.wait_for(request, 60)
@@ -249,3 +252,48 @@ async def charged(http: httpx.AsyncClient, key: str) -> float | None:
     metrics = await http.get("/metrics", headers={"authorization": "Bearer sk-carol"})
     found = re.search(rf'^gclm_key_compile_seconds_total{{key="{key}"}} (\S+)$', metrics.text, re.M)
     return float(found.group(1)) if found else None
+
+
+async def test_a_minimum_past_the_bounded_search_is_the_whole_tables(held, monkeypatch) -> None:
+    """Where the exact minimum is past what a request may search on first masks
+    (REQUEST_SEARCH_STATES; here none), the budget check waits for the whole table, whose
+    minimum the 400 names: the search is not left to run in the server's process."""
+    monkeypatch.setattr("gclm.compiler.lazy_table.REQUEST_SEARCH_STATES", 0)
+    app, compiles = held
+    async with openai_client(app) as client:
+        request = asyncio.ensure_future(
+            client.chat.completions.create(
+                model="tiny", messages=MESSAGES, response_format=FORMAT, max_tokens=2
+            )
+        )
+        for _ in range(600):  # until the request asks for the whole table
+            if compiles.started or request.done():
+                break
+            await asyncio.sleep(0.05)
+        assert not request.done() and compiles.started == 1
+        compiles.land_all()
+        with pytest.raises(openai.BadRequestError) as caught:
+            await asyncio.wait_for(request, 60)
+    minimum = compile_constraint(Constraint.json_schema(SCHEMA), compiles.vocab).min_tokens
+    assert f"needs {minimum} tokens" in caught.value.message
+
+
+async def test_a_table_not_ready_within_the_wait_is_a_429_and_lands_for_the_retry(held) -> None:
+    """A request waits at most the compile timeout for its table, whatever compiles it (the
+    pool answers its own at its deadline; this is the wait around everything else): then a
+    429 with Retry-After, while the compile goes on and its table answers the retry."""
+    app, compiles = held
+    app.state.serving.engine.constraints._wait_s = 0.5
+    async with openai_client(app) as client:
+        with pytest.raises(openai.RateLimitError) as caught:
+            await client.chat.completions.create(
+                model="tiny", messages=MESSAGES, response_format=FORMAT, max_tokens=12
+            )
+        assert caught.value.response.headers.get("retry-after")
+        assert caught.value.code == "compiler_busy"
+        compiles.land_all()
+        done = await client.chat.completions.create(
+            model="tiny", messages=MESSAGES, response_format=FORMAT, max_tokens=12, seed=1
+        )
+    jsonschema.validate(json.loads(done.choices[0].message.content or ""), SCHEMA)
+    assert compiles.started == 1
