@@ -29,6 +29,8 @@ refuses, an NFA past that size, or one no LazyTable serves goes to the worker as
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 import weakref
@@ -40,11 +42,12 @@ from gclm.compiler.constraint import Constraint
 from gclm.compiler.lazy_dfa import GrowingLazyTable
 from gclm.compiler.lazy_table import LazyTable
 from gclm.compiler.regex import to_regex
+from gclm.compiler.regex_nfa import NfaTooLarge
 from gclm.compiler.regex_parse import Unsupported
 from gclm.compiler.tables import UNREACHABLE, CompiledTable
 from gclm.compiler.token_walk import ByteDfa, byte_dfa
 from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.errors import CompilerBusyError, ConstraintError
+from gclm.errors import CompileLimitError, CompilerBusyError, ConstraintError
 
 log = logging.getLogger("gclm.compiler")
 
@@ -55,9 +58,14 @@ _WARM_UP_REGEX = "[a-z]{2,4}"  # a regex whose byte DFA takes no time to build
 # own memory and CPU limits for what is larger (none of the dev split since subtrees are
 # shared: its largest, Github_hard o21076, makes 742 k states).
 MAX_GROWN_NFA_STATES = 1_000_000
-# Grows queued or running at once on the grow thread; past them a new constraint's first
-# masks come from a worker. Each grow is bounded (by the NFA's size): about 2 s at the
-# limit on a loaded 2-core machine, and some 250 bytes a state while it runs.
+# Two lanes grow NFAs: the light one every new constraint's first, up to LIGHT_NFA_STATES
+# (a few ms: the dev split's p99 is under 100 k); the heavy one the larger, up to
+# MAX_GROWN_NFA_STATES (about 2-4 s at the limit on a loaded 2-core machine, some 250 bytes
+# a state while it runs). Past LIGHT_LANE_DEPTH / GROW_LANE_DEPTH queued or running, a
+# constraint's first masks come from a worker instead, which is bounded by its own limits.
+LIGHT_NFA_STATES = 100_000
+HEAVY_NICE = 10  # the heavy lane's thread: it yields the cores to the engine's threads
+LIGHT_LANE_DEPTH = 8
 GROW_LANE_DEPTH = 2
 
 
@@ -89,6 +97,14 @@ class FirstMasks:
         self._growing = 0  # grows queued or running on `_grower`
         # Its own thread: an NFA can take a second, and the DFAs above must not wait.
         self._grower = ThreadPoolExecutor(1, thread_name_prefix="gclm-grow") if grow else None
+        # NFAs past LIGHT_NFA_STATES grow on a thread of their own, so that small ones do
+        # not wait behind them.
+        self._heavy = (
+            ThreadPoolExecutor(1, thread_name_prefix="gclm-grow-heavy", initializer=_yield_cpu)
+            if grow
+            else None
+        )
+        self._heavy_growing = 0  # grows queued or running on `_heavy`
         # One thread: a LazyTable's bounds take a millisecond or so; never the pool's thread.
         self._builder = ThreadPoolExecutor(1, thread_name_prefix="gclm-first-mask")
         # One LazyTable per compile, however many requests join it, by its DFA's future
@@ -118,35 +134,70 @@ class FirstMasks:
         resolves the same way."""
         assert self._submit_first is not None, "FirstMasks was made without submit_first"
         with self._lock:
-            lane_free = self._grower is not None and self._growing < GROW_LANE_DEPTH
+            lane_free = self._grower is not None and self._growing < LIGHT_LANE_DEPTH
             if lane_free:
                 self._growing += 1
         if not lane_free:
-            # A worker's FIRST compile instead: a new constraint is not queued behind heavy
-            # grows (the pool demotes slow compiles, and bounds each by CPU and memory).
+            # A worker's FIRST compile instead: a new constraint is not queued behind
+            # others (the pool demotes slow compiles, and bounds each by CPU and memory).
             return self._made(self._submit_first(constraint))
         out: Future[CompiledTable | LazyTable | None] = Future()
         self._grower.submit(self._grow, constraint, out)  # type: ignore[union-attr]
         return out
 
     def _grow(self, constraint: Constraint, out: Future[CompiledTable | LazyTable | None]) -> None:
-        """`constraint`'s GrowingLazyTable into `out`, else a worker's FIRST compile."""
+        """`constraint`'s GrowingLazyTable into `out` (an NFA past LIGHT_NFA_STATES is
+        handed to the heavy lane), else a worker's FIRST compile."""
         try:
-            self._grow_here(constraint, out)
+            self._grow_here(constraint, out, None)
         finally:
             with self._lock:
                 self._growing -= 1
 
-    def _grow_here(
-        self, constraint: Constraint, out: Future[CompiledTable | LazyTable | None]
+    def _grow_heavy(
+        self, constraint: Constraint, out: Future[CompiledTable | LazyTable | None], regex: str
     ) -> None:
+        try:
+            self._grow_here(constraint, out, regex)
+        finally:
+            with self._lock:
+                self._heavy_growing -= 1
+
+    def _to_heavy_lane(
+        self, constraint: Constraint, out: Future[CompiledTable | LazyTable | None], regex: str
+    ) -> bool:
+        """Queue a large NFA on the heavy lane, if it has room (False: it has none)."""
+        with self._lock:
+            if self._heavy_growing >= GROW_LANE_DEPTH:
+                return False
+            self._heavy_growing += 1
+        self._heavy.submit(self._grow_heavy, constraint, out, regex)  # type: ignore[union-attr]
+        return True
+
+    def _grow_here(
+        self,
+        constraint: Constraint,
+        out: Future[CompiledTable | LazyTable | None],
+        regex: str | None,
+    ) -> None:
+        """Grow `constraint`'s table; `regex` None: on the light lane (its regex written
+        here, its NFA at most LIGHT_NFA_STATES), else on the heavy lane."""
         started = time.perf_counter()
         table = None
         try:
-            regex = to_regex(constraint).regex
-            table = GrowingLazyTable.of_regex(regex, self.vocab, MAX_GROWN_NFA_STATES)
+            heavy = regex is not None
+            if regex is None:
+                regex = to_regex(constraint).regex
+            limit = MAX_GROWN_NFA_STATES if heavy else LIGHT_NFA_STATES
+            table = GrowingLazyTable.of_regex(regex, self.vocab, limit)
             if table.upper[table.initial] == UNREACHABLE:
                 table = None  # nothing to spell: the whole compile's error answers
+        except NfaTooLarge:
+            if not heavy and self._to_heavy_lane(constraint, out, regex):  # type: ignore[arg-type]
+                return
+        except CompileLimitError as e:  # the worker would refuse it the same way
+            out.set_exception(e)
+            return
         except (Unsupported, ValueError, ConstraintError):
             # Not read by the parser, too large, not served, or refused by to_regex: the
             # worker's compile answers, with outlines-core's DFA or with its error.
@@ -226,8 +277,19 @@ class FirstMasks:
 
     def close(self) -> None:
         self._builder.shutdown(wait=False, cancel_futures=True)
-        if self._grower is not None:
-            self._grower.shutdown(wait=False, cancel_futures=True)
+        for lane in (self._grower, self._heavy):
+            if lane is not None:
+                lane.shutdown(wait=False, cancel_futures=True)
+
+
+def _yield_cpu() -> None:
+    """Lower the calling thread's priority (Linux: a thread is a task of its own): a large
+    NFA grows beside the engine's steps and the small constraints, not ahead of them."""
+    if sys.platform.startswith("linux"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), HEAVY_NICE)
+        except OSError:  # not permitted: it grows at the server's priority
+            pass
 
 
 def _warm_up(vocab: TokenVocabulary) -> None:

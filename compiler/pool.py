@@ -88,6 +88,12 @@ _MAX_START_FAILURES = 3
 # the wall time (bench/compile_share.py, one run side by side): a 43k-state table then
 # took minutes and its retries kept getting 429. At 19 it never ended.
 DEMOTED_NICE = 0
+# A demoted compile that no request waits for any more (each got its 429) goes on at this
+# niceness: hostile constraints past the timeout kept up to 4 x --compile-workers
+# processes busy at the server's priority for up to --compile-cpu-limit each, and the
+# engine's steps and new small constraints waited for the cores behind them. A retry
+# that joins it waits longer; the starved rule below still stops one that gets nothing.
+UNWAITED_NICE = 10
 # A compile still below its CPU ceiling after this many times the ceiling in wall time (and
 # at least `_STARVED_MIN_S`) is starved, not costly: stopped as busy, and not remembered.
 # Generous: a starved compile costs little, and stopping it throws its work away (on a
@@ -134,6 +140,7 @@ class _Proc:
     job: Job | None = None
     started: float = 0.0  # when the current job was sent
     demoted: bool = False
+    unwaited: bool = False  # reniced to UNWAITED_NICE: its compile goes on for no request
     reserve: bool = True  # warm, waiting to replace a demoted worker; takes no jobs
     cpu_at_start: float = 0.0  # the process's CPU seconds when the current job was sent
 
@@ -475,6 +482,10 @@ class CompilerPool:
                 self.stats.busy += 1
                 error = late_error(job, now - waiter.since, retry, proc is not None)
                 done.append((waiter.future, error))
+            if not job.waiters and proc is not None and proc.demoted and not proc.unwaited:
+                # Nobody waits for it now: it finishes on what the engine and the compiles
+                # that requests wait for leave (a demoted process is retired when it ends).
+                proc.unwaited = proc.worker.lower_priority(UNWAITED_NICE)
 
     def _too_costly(self, cpu: float) -> CompileLimitError:
         return CompileLimitError(

@@ -26,6 +26,11 @@ from gclm.compiler.regex_parse import ALT, SEQ, SET, UNBOUNDED, ParsedRegex, Uns
 from gclm.compiler.tables import UNREACHABLE
 from gclm.errors import InternalError
 
+
+class NfaTooLarge(Unsupported):
+    """The regex reads, but its NFA is past the states asked for."""
+
+
 cache_per_version(__file__)
 
 # A regex whose NFA would pass this is refused (Unsupported): 7.2 M states took 1.9 s and
@@ -343,7 +348,7 @@ def write_nfa(
         if n <= limit:
             top, accept, edges = _write(root, arrays, shape, limit, True, n_eps, n_edges)
     if n > limit:
-        raise Unsupported(f"an NFA of {'over ' if share else ''}{n} states (at most {limit})")
+        raise NfaTooLarge(f"an NFA of {'over ' if share else ''}{n} states (at most {limit})")
     if top[0] != n or top[1] != n_eps or top[2] != n_edges:
         raise InternalError("the count and the written NFA disagree")
     return n, accept, tuple(a[: n_eps if i < 2 else n_edges] for i, a in enumerate(edges))

@@ -10,6 +10,7 @@ the vocabulary: it implements gclm.server.engine.protocol.ConstraintService. An 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cached_property
@@ -68,7 +69,7 @@ class Constraints:
         self._wait_s = timeout + _WAIT_GRACE_S
 
     async def compile(
-        self, constraint: Constraint, *, first_mask: bool = False
+        self, constraint: Constraint, *, first_mask: bool = False, deadline: float | None = None
     ) -> CompiledTable | LazyTable:
         """The constraint's table, its mask rows built; with `first_mask` (and
         `first_masks`), a LazyTable while it compiles where the cache makes them
@@ -83,14 +84,17 @@ class Constraints:
         compiled = asyncio.wrap_future(future)
         # Read its outcome even when nobody waits any more (else asyncio logs it as lost).
         compiled.add_done_callback(lambda f: f.cancelled() or f.exception())
+        wait_s = self._wait_s
+        if deadline is not None:  # a request's one wait, over every table it asks for
+            wait_s = max(0.0, min(wait_s, deadline - time.monotonic()))
         try:
-            table = await asyncio.wait_for(asyncio.shield(compiled), self._wait_s)
+            table = await asyncio.wait_for(asyncio.shield(compiled), wait_s)
         except TimeoutError:
             # The pool answers its own compiles at the timeout; this is for the work it does
             # not time: a first mask grown in this process, queued or running.
             raise CompilerBusyError(
-                f"The compiler is busy: after {self._wait_s - _WAIT_GRACE_S:g} s the "
-                "constraint is still compiling. It goes on in the background and its table "
+                "The compiler is busy: after --compile-timeout the constraint is still "
+                "compiling. It goes on in the background and its table "
                 "will be remembered; retry in a few seconds.",
                 retry_after=_GROW_RETRY_S,
             ) from None

@@ -184,12 +184,14 @@ class ConstraintService(Protocol):
     (server/engine/constraints.py)."""
 
     async def compile(
-        self, constraint: Constraint, *, first_mask: bool = False
+        self, constraint: Constraint, *, first_mask: bool = False, deadline: float | None = None
     ) -> CompiledTable | LazyTable:
         """Compile (or fetch from cache) a constraint for this engine's tokenizer.
         Raises ConstraintError; never blocks the event loop. With `first_mask` (the request
         needs no whole table) it may answer a constraint still compiling with its
-        LazyTable (compiler/first_mask.py); an engine that cannot serve one never does."""
+        LazyTable (compiler/first_mask.py); an engine that cannot serve one never does.
+        Past `deadline` (time.monotonic(); None: the compile timeout from now) a
+        CompilerBusyError (429), while the compile goes on."""
         ...
 
     def budget_policy(self, name: str) -> BudgetPolicy | None:

@@ -210,8 +210,14 @@ class Serving:
         """The request's table (first masks, or the whole table where its budget needs it),
         its max_tokens, its thinking spec and its budget policy."""
         # A thinking phase plans over the whole table; the rest may start on first masks
-        # (where the engine's cache makes them: --first-mask lazy, server/launch.py).
-        table = await self.compile(spec, request, parser is None) if spec is not None else None
+        # (where the engine's cache makes them: --first-mask lazy, server/launch.py). One
+        # wait for every table the request asks for: its first masks, then maybe the whole.
+        deadline = time.monotonic() + self.settings.compile_timeout + 1.0
+        table = (
+            await self.compile(spec, request, parser is None, deadline)
+            if spec is not None
+            else None
+        )
         budget_aware = spec.budget_aware if spec is not None else True
         marker = ThinkingSpec(parser.end_ids) if parser is not None else None
         policy = (
@@ -224,7 +230,7 @@ class Serving:
             # tight budget is paced over the whole table, as is a minimum past the bound.
             lazily = await asyncio.to_thread(self.lazy_budget, body, table, budget_aware, policy)
             if lazily is None:
-                table = await self.compile(spec, request)  # over the whole table
+                table = await self.compile(spec, request, deadline=deadline)  # the whole
             else:
                 return table, lazily, None, policy
         max_tokens = self.budget(body, table, budget_aware, marker)
@@ -266,7 +272,11 @@ class Serving:
             )
 
     async def compile(
-        self, spec: ConstraintSpec, request: Request, first_mask: bool = False
+        self,
+        spec: ConstraintSpec,
+        request: Request,
+        first_mask: bool = False,
+        deadline: float | None = None,
     ) -> CompiledTable | LazyTable:
         """The compiled table (with `first_mask`, a LazyTable where the constraint's table is
         not compiled); a ConstraintError names the parameter the constraint came from.
@@ -275,7 +285,9 @@ class Serving:
         the LazyTable), or the error of a compile stopped at its CPU limit (a cached one
         costs nothing)."""
         try:
-            table = await self.engine.constraints.compile(spec.constraint, first_mask=first_mask)
+            table = await self.engine.constraints.compile(
+                spec.constraint, first_mask=first_mask, deadline=deadline
+            )
         except ConstraintError as e:
             self._charge_compile(request, e)
             raise with_param(e, spec.param) from None

@@ -11,7 +11,7 @@ from concurrent.futures import Future
 import pytest
 
 from gclm.compiler.constraint import Constraint
-from gclm.compiler.first_mask import GROW_LANE_DEPTH, FirstMasks
+from gclm.compiler.first_mask import LIGHT_LANE_DEPTH, LIGHT_NFA_STATES, FirstMasks
 from gclm.compiler.grammar import grammar_regex, python_regex
 from gclm.compiler.grammar.syntax import MAX_GRAMMAR_CHARS, MAX_NESTING
 from gclm.compiler.lazy_dfa import GrowingLazyTable
@@ -105,7 +105,7 @@ def test_a_requests_search_for_the_minimum_is_bounded() -> None:
 
 
 def test_new_constraints_go_to_a_worker_while_the_grow_lane_is_full() -> None:
-    """GROW_LANE_DEPTH grows queued or running: the next new constraint's first masks come
+    """LIGHT_LANE_DEPTH grows queued or running: the next new constraint's first masks come
     from the worker pool (submit_first), not from a queue behind them."""
     release = threading.Event()
     sent: list[Constraint] = []
@@ -118,9 +118,9 @@ def test_new_constraints_go_to_a_worker_while_the_grow_lane_is_full() -> None:
 
     first = FirstMasks(lambda c: None, BYTES, worker, grow=True)
     held = first._grow_here
-    first._grow_here = lambda c, out: (release.wait(30), held(c, out))  # type: ignore[method-assign]
+    first._grow_here = lambda c, out, regex: (release.wait(30), held(c, out, regex))  # type: ignore[method-assign]
     try:
-        growing = [first.compile(Constraint.regex(f"a{i}b")) for i in range(GROW_LANE_DEPTH)]
+        growing = [first.compile(Constraint.regex(f"a{i}b")) for i in range(LIGHT_LANE_DEPTH)]
         first.compile(Constraint.regex("zz"))
         assert [c.spec for c in sent] == ["zz"]
         release.set()
@@ -131,6 +131,26 @@ def test_new_constraints_go_to_a_worker_while_the_grow_lane_is_full() -> None:
     finally:
         release.set()
         first.close()
+
+
+def test_a_large_nfa_grows_on_the_heavy_lane_and_a_small_one_does_not_wait_for_it() -> None:
+    """An NFA past LIGHT_NFA_STATES leaves the light lane for the heavy one (still grown
+    here, no worker); while it grows, a small constraint's table comes from the light lane."""
+    first = FirstMasks(lambda c: None, BYTES, no_worker, grow=True)
+    try:
+        large = first.compile(Constraint.regex("(?:(?:ab){400}){150}"))  # 240 k NFA states
+        small = first.compile(Constraint.regex("[0-9]{3}")).result(timeout=60)
+        assert isinstance(small, GrowingLazyTable)
+        table = large.result(timeout=120)
+        assert isinstance(table, GrowingLazyTable)
+        assert table.grown.nfa.states > LIGHT_NFA_STATES
+        assert first.gauges()["first_masks_grown"] == 2
+    finally:
+        first.close()
+
+
+def no_worker(constraint: Constraint) -> Future[object]:
+    raise AssertionError(f"{constraint} went to a worker")
 
 
 def test_the_limits_are_named_in_operations_docs() -> None:

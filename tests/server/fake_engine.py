@@ -165,7 +165,9 @@ class FakeEngine:
     def running(self) -> list[FakeHandle]:
         return [h for h in self._handles if not (h.finished or h.cancelled)]
 
-    async def compile(self, constraint: Constraint, *, first_mask: bool = False) -> CompiledTable:
+    async def compile(
+        self, constraint: Constraint, *, first_mask: bool = False, deadline: float | None = None
+    ) -> CompiledTable:
         await asyncio.sleep(0)  # a real compile yields to the loop
         self.compiles.append(constraint)
         key = constraint.key_material()
