@@ -22,6 +22,7 @@ Metrics count per key `name` (never the key itself): `gclm_key_requests_total{ke
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 import weakref
@@ -258,3 +259,13 @@ class CompileCharges:
             return False
         self._charged[id(table)] = table
         return True
+
+
+def owner(request: Request) -> str:
+    """Whose stored data the request may see: a digest of its API key (never the key itself),
+    or "" on a server without keys. Stored responses are isolated by it
+    (server/openai/responses/store.py)."""
+    meter = request.scope.get("state", {}).get(METER)
+    if meter is None:
+        return ""
+    return hashlib.sha256(meter.key.token.encode()).hexdigest()

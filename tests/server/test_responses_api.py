@@ -232,7 +232,8 @@ async def test_logprobs_when_included(app: FastAPI, engine: FakeEngine) -> None:
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"input": "Hi", "previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"input": "Hi", "previous_response_id": ""}, "previous_response_id"),
+        ({"input": "Hi", "previous_response_id": 7}, "previous_response_id"),
         ({"input": "Hi", "conversation": "conv_1"}, "conversation"),
         ({"input": "Hi", "background": True}, "background"),
         ({"input": "Hi", "tools": [{"type": "web_search"}]}, "tools"),
@@ -274,7 +275,7 @@ async def test_schema_error_names_text_format(app: FastAPI) -> None:
     assert response.json()["error"]["param"] == "text.format"  # as chat names response_format
 
 
-async def test_stateless_fields_that_change_nothing_are_accepted(app: FastAPI) -> None:
+async def test_fields_that_change_nothing_are_accepted(app: FastAPI) -> None:
     async with openai_client(app) as client:
         response = await client.responses.create(
             model="gclm-fake",
@@ -288,7 +289,7 @@ async def test_stateless_fields_that_change_nothing_are_accepted(app: FastAPI) -
             include=["reasoning.encrypted_content"],
         )
     assert response.status == "completed"
-    assert response.model_extra is not None and response.model_extra["store"] is False
+    assert response.model_extra is not None and response.model_extra["store"] is True
 
 
 async def test_unknown_model_is_a_404(app: FastAPI) -> None:

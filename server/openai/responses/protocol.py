@@ -20,9 +20,11 @@ cap it at a share of the spare budget, server/openai/reasoning.py), and `max_out
 covers both the thinking and the answer. `reasoning.summary` is accepted and changes
 nothing (the thinking comes back whole, as `reasoning_text` content).
 
-gclm is stateless: nothing is stored, so `previous_response_id`, `conversation`, `prompt`
-(a stored template) and `background` are a 400; `store` is accepted and has no effect (the
-output is the same; the response just cannot be fetched later).
+A response is stored unless `store` is false (responses/store.py), and a request naming it
+in `previous_response_id` reads after its conversation: the stored input items, then its
+output items, then this request's `input` (`continued`). `instructions` and `tools` are this
+request's own, as at OpenAI. `conversation` (a Conversations API object), `prompt` (a stored
+template) and `background` are a 400.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from gclm.server.openai.responses.input_items import (
     FunctionCallItem,
     FunctionCallOutputItem,
     InputItem,
+    read_items,
 )
 from gclm.server.openai.tools.prompt import (
     NAME_PATTERN,
@@ -236,8 +239,10 @@ class ResponsesRequest(SamplingFields):
     top_logprobs: OptionalJsonInt = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
     include: list[Include] | None = None
 
+    store: StrictBool | None = None  # None: true, as at OpenAI (see `stores`)
+    previous_response_id: str | None = Field(default=None, min_length=1, max_length=256)
+
     # Accepted and ignored: none of these changes the generated text.
-    store: StrictBool | None = None  # nothing is stored either way
     stream_options: Any = None  # include_obfuscation: transport only
     metadata: Any = None
     user: Any = None
@@ -253,20 +258,29 @@ class ResponsesRequest(SamplingFields):
     # input is a 400 naming the context length, never a silently shortened one
 
     # Accepted only at a value that leaves the output unchanged.
-    previous_response_id: Any = None
     conversation: Any = None
     prompt: Any = None
     background: Any = None
     reasoning: Any = None
 
     _SUPPORTED_ONLY: ClassVar[dict[str, Neutral]] = {
-        "previous_response_id": Neutral(
-            "gclm stores no responses; send the earlier turns in `input` instead"
+        "conversation": Neutral(
+            "gclm has no Conversations API; chain turns with previous_response_id, or send "
+            "them in `input`"
         ),
-        "conversation": Neutral("gclm stores no conversations; send the turns in `input`"),
         "prompt": Neutral("gclm stores no prompt templates; send the text in `input`"),
         "background": Neutral("remove it or set it to false", FALSY),
     }
+
+    @property
+    def stores(self) -> bool:
+        """Whether the response is stored (`store` unset is true, as at OpenAI)."""
+        return self.store is not False
+
+    def continued(self, earlier: list[dict[str, Any]]) -> Self:
+        """This request read after `earlier`, a stored conversation's items (its inputs and
+        outputs, oldest first): they come before `input` in the prompt."""
+        return self.model_copy(update={"input": [*read_items(earlier), *self.input]})
 
     @field_validator("stream", mode="before")
     @classmethod
