@@ -93,7 +93,11 @@ class ResponseUsage(BaseModel):
     def of(cls, usage: Usage) -> ResponseUsage:
         return cls(
             input_tokens=usage.prompt_tokens,
-            input_tokens_details={"cached_tokens": usage.prompt_tokens_details.cached_tokens},
+            # gclm's prefix reuse charges no write: cache_write_tokens is always 0.
+            input_tokens_details={
+                "cached_tokens": usage.prompt_tokens_details.cached_tokens,
+                "cache_write_tokens": 0,
+            },
             output_tokens=usage.completion_tokens,
             output_tokens_details={
                 "reasoning_tokens": usage.completion_tokens_details.reasoning_tokens
