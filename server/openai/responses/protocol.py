@@ -38,6 +38,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    ValidationError,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -65,6 +66,8 @@ from gclm.server.openai.responses.input_items import (
 )
 from gclm.server.openai.tools.prompt import (
     NAME_PATTERN,
+    AllowedTools,
+    AllowedToolsSpec,
     CustomDef,
     CustomFormat,
     FunctionDef,
@@ -216,6 +219,19 @@ class FunctionChoice(_Strict):
     name: str
 
 
+class AllowedChoice(_Strict):
+    """tool_choice {"type": "allowed_tools", "mode", "tools": [{"type": "function", "name"},
+    ...]}: calls may use only those tools ("required": at least one call; "auto": text too)."""
+
+    type: Literal["allowed_tools"]
+    mode: Literal["auto", "required"]
+    tools: list[dict[str, Any]] = Field(min_length=1)
+
+    def as_chat(self) -> AllowedTools:
+        names = AllowedToolsSpec(mode=self.mode, tools=self.tools).names("tool_choice")
+        return AllowedTools(self.mode, names, "tool_choice")
+
+
 REASONING_KEYS = ("effort", "summary", "generate_summary")
 
 
@@ -251,7 +267,9 @@ class ResponsesRequest(SamplingFields):
     prompt_cache_key: Any = None
     prompt_cache_retention: Any = None
     tools: list[Annotated[FunctionTool | CustomTool, Field(discriminator="type")]] | None = None
-    tool_choice: Literal["none", "auto", "required"] | FunctionChoice | CustomChoice | None = None
+    tool_choice: (
+        Literal["none", "auto", "required"] | FunctionChoice | CustomChoice | AllowedChoice | None
+    ) = None
     parallel_tool_calls: StrictBool | None = None  # None: true, as at OpenAI
     max_tool_calls: OptionalJsonInt = Field(default=None, ge=1, strict=True)
     truncation: Literal["auto", "disabled"] | None = None  # gclm never truncates: a long
@@ -370,9 +388,15 @@ class ResponsesRequest(SamplingFields):
             and isinstance(v.get("name"), str)
         ):
             return v
+        if isinstance(v, dict) and v.get("type") == "allowed_tools":
+            try:
+                return AllowedChoice.model_validate(v)
+            except ValidationError:
+                pass
         raise ValueError(
-            'use "none", "auto", "required", {"type": "function", "name": ...} or '
-            '{"type": "custom", "name": ...}'
+            'use "none", "auto", "required", {"type": "function", "name": ...}, '
+            '{"type": "custom", "name": ...} or {"type": "allowed_tools", "mode": "auto" or '
+            '"required", "tools": [{"type": "function", "name": ...}, ...]}'
         )
 
     def check_supported(self) -> None:
@@ -383,7 +407,9 @@ class ResponsesRequest(SamplingFields):
     def tool_plan(self) -> ToolPlan | None:
         """What the tools ask of the output (None: no tools), as on chat."""
         choice: Any = self.tool_choice
-        if isinstance(choice, FunctionChoice | CustomChoice):
+        if isinstance(choice, AllowedChoice):
+            choice = choice.as_chat()
+        elif isinstance(choice, FunctionChoice | CustomChoice):
             choice = NamedToolChoice.model_validate(
                 {"type": choice.type, choice.type: {"name": choice.name}}
             )
