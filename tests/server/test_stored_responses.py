@@ -5,6 +5,7 @@ restart, the limits, and concurrent writers on one database."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -322,3 +323,47 @@ def test_a_sqlite_url_names_its_file(tmp_path: Path) -> None:
     settings = ServerSettings(cache_dir=tmp_path, responses_db=f"sqlite:///{tmp_path}/x/r.db")
     store = ResponseStore.open(settings)
     assert store is not None and store.path == tmp_path / "x" / "r.db"
+
+
+async def test_an_openai_agents_loop_chained_by_id(tmp_path: Path) -> None:
+    """The agents SDK runs a function tool with auto_previous_response_id: each turn after
+    the first sends only its new items and the id of the one before; a next run chains on
+    the last response's id."""
+    from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)  # traces would go to OpenAI's servers
+    scripts = iter([CALL_SCRIPT, ("Sunny in ", "Paris."), ("Still ", "sunny.")])
+    app, engine = server(tmp_path, lambda request: next(scripts))
+    sent: list[dict[str, Any]] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return f"sunny in {city}"
+
+    async with openai_client(app) as client:
+        client._client.event_hooks["request"].append(
+            lambda request: _record(sent, request)  # type: ignore[arg-type]
+        )
+        agent = Agent(
+            name="weather",
+            model=OpenAIResponsesModel("gclm-fake", openai_client=client),
+            tools=[get_weather],
+        )
+        first = await Runner.run(agent, "Weather in Paris?", auto_previous_response_id=True)
+        second = await Runner.run(agent, "And now?", previous_response_id=first.last_response_id)
+    assert first.final_output == "Sunny in Paris."
+    assert second.final_output == "Still sunny."
+    assert [body.get("previous_response_id") is not None for body in sent] == [False, True, True]
+    assert [item["type"] for item in sent[1]["input"]] == ["function_call_output"]
+    # The last prompt holds every turn, read back from the database.
+    last = [(m["role"], m["content"]) for m in engine.chats[-1]][1:]  # after the tools block
+    assert last[0] == ("user", "Weather in Paris?")
+    assert last[1][0] == "assistant" and '"get_weather"' in last[1][1]
+    assert last[2][0] == "user" and "sunny in Paris" in last[2][1]  # the tool's result
+    assert last[3:] == [("assistant", "Sunny in Paris."), ("user", "And now?")]
+
+
+async def _record(sent: list[dict[str, Any]], request: Any) -> None:
+    if request.method == "POST" and request.url.path.endswith("/responses"):
+        sent.append(json.loads(request.content))
