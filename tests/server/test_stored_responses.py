@@ -367,3 +367,23 @@ async def test_an_openai_agents_loop_chained_by_id(tmp_path: Path) -> None:
 async def _record(sent: list[dict[str, Any]], request: Any) -> None:
     if request.method == "POST" and request.url.path.endswith("/responses"):
         sent.append(json.loads(request.content))
+
+
+async def test_a_405_lists_every_method_of_the_path(tmp_path: Path) -> None:
+    app, _ = server(tmp_path)
+    async with http_client(app) as http:
+        response = await http.put("/v1/responses/resp_1")
+    assert response.status_code == 405
+    assert response.headers["allow"] == "DELETE, GET"
+
+
+async def test_a_database_that_cannot_open_is_a_503(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    app, engine = server(tmp_path, responses_db=f"sqlite:///{tmp_path / 'file' / 'r.db'}")
+    async with openai_client(app) as client:
+        with pytest.raises(openai.InternalServerError) as caught:
+            await client.responses.create(model="gclm-fake", input="Hi")
+        # Storing is the last step: the answer is lost with it, but store false is served.
+        await client.responses.create(model="gclm-fake", input="Hi", store=False)
+    assert caught.value.status_code == 503
+    assert "stored responses' database failed" in caught.value.message

@@ -97,6 +97,14 @@ async def retrieve(request: Request, response_id: str) -> Response:
     return JSONResponse(stored.body)
 
 
+@router.delete("/responses/{response_id}")
+async def delete(request: Request, response_id: str) -> Response:
+    store = _required(request)
+    if not await _off_loop(store.delete, owner(request), response_id):
+        raise ResponseNotFoundError(response_id)
+    return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+
+
 @router.get("/responses/{response_id}/input_items")
 async def input_items(
     request: Request,
@@ -128,14 +136,6 @@ async def input_items(
     )
 
 
-@router.delete("/responses/{response_id}")
-async def delete(request: Request, response_id: str) -> Response:
-    store = _required(request)
-    if not await _off_loop(store.delete, owner(request), response_id):
-        raise ResponseNotFoundError(response_id)
-    return JSONResponse({"id": response_id, "object": "response", "deleted": True})
-
-
 def store_of(request: Request) -> ResponseStore | None:
     """The app's response store (None: --responses-db off)."""
     store: ResponseStore | None = request.app.state.responses
@@ -164,7 +164,7 @@ async def _off_loop(fn: Callable[..., T], *args: Any) -> T:
     """`fn(*args)` in a worker thread; a database failure is a 500 that says so."""
     try:
         return await asyncio.to_thread(fn, *args)
-    except sqlite3.Error as e:
+    except (sqlite3.Error, OSError) as e:  # OSError: the database's folder
         log.error("the response store failed: %s", e)
         raise ResponseStoreError(
             f"The stored responses' database failed ({e}); try again."
