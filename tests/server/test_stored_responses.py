@@ -258,11 +258,18 @@ async def test_with_the_store_off(tmp_path: Path) -> None:
     app, _ = server(tmp_path, responses_db="off")
     async with openai_client(app) as client, http_client(app) as http:
         with pytest.raises(openai.BadRequestError) as caught:
-            await client.responses.create(model="gclm-fake", input="Hi")
-        created = await client.responses.create(model="gclm-fake", input="Hi", store=False)
+            await client.responses.create(model="gclm-fake", input="Hi", store=True)
+        # Unset, store is true at OpenAI; a server that stores none serves it unstored.
+        created = await client.responses.create(model="gclm-fake", input="Hi")
         got = await http.get(f"/v1/responses/{created.id}")
+        with pytest.raises(openai.BadRequestError) as chained:
+            await client.responses.create(
+                model="gclm-fake", input="Hi", previous_response_id=created.id
+            )
     assert caught.value.param == "store"
+    assert created.model_extra is not None and created.model_extra["store"] is False
     assert got.status_code == 400
+    assert "--responses-db off" in chained.value.message
     assert not (tmp_path / "responses.db").exists()
 
 

@@ -292,7 +292,8 @@ class ResponsesRequest(SamplingFields):
 
     @property
     def stores(self) -> bool:
-        """Whether the response is stored (`store` unset is true, as at OpenAI)."""
+        """Whether the response is to be stored (`store` unset is true, as at OpenAI; on a
+        server with --responses-db off it is not, and only `store: true` is refused)."""
         return self.store is not False
 
     def continued(self, earlier: list[dict[str, Any]]) -> Self:

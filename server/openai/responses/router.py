@@ -50,13 +50,13 @@ async def responses(request: Request) -> Response:
         earlier = previous.context + previous.output
         size += previous.size
     context = [*earlier, *(stored_item(item) for item in body.input)]
+    if body.store is True and store is None:
+        raise InvalidRequestError(
+            "This server stores no responses (--responses-db off); set store to false.",
+            param="store",
+        )
     keep = None
-    if body.stores:
-        if store is None:
-            raise InvalidRequestError(
-                "This server stores no responses (--responses-db off); set store to false.",
-                param="store",
-            )
+    if body.stores and store is not None:  # unset `store` where none is stored: not stored
         keep = _keeper(store, who, context, size, bool(earlier))
     if earlier:
         body = body.continued(earlier)
