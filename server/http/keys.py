@@ -16,6 +16,9 @@ Each "a minute" is a sliding 60 s window. Tokens and compile time are known only
 so they are charged after the fact, and a key over either gets no new request until enough
 of its window has passed. Past any limit the request gets a 429 with Retry-After.
 
+Stored responses belong to the key that made them (`owner`: a digest of the key), and no
+other key reads them.
+
 Metrics count per key `name` (never the key itself): `gclm_key_requests_total{key, status}`,
 `gclm_key_tokens_total{key}`, `gclm_key_compile_seconds_total{key}`.
 """

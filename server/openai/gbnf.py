@@ -67,7 +67,13 @@ def to_lark(text: str) -> str:
     names = {name: f"r{i}_{_lark_name(name)}" for i, name in enumerate(rules)}
     lines = [f"start: {names[_ROOT]}"]
     for name, body in rules.items():
-        lines.append(f"{names[name]}: {body.lark(names)}")
+        lark = body.lark(names)
+        if not lark:
+            raise ConstraintError(
+                f"GBNF grammar: the rule {name!r} matches only the empty string, and a Lark "
+                "rule cannot; remove it and make where it is used optional with `?`."
+            )
+        lines.append(f"{names[name]}: {lark}")
     return "\n".join(lines) + "\n"
 
 
@@ -216,10 +222,14 @@ def _class_regex(text: str, line: int) -> str:
 # ---------------------------------------------------------------------------- the parser
 
 
+MAX_NESTING = 64  # groups inside groups; deeper is a 400, not a RecursionError
+
+
 class _Parser:
     def __init__(self, tokens: list[_Token]) -> None:
         self.tokens = tokens
         self.pos = 0
+        self.depth = 0  # open groups
 
     def peek(self, offset: int = 0) -> _Token | None:
         at = self.pos + offset
@@ -285,7 +295,11 @@ class _Parser:
             after = self.peek()
             if after is not None and after.text == "=":
                 raise _error(token.line, "a lookahead `(= ...)`")
+            self.depth += 1
+            if self.depth > MAX_NESTING:
+                raise _error(token.line, f"nesting groups over {MAX_NESTING} deep")
             inner = self.alternatives(token.line)
+            self.depth -= 1
             close = self.peek()
             if close is None or close.text != ")":
                 raise _error(token.line, "a `(` without its `)`")

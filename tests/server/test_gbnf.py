@@ -78,6 +78,8 @@ def test_the_translation() -> None:
         ('root ::= other "a"', "'other' is used but never defined"),
         ('root ::= "a"\nroot ::= "b"', "defined twice"),
         ('root ::= ("a"', "a `(` without its `)`"),
+        ('root ::= "a" e\ne ::= ""', "the rule 'e' matches only the empty string"),
+        ("root ::= " + "(" * 100_000 + '"a"' + ")" * 100_000, "nesting groups over 64 deep"),
     ],
 )
 def test_what_has_no_exact_counterpart_is_named(gbnf: str, named: str) -> None:

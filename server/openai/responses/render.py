@@ -19,6 +19,9 @@ first (output_index 0, its thinking as one `reasoning_text` part), then the mess
 calls) from output_index 1; its stream opens the reasoning item after response.in_progress,
 sends `response.reasoning_text.delta` per piece, and closes it (response.reasoning_text.done,
 response.output_item.done) before the answer's first item is added.
+
+A stored response (responses/store.py) is the whole body as built here, completed or
+incomplete: `settle` hands it to the router's `keep` before the last bytes are sent.
 """
 
 from __future__ import annotations
