@@ -394,3 +394,31 @@ async def test_a_database_that_cannot_open_is_a_503(tmp_path: Path) -> None:
         await client.responses.create(model="gclm-fake", input="Hi", store=False)
     assert caught.value.status_code == 503
     assert "stored responses' database failed" in caught.value.message
+
+
+async def test_reasoning_items_are_kept_and_left_out_of_the_next_prompt(tmp_path: Path) -> None:
+    """A reasoning model's reasoning item is stored with its turn and listed among the next
+    turn's input items; the next prompt leaves it out, as chat templates leave out an
+    earlier turn's thinking."""
+    from fake_engine import Thought
+
+    from gclm.server.openai.reasoning import ReasoningParser
+
+    parser = ReasoningParser("deepseek_r1", "<think>", "</think>", (7, 8, 9))
+    engine = FakeEngine(lambda request: [Thought("<think>hm"), Thought(", yes"), "Yes."])
+    app = create_app(engine, ServerSettings(cache_dir=tmp_path), reasoning=parser)
+    async with openai_client(app) as client:
+        first = await client.responses.create(model="gclm-fake", input="Sure?")
+        second = await client.responses.create(
+            model="gclm-fake", input="Really?", previous_response_id=first.id
+        )
+        items = await client.responses.input_items.list(second.id, order="asc")
+    assert [item.type for item in first.output] == ["reasoning", "message"]
+    assert [item.type for item in items.data] == ["message", "reasoning", "message", "message"]
+    assert items.data[1].id == first.output[0].id
+    assert items.data[1].content[0].text == "hm, yes"  # type: ignore[union-attr, index]
+    assert engine.chats[-1] == [
+        {"role": "user", "content": "Sure?"},
+        {"role": "assistant", "content": "Yes."},
+        {"role": "user", "content": "Really?"},
+    ]
