@@ -58,10 +58,10 @@ async def responses(request: Request) -> Response:
     keep = None
     if body.stores and store is not None:  # unset `store` where none is stored: not stored
         keep = _keeper(store, who, context, size, bool(earlier))
+    # Reading the stored turns back, templating and tokenizing run in worker threads: a long
+    # conversation must not stop the event loop, which answers every other request and /health.
     if earlier:
-        body = body.continued(earlier)
-    # Templating and tokenizing run in a worker thread: a long prompt must not stop the event
-    # loop, which answers every other request and /health.
+        body = await run_in_threadpool(body.continued, earlier)
     prompt = await run_in_threadpool(responses_prompt, engine, body)
     output = serving.output_spec(body, body.tool_plan, body.include_reasoning)
     renderer = ResponsesRenderer(engine.model_id, body, output, keep)
