@@ -7,6 +7,7 @@
     ├── BudgetTooSmallError        400  max_tokens is below the constraint's minimum
     ├── InvalidRequestError        400  a request parameter is invalid, conflicting or unsupported
     ├── ModelNotFoundError         404  the request names a model this server does not serve
+    ├── ResponseNotFoundError      404  no stored response has that id for this API key
     ├── AuthenticationError        401
     ├── QueueFullError             429  (with retry_after seconds)
     │   ├── CompilerBusyError      429  the compile queue is full, or a compile waited too long
@@ -16,6 +17,7 @@
     ├── TooManyConnectionsError    503  the server holds --max-connections open (Retry-After)
     ├── ModelLoadError             500  the model or tokenizer could not be loaded
     ├── InternalError              500  an invariant broke (an empty mask, a disallowed token)
+    ├── ResponseStoreError         503  the stored responses' database failed (disk, lock)
     └── EngineDeadError            503  the engine stopped for good; GET /health says so too
 
 Each message says what was wrong and how to fix it. `server/http/errors.py` turns these
@@ -142,6 +144,16 @@ class ModelNotFoundError(GclmError):
         )
 
 
+class ResponseNotFoundError(GclmError):
+    """No stored response has this id for the request's API key: never stored, expired,
+    deleted, or another key's (the message is the same for each, as OpenAI's) (404)."""
+
+    status_code = 404
+
+    def __init__(self, response_id: str, param: str | None = None):
+        super().__init__(f"No response found with id '{cut(response_id)}'.", param=param)
+
+
 class AuthenticationError(GclmError):
     status_code = 401
     error_type = "authentication_error"
@@ -238,6 +250,15 @@ class InternalError(GclmError):
 
     status_code = 500
     error_type = "server_error"
+
+
+class ResponseStoreError(GclmError):
+    """The stored responses' database failed to read or write (a full disk, a lock held past
+    its timeout): the request may succeed later (503)."""
+
+    status_code = 503
+    error_type = "server_error"
+    retry_after = 1.0
 
 
 class TooManyConnectionsError(GclmError):

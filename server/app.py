@@ -32,6 +32,7 @@ from gclm.server.openai.reasoning import ReasoningParser, reasoning_schema
 from gclm.server.openai.responses import router as responses_api
 from gclm.server.openai.responses.protocol import ResponsesRequest
 from gclm.server.openai.responses.render import ResponseBody, ResponseEvent
+from gclm.server.openai.responses.store import ResponseStore
 from gclm.server.openai.serving import Serving
 from gclm.server.settings import ServerSettings
 
@@ -67,6 +68,7 @@ def create_app(
     )
     app.state.engine, app.state.settings, app.state.metrics = engine, settings, metrics
     app.state.serving = Serving(engine, settings, metrics, reasoning)
+    app.state.responses = ResponseStore.open(settings)  # the file opens on first use
     install_error_handlers(app, metrics.reject, metrics.disconnects.inc)
     app.add_middleware(
         BodySizeLimit, max_bytes=settings.max_body_size << 20, on_rejection=metrics.reject

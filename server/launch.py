@@ -299,6 +299,8 @@ def serve(settings: ServerSettings) -> None:
         finally:
             if watch is not None:
                 watch.cancel()
+            if app.state.responses is not None:
+                app.state.responses.close()  # the stored responses' database, checkpointed
             built.close()
 
     try:

@@ -53,6 +53,9 @@ CONCERNS = {
     VLLM: "vLLM's own options, used with `--engine vllm` only.",
 }
 
+RESPONSES = "responses"
+CONCERNS[RESPONSES] = "Stored responses of the Responses API (`store`, `previous_response_id`)."
+
 
 def setting(
     default: Any,
@@ -339,6 +342,23 @@ class ServerSettings:
         "`on`: no torch.compile / CUDA graphs (starts faster, decodes slower)",
         choices=SWITCHES,
     )
+    # --- responses: the Responses API's stored responses (server/openai/responses/store.py) ---
+    responses_db: str | None = setting(
+        None,
+        RESPONSES,
+        "`sqlite:///PATH` of the stored responses' SQLite file (an absolute path: four slashes), "
+        "or `off` to store none",
+        shown="`<cache-dir>/responses.db`",
+    )
+    responses_retention: float = setting(
+        30.0, RESPONSES, "days a stored response is kept, then it answers 404"
+    )
+    responses_max_size: int = setting(
+        16,
+        RESPONSES,
+        "MiB of input one stored response may hold, the earlier turns of its "
+        "`previous_response_id` included; a longer conversation is a `400`",
+    )
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -431,6 +451,7 @@ class ServerSettings:
                 f"reasoning_parser must be one of {', '.join(REASONING_PARSERS)}, "
                 f"got {self.reasoning_parser!r}."
             )
+        _check_responses(self)
         if self.chat_template is not None:
             object.__setattr__(self, "chat_template", Path(self.chat_template).expanduser())
         # A str path from the environment or the CLI is normalised here so callers get a Path.
@@ -571,3 +592,32 @@ def _shown(f: Field[Any], markdown: bool) -> str:
 
 if __name__ == "__main__":
     print(settings_page(), end="")
+
+
+def _check_responses(settings: ServerSettings) -> None:
+    """The stored responses' settings (a bad database URL is one line from the CLI)."""
+    if settings.responses_db not in (None, "off"):
+        sqlite_path(settings.responses_db)
+    if not settings.responses_retention > 0:
+        raise ValueError(
+            "responses_retention must be a positive number of days, "
+            f"got {settings.responses_retention}."
+        )
+    if settings.responses_max_size < 1:
+        raise ValueError(
+            f"responses_max_size must be at least 1 MiB, got {settings.responses_max_size}."
+        )
+
+
+def sqlite_path(url: str) -> Path:
+    """The file of a `sqlite:///PATH` URL (`sqlite:////abs/path`, `sqlite:///rel/path`).
+
+    Raises ValueError for another scheme, saying what is supported.
+    """
+    scheme, sep, rest = url.partition("://")
+    if scheme != "sqlite" or not sep or not rest.startswith("/") or rest == "/":
+        raise ValueError(
+            f"responses_db must be sqlite:///PATH or off, got {url[:80]!r}: gclm stores "
+            "responses in SQLite only (no PostgreSQL or other driver is supported)."
+        )
+    return Path(rest[1:]).expanduser()

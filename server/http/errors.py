@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+from starlette.routing import Match
 
 from gclm.errors import (
     QUOTE_LIMIT,
@@ -174,7 +175,10 @@ def install_error_handlers(
         else:
             message, code = str(getattr(exc, "detail", exc)), None
         body = error_body(message, "invalid_request_error", None, code)
-        return JSONResponse(body, status_code=status, headers=getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if status == 405:  # Starlette's names the methods of the first route on the path only
+            headers = {**(headers or {}), "Allow": allowed_methods(request)}
+        return JSONResponse(body, status_code=status, headers=headers)
 
     async def on_client_gone(request: Request, _: Exception) -> Response:
         client = f"{request.client.host}:{request.client.port}" if request.client else "?"
@@ -194,3 +198,20 @@ def install_error_handlers(
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(ClientDisconnect, on_client_gone)
     app.add_exception_handler(Exception, on_unexpected)
+
+
+METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def allowed_methods(request: Request) -> str:
+    """The methods some route answers on the request's path, for a 405's Allow header
+    (Starlette's names the first route's only, and a path may have a route per method: GET
+    and DELETE /v1/responses/{id})."""
+    return ", ".join(
+        method
+        for method in METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] == Match.FULL
+            for route in request.app.router.routes
+        )
+    )

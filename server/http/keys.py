@@ -16,12 +16,16 @@ Each "a minute" is a sliding 60 s window. Tokens and compile time are known only
 so they are charged after the fact, and a key over either gets no new request until enough
 of its window has passed. Past any limit the request gets a 429 with Retry-After.
 
+Stored responses belong to the key that made them (`owner`: a digest of the key), and no
+other key reads them.
+
 Metrics count per key `name` (never the key itself): `gclm_key_requests_total{key, status}`,
 `gclm_key_tokens_total{key}`, `gclm_key_compile_seconds_total{key}`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 import weakref
@@ -258,3 +262,13 @@ class CompileCharges:
             return False
         self._charged[id(table)] = table
         return True
+
+
+def owner(request: Request) -> str:
+    """Whose stored data the request may see: a digest of its API key (never the key itself),
+    or "" on a server without keys. Stored responses are isolated by it
+    (server/openai/responses/store.py)."""
+    meter = request.scope.get("state", {}).get(METER)
+    if meter is None:
+        return ""
+    return hashlib.sha256(meter.key.token.encode()).hexdigest()

@@ -23,10 +23,12 @@ ERRORS = {
     "400": "Invalid request: the message says what is wrong and how to fix it.",
     "401": "Missing or invalid API key (when the server has one).",
     "415": "The request body is not declared Content-Type: application/json.",
-    "404": "Unknown model.",
+    "404": "Unknown model, or no stored response with that id for this API key.",
     "413": "Request body over the server's --max-body-size.",
     "429": "Queue or compiler busy: retry after the Retry-After header.",
     "500": "Server error.",
+    "503": "The engine stopped, too many connections, or the stored responses' database "
+    "failed: retry after the Retry-After header.",
 }
 
 

@@ -1,8 +1,9 @@
 """Which constraint a request asks for, and which parameter to blame when it is wrong.
 
 A constraint comes from exactly one of: `response_format` (json_object / json_schema), the
-`structured_outputs` extension ({json | regex | choice, budget_aware}), or vLLM's older
-`guided_json` / `guided_regex` / `guided_choice`; on the Responses API, from `text.format`
+`structured_outputs` extension ({json | regex | choice | grammar, budget_aware}), or vLLM's
+older `guided_json` / `guided_regex` / `guided_choice` / `guided_grammar` (a grammar in Lark,
+or in GBNF, which gbnf.py writes as Lark); on the Responses API, from `text.format`
 (json_object / json_schema with `name`, `schema`, `strict` at its top level); or, on
 either API, from `tools` when `tool_choice` allows calls (server/openai/tools/prompt.py),
 which a JSON `response_format` / `text.format` may join as the form of a text answer. Each
@@ -18,10 +19,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from starlette.responses import Response
+
 from gclm.compiler.constraint import STRUCTURED_KEYS, Constraint, parse_constraint
 from gclm.compiler.regex import json_regex
 from gclm.errors import ConstraintError, InvalidRequestError
-from gclm.server.openai.protocol import GenerationBody, ResponseFormat, StructuredOutputs
+from gclm.server.openai.gbnf import to_lark
+from gclm.server.openai.protocol import (
+    GenerationBody,
+    OpenAIRequest,
+    ResponseFormat,
+    StructuredOutputs,
+)
 from gclm.server.openai.responses.protocol import TextFormat
 from gclm.server.openai.tools.prompt import ToolPlan
 
@@ -124,9 +133,21 @@ def _read_text_format(fmt: TextFormat) -> tuple[dict[str, Any], bool]:
 
 def _read_structured_outputs(so: StructuredOutputs) -> tuple[dict[str, Any], bool]:
     body = so.model_dump(
-        by_alias=True, exclude_none=True, exclude={"budget_aware", "budget_policy"}
+        by_alias=True, exclude_none=True, exclude={"budget_aware", "budget_policy", "backend"}
     )
+    if so.grammar is not None:
+        body["grammar"] = _read_grammar(so.grammar, "structured_outputs.grammar")
     return body, so.budget_aware
+
+
+def _read_grammar(text: str, param: str) -> str:
+    """A grammar as Lark (a GBNF one translated: server/openai/gbnf.py); an error names
+    `param`."""
+    try:
+        return to_lark(text)
+    except ConstraintError as e:
+        e.param = param
+        raise
 
 
 # Each source as (the dict parse_constraint reads, budget_aware).
@@ -137,6 +158,7 @@ _READERS: dict[str, Callable[[Any], tuple[dict[str, Any], bool]]] = {
     "guided_json": lambda v: ({"json": v}, True),
     "guided_regex": lambda v: ({"regex": v}, True),
     "guided_choice": lambda v: ({"choice": v}, True),
+    "guided_grammar": lambda v: ({"grammar": _read_grammar(v, "guided_grammar")}, True),
     # A tool plan's regex (server/openai/tools/prompt.py); a function whose parameters cannot
     # compile raises here, naming tools[i].function.parameters.
     "tools": lambda plan: ({"regex": plan.regex()}, True),
@@ -150,3 +172,18 @@ def with_param(exc: ConstraintError, param: str) -> ConstraintError:
     named = copy.copy(exc)
     named.param = param
     return named
+
+
+# The header that names the masker a request asked for and gclm replaced with its own.
+BACKEND_HEADER = "x-gclm-structured-outputs-backend"
+
+
+def name_backend(response: Response, body: OpenAIRequest) -> Response:
+    """`response`, saying in BACKEND_HEADER which masker served it where the request named
+    one (vLLM's `guided_decoding_backend` or `structured_outputs.backend`): gclm's own, as
+    `gclm (asked: xgrammar)`."""
+    asked = body.decoding_backend
+    if asked is not None:
+        shown = "".join(c if " " <= c <= "~" else "?" for c in asked[:40])
+        response.headers[BACKEND_HEADER] = f"gclm (asked: {shown})"
+    return response

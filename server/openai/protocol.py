@@ -82,7 +82,8 @@ class ResponseFormat(_Strict):
 
 
 class StructuredOutputs(_Strict):
-    """gclm's extension: exactly one of json / regex / choice / grammar (Lark syntax)."""
+    """gclm's extension (vLLM's `structured_outputs`): exactly one of json / regex / choice /
+    grammar (Lark syntax, or GBNF)."""
 
     model_config = ConfigDict(
         json_schema_extra={"oneOf": [set_(key) for key in ("json", "regex", "choice", "grammar")]}
@@ -91,7 +92,10 @@ class StructuredOutputs(_Strict):
     json_: JsonSchema | str | None = Field(default=None, alias="json")
     regex: str | None = Field(default=None, min_length=1)
     choice: list[str] | None = Field(default=None, min_length=1)
-    grammar: str | None = Field(default=None, min_length=1)
+    grammar: str | None = Field(default=None, min_length=1)  # Lark, or GBNF (openai/gbnf.py)
+    # vLLM's choice of masker (xgrammar, guidance, outlines, ...): accepted and ignored, as
+    # gclm's own masker serves every constraint; the answer's header says so.
+    backend: str | None = None
     # False: forward-only DFA masking that may run out of budget (for comparisons only).
     budget_aware: StrictBool = True
     # How spare tokens are spent when the budget is tight (masking/graceful.py).
@@ -300,6 +304,8 @@ class OpenAIRequest(SamplingFields):
     guided_json: JsonSchema | str | None = None
     guided_regex: str | None = Field(default=None, min_length=1)
     guided_choice: list[str] | None = Field(default=None, min_length=1)
+    guided_grammar: str | None = Field(default=None, min_length=1)  # structured_outputs.grammar
+    guided_decoding_backend: str | None = None  # as structured_outputs.backend: ignored
 
     # Accepted and ignored: none of these changes the generated text.
     user: Any = None
@@ -341,7 +347,15 @@ class OpenAIRequest(SamplingFields):
             "guided_json": self.guided_json,
             "guided_regex": self.guided_regex,
             "guided_choice": self.guided_choice,
+            "guided_grammar": self.guided_grammar,
         }
+
+    @property
+    def decoding_backend(self) -> str | None:
+        """The masker the request named (`guided_decoding_backend`, or
+        `structured_outputs.backend`), which gclm's own replaces; None: none named."""
+        so = self.structured_outputs
+        return self.guided_decoding_backend or (so.backend if so is not None else None)
 
     @property
     def include_usage(self) -> bool:

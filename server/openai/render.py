@@ -95,8 +95,9 @@ class Renderer:
     """Builds one response's bodies; subclasses fix the endpoint's shapes.
 
     A stream is: `opening`, then `delta` per text piece and `finish` per choice as they
-    come, then `closing`; each body is sent with `frame`, and `done` (if any) ends it. An
-    error mid-stream sends `failure` instead and ends the stream.
+    come, then `closing` (and `settle`, before it is sent); each body is sent with `frame`,
+    and `done` (if any) ends it. An error mid-stream sends `failure` instead and ends the
+    stream.
     """
 
     id_prefix = ""
@@ -151,3 +152,8 @@ class Renderer:
     def final(self, outputs: list[ChoiceOutput], usage: Usage) -> BaseModel:
         """The non-streaming response."""
         raise NotImplementedError
+
+    async def settle(self) -> None:
+        """The whole answer is built (`final`, or a stream's `closing`), and its last bytes
+        not yet sent: the Responses API stores it here (responses/store.py), so a client that
+        reads the end can chain a next turn on it at once. Other APIs keep nothing."""

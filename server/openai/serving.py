@@ -141,6 +141,7 @@ class Serving:
             sequences.close()
         usage = self.charged_usage(request, fold)
         final = renderer.final(fold.outputs(), usage)
+        await renderer.settle()
         return Response(final.model_dump_json(), media_type="application/json")
 
     async def to_plan(
@@ -416,7 +417,15 @@ class Serving:
                     for chunk in renderer.finish(index, fold.finish_reasons[index]):
                         yield frame(chunk)
         usage = self.charged_usage(request, fold)
-        for chunk in renderer.closing(usage, plan.include_usage):
+        closing = renderer.closing(usage, plan.include_usage)
+        try:
+            await renderer.settle()
+        except GclmError as error:
+            self.metrics.reject(error.code or error.error_type)
+            for line in renderer.failure(error):
+                yield line
+            return
+        for chunk in closing:
             yield frame(chunk)
         if renderer.done is not None:
             yield renderer.done

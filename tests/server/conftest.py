@@ -2,19 +2,37 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 from fake_engine import FakeEngine
 from fastapi import FastAPI
 
+from gclm.paths import default_cache_dir
 from gclm.server.app import create_app
+from gclm.server.openai.responses.store import ResponseStore
 from gclm.server.settings import ServerSettings
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def _stored_responses_in_tmp(monkeypatch: pytest.MonkeyPatch, tmp_path_factory) -> None:
+    """An app made with ServerSettings() stores its responses in a temporary directory, not
+    in the user's cache (a test that names its cache_dir or responses_db keeps it)."""
+    opened = ResponseStore.open.__func__  # type: ignore[attr-defined]
+    tmp = tmp_path_factory.getbasetemp() / "responses"
+
+    def open_elsewhere(cls: type[ResponseStore], settings: ServerSettings) -> Any:
+        if settings.responses_db is None and settings.cache_dir == default_cache_dir():
+            settings = dataclasses.replace(settings, cache_dir=tmp)
+        return opened(cls, settings)
+
+    monkeypatch.setattr(ResponseStore, "open", classmethod(open_elsewhere))
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ its checks."""
 from __future__ import annotations
 
 import re
+import tempfile
 
 import httpx
 import schemathesis
@@ -18,7 +19,9 @@ from gclm.server.openai.completions.protocol import CompletionRequest
 from gclm.server.openai.responses.protocol import ResponsesRequest
 from gclm.server.settings import ServerSettings
 
-APP = create_app(FakeEngine(), ServerSettings())
+# Stored responses in a directory of the test's own (the fuzzed turns are stored).
+STORE = f"sqlite:///{tempfile.mkdtemp(prefix='gclm-openapi-')}/responses.db"
+APP = create_app(FakeEngine(), ServerSettings(responses_db=STORE))
 SCHEMA = schemathesis.openapi.from_asgi("/openapi.json", APP)
 
 
@@ -45,7 +48,7 @@ def test_post_endpoints_document_their_request_bodies() -> None:
 # The 400s a JSON Schema cannot rule out, by error code: why, and the params they may name.
 # Any other refusal of a body the document calls valid fails the test.
 CONSTRAINT_CONTENT = (
-    r"(guided_json|guided_regex|structured_outputs\.(json|regex|grammar)|"
+    r"(guided_json|guided_regex|guided_grammar|structured_outputs\.(json|regex|grammar)|"
     r"response_format\.json_schema\.schema|text\.format\.schema|"
     r"tools\[\d+\]\.(function\.)?parameters|tools\[\d+\]\.(custom\.)?format)([./\[].*)?"
 )

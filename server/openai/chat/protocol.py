@@ -30,6 +30,7 @@ from gclm.server.openai.request_rules import (
     one_constraint,
 )
 from gclm.server.openai.tools.prompt import (
+    AllowedToolsChoice,
     NamedToolChoice,
     ToolCallIn,
     ToolChoice,
@@ -179,13 +180,15 @@ class ChatCompletionRequest(OpenAIRequest, ReasoningFields):
         if v is None or v in ("none", "auto", "required"):
             return v
         if isinstance(v, dict):
+            kind = AllowedToolsChoice if v.get("type") == "allowed_tools" else NamedToolChoice
             try:
-                return NamedToolChoice.model_validate(v)
+                return kind.model_validate(v)
             except ValidationError:
                 pass
         raise ValueError(
-            'use "none", "auto", "required", {"type": "function", "function": {"name": ...}} '
-            'or {"type": "custom", "custom": {"name": ...}}'
+            'use "none", "auto", "required", {"type": "function", "function": {"name": ...}}, '
+            '{"type": "custom", "custom": {"name": ...}} or {"type": "allowed_tools", '
+            '"allowed_tools": {"mode": "auto" or "required", "tools": [...]}}'
         )
 
     def check_supported(self) -> None:

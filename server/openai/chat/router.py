@@ -9,6 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 from gclm.server.engine.protocol import Engine
 from gclm.server.openai.chat.protocol import ChatCompletionRequest
 from gclm.server.openai.chat.render import ChatRenderer
+from gclm.server.openai.constraint_spec import name_backend
 from gclm.server.openai.reasoning import check_reasoning
 from gclm.server.openai.serving import serving_of
 from gclm.server.openai.tools.prompt import prompt_messages, template_tools
@@ -27,7 +28,8 @@ async def chat_completions(request: Request) -> Response:
     # loop, which answers every other request and /health.
     prompt = await run_in_threadpool(chat_prompt, engine, body)
     output = serving.output_spec(body, body.tool_plan, body.include_reasoning)
-    return await serving.generate(request, body, [prompt], ChatRenderer(engine.model_id, output))
+    renderer = ChatRenderer(engine.model_id, output)
+    return name_backend(await serving.generate(request, body, [prompt], renderer), body)
 
 
 def chat_prompt(engine: Engine, body: ChatCompletionRequest) -> list[int]:

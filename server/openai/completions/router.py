@@ -8,6 +8,7 @@ from fastapi.concurrency import run_in_threadpool
 from gclm.server.engine.protocol import Engine
 from gclm.server.openai.completions.protocol import CompletionRequest
 from gclm.server.openai.completions.render import CompletionRenderer
+from gclm.server.openai.constraint_spec import name_backend
 from gclm.server.openai.serving import serving_of
 
 router = APIRouter(prefix="/v1")
@@ -21,7 +22,7 @@ async def completions(request: Request) -> Response:
     # Tokenizing runs in a worker thread: long prompts must not stop the event loop.
     prompts = await run_in_threadpool(completion_prompts, serving.engine, body)
     renderer = CompletionRenderer(serving.engine.model_id)
-    return await serving.generate(request, body, prompts, renderer)
+    return name_backend(await serving.generate(request, body, prompts, renderer), body)
 
 
 def completion_prompts(engine: Engine, body: CompletionRequest) -> list[list[int]]:

@@ -3,14 +3,17 @@ their outputs of earlier turns (responses/protocol.py turns them into chat messa
 template).
 
 Content parts are flattened to their text; the fields an earlier output item carries when it
-is sent back (`id`, `status`, ...) are accepted and change nothing.
+is sent back (`id`, `status`, ...) are accepted and change nothing. A stored response keeps
+its input items as `stored_item` writes them, and a turn chained to it by
+`previous_response_id` reads them back with `read_items`.
 """
 
 from __future__ import annotations
 
+import secrets
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
 INPUT_ITEMS = (
@@ -227,3 +230,34 @@ InputItem = Annotated[
     | CustomToolCallOutputItem,
     Field(discriminator="type"),
 ]
+
+# The id of an input item sent without one, as OpenAI's stored items have.
+_ID_PREFIXES = {
+    "message": "msg_",
+    "function_call": "fc_",
+    "function_call_output": "fco_",
+    "custom_tool_call": "ctc_",
+    "custom_tool_call_output": "ctco_",
+}
+_ITEMS: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
+
+
+def stored_item(item: InputItem) -> dict[str, Any]:
+    """An input item as a stored response keeps it (and GET .../input_items lists it): with
+    an id, a message's text as one content part (`output_text` for the assistant's)."""
+    data = item.model_dump(by_alias=True, exclude_none=True)
+    if "id" not in data:
+        data["id"] = _ID_PREFIXES[item.type] + secrets.token_hex(12)
+    if isinstance(item, InputMessage):
+        if item.role == "assistant":
+            data["content"] = [{"type": "output_text", "text": item.content, "annotations": []}]
+            data.setdefault("status", "completed")
+        else:
+            data["content"] = [{"type": "input_text", "text": item.content}]
+    return data
+
+
+def read_items(stored: list[dict[str, Any]]) -> list[InputItem]:
+    """Stored input and output items as input items again. Reasoning items stay stored but
+    are left out: chat templates drop an earlier turn's thinking, and so does the prompt."""
+    return _ITEMS.validate_python([item for item in stored if item.get("type") != "reasoning"])

@@ -20,9 +20,11 @@ cap it at a share of the spare budget, server/openai/reasoning.py), and `max_out
 covers both the thinking and the answer. `reasoning.summary` is accepted and changes
 nothing (the thinking comes back whole, as `reasoning_text` content).
 
-gclm is stateless: nothing is stored, so `previous_response_id`, `conversation`, `prompt`
-(a stored template) and `background` are a 400; `store` is accepted and has no effect (the
-output is the same; the response just cannot be fetched later).
+A response is stored unless `store` is false (responses/store.py), and a request naming it
+in `previous_response_id` reads after its conversation: the stored input items, then its
+output items, then this request's `input` (`continued`). `instructions` and `tools` are this
+request's own, as at OpenAI. `conversation` (a Conversations API object), `prompt` (a stored
+template) and `background` are a 400.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    ValidationError,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -59,9 +62,12 @@ from gclm.server.openai.responses.input_items import (
     FunctionCallItem,
     FunctionCallOutputItem,
     InputItem,
+    read_items,
 )
 from gclm.server.openai.tools.prompt import (
     NAME_PATTERN,
+    AllowedTools,
+    AllowedToolsSpec,
     CustomDef,
     CustomFormat,
     FunctionDef,
@@ -213,6 +219,19 @@ class FunctionChoice(_Strict):
     name: str
 
 
+class AllowedChoice(_Strict):
+    """tool_choice {"type": "allowed_tools", "mode", "tools": [{"type": "function", "name"},
+    ...]}: calls may use only those tools ("required": at least one call; "auto": text too)."""
+
+    type: Literal["allowed_tools"]
+    mode: Literal["auto", "required"]
+    tools: list[dict[str, Any]] = Field(min_length=1)
+
+    def as_chat(self) -> AllowedTools:
+        names = AllowedToolsSpec(mode=self.mode, tools=self.tools).names("tool_choice")
+        return AllowedTools(self.mode, names, "tool_choice")
+
+
 REASONING_KEYS = ("effort", "summary", "generate_summary")
 
 
@@ -236,8 +255,10 @@ class ResponsesRequest(SamplingFields):
     top_logprobs: OptionalJsonInt = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS, strict=True)
     include: list[Include] | None = None
 
+    store: StrictBool | None = None  # None: true, as at OpenAI (see `stores`)
+    previous_response_id: str | None = Field(default=None, min_length=1, max_length=256)
+
     # Accepted and ignored: none of these changes the generated text.
-    store: StrictBool | None = None  # nothing is stored either way
     stream_options: Any = None  # include_obfuscation: transport only
     metadata: Any = None
     user: Any = None
@@ -246,27 +267,39 @@ class ResponsesRequest(SamplingFields):
     prompt_cache_key: Any = None
     prompt_cache_retention: Any = None
     tools: list[Annotated[FunctionTool | CustomTool, Field(discriminator="type")]] | None = None
-    tool_choice: Literal["none", "auto", "required"] | FunctionChoice | CustomChoice | None = None
+    tool_choice: (
+        Literal["none", "auto", "required"] | FunctionChoice | CustomChoice | AllowedChoice | None
+    ) = None
     parallel_tool_calls: StrictBool | None = None  # None: true, as at OpenAI
     max_tool_calls: OptionalJsonInt = Field(default=None, ge=1, strict=True)
     truncation: Literal["auto", "disabled"] | None = None  # gclm never truncates: a long
     # input is a 400 naming the context length, never a silently shortened one
 
     # Accepted only at a value that leaves the output unchanged.
-    previous_response_id: Any = None
     conversation: Any = None
     prompt: Any = None
     background: Any = None
     reasoning: Any = None
 
     _SUPPORTED_ONLY: ClassVar[dict[str, Neutral]] = {
-        "previous_response_id": Neutral(
-            "gclm stores no responses; send the earlier turns in `input` instead"
+        "conversation": Neutral(
+            "gclm has no Conversations API; chain turns with previous_response_id, or send "
+            "them in `input`"
         ),
-        "conversation": Neutral("gclm stores no conversations; send the turns in `input`"),
         "prompt": Neutral("gclm stores no prompt templates; send the text in `input`"),
         "background": Neutral("remove it or set it to false", FALSY),
     }
+
+    @property
+    def stores(self) -> bool:
+        """Whether the response is to be stored (`store` unset is true, as at OpenAI; on a
+        server with --responses-db off it is not, and only `store: true` is refused)."""
+        return self.store is not False
+
+    def continued(self, earlier: list[dict[str, Any]]) -> Self:
+        """This request read after `earlier`, a stored conversation's items (its inputs and
+        outputs, oldest first): they come before `input` in the prompt."""
+        return self.model_copy(update={"input": [*read_items(earlier), *self.input]})
 
     @field_validator("stream", mode="before")
     @classmethod
@@ -356,9 +389,15 @@ class ResponsesRequest(SamplingFields):
             and isinstance(v.get("name"), str)
         ):
             return v
+        if isinstance(v, dict) and v.get("type") == "allowed_tools":
+            try:
+                return AllowedChoice.model_validate(v)
+            except ValidationError:
+                pass
         raise ValueError(
-            'use "none", "auto", "required", {"type": "function", "name": ...} or '
-            '{"type": "custom", "name": ...}'
+            'use "none", "auto", "required", {"type": "function", "name": ...}, '
+            '{"type": "custom", "name": ...} or {"type": "allowed_tools", "mode": "auto" or '
+            '"required", "tools": [{"type": "function", "name": ...}, ...]}'
         )
 
     def check_supported(self) -> None:
@@ -369,7 +408,9 @@ class ResponsesRequest(SamplingFields):
     def tool_plan(self) -> ToolPlan | None:
         """What the tools ask of the output (None: no tools), as on chat."""
         choice: Any = self.tool_choice
-        if isinstance(choice, FunctionChoice | CustomChoice):
+        if isinstance(choice, AllowedChoice):
+            choice = choice.as_chat()
+        elif isinstance(choice, FunctionChoice | CustomChoice):
             choice = NamedToolChoice.model_validate(
                 {"type": choice.type, choice.type: {"name": choice.name}}
             )

@@ -19,12 +19,15 @@ first (output_index 0, its thinking as one `reasoning_text` part), then the mess
 calls) from output_index 1; its stream opens the reasoning item after response.in_progress,
 sends `response.reasoning_text.delta` per piece, and closes it (response.reasoning_text.done,
 response.output_item.done) before the answer's first item is added.
+
+A stored response (responses/store.py) is the whole body as built here, completed or
+incomplete: `settle` hands it to the router's `keep` before the last bytes are sent.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -93,7 +96,11 @@ class ResponseUsage(BaseModel):
     def of(cls, usage: Usage) -> ResponseUsage:
         return cls(
             input_tokens=usage.prompt_tokens,
-            input_tokens_details={"cached_tokens": usage.prompt_tokens_details.cached_tokens},
+            # gclm's prefix reuse charges no write: cache_write_tokens is always 0.
+            input_tokens_details={
+                "cached_tokens": usage.prompt_tokens_details.cached_tokens,
+                "cache_write_tokens": 0,
+            },
             output_tokens=usage.completion_tokens,
             output_tokens_details={
                 "reasoning_tokens": usage.completion_tokens_details.reasoning_tokens
@@ -116,9 +123,9 @@ class ResponseBody(BaseModel):
     model: str
     output: list[ReasoningItem | OutputMessage | FunctionCallItem | CustomToolCallItem]
     parallel_tool_calls: bool
-    previous_response_id: None = None
+    previous_response_id: str | None = None
     reasoning: dict[str, Any] | None = None  # the request's, echoed
-    store: bool = False  # nothing is stored, whatever the request said
+    store: bool  # whether it is stored (responses/store.py)
     temperature: float
     top_p: float
     top_logprobs: int | None
@@ -147,9 +154,17 @@ class ResponsesRenderer(Renderer):
     id_prefix = "resp_"
     done = None  # a Responses stream ends with response.completed, not [DONE]
 
-    def __init__(self, model: str, request: ResponsesRequest, output: OutputSpec = PLAIN) -> None:
+    def __init__(
+        self,
+        model: str,
+        request: ResponsesRequest,
+        output: OutputSpec = PLAIN,
+        keep: Callable[[ResponseBody], Awaitable[None]] | None = None,
+    ) -> None:
         super().__init__(model, output)
         self.request = request
+        self.keep = keep  # stores the whole response (None: not stored)
+        self.whole: ResponseBody | None = None  # the response, once complete
         self.item_id = "msg_" + secrets.token_hex(12)
         self._sequence = 0
         self._text: list[str] = []
@@ -376,6 +391,10 @@ class ResponsesRenderer(Renderer):
         kind = "response.completed" if final.status == "completed" else "response.incomplete"
         return [ResponseEvent(type=kind, response=final)]
 
+    async def settle(self) -> None:
+        if self.keep is not None and self.whole is not None:
+            await self.keep(self.whole)
+
     # --- the response object ---
 
     def _streamed(self) -> ChoiceOutput:
@@ -423,7 +442,7 @@ class ResponsesRenderer(Renderer):
         r = self.request
         fmt = r.text.format if r.text is not None else None
         text_format = fmt.model_dump(by_alias=True, exclude_none=True) if fmt else {"type": "text"}
-        return ResponseBody(
+        body = ResponseBody(
             id=self.id,
             created_at=self.created,
             status=status,
@@ -446,7 +465,12 @@ class ResponsesRenderer(Renderer):
             tools=[t.model_dump() for t in r.tools or ()],
             usage=None if usage is None else ResponseUsage.of(usage),
             metadata=r.metadata if isinstance(r.metadata, dict) else {},
+            previous_response_id=r.previous_response_id,
+            store=self.keep is not None,
         )
+        if status != "in_progress":
+            self.whole = body
+        return body
 
     def _part(self, text: str, logprobs: Sequence[TokenLogprob] = ()) -> OutputText:
         return OutputText(text=text, logprobs=[OutputTokenLogprob.of(lp) for lp in logprobs])

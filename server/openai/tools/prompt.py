@@ -20,7 +20,9 @@ The name follows the opener on its own line (a function call's list starts with 
 no name does), and the input runs to the end of the output, so a custom call is always the
 only call of its turn.
 
-Which constraint `tool_choice` asks for (see `ToolPlan.regex`):
+Which constraint `tool_choice` asks for (see `ToolPlan.regex`); an `allowed_tools` choice is
+"auto" or "required" over the tools it allows (all the tools are still listed in the prompt,
+its rule names the allowed ones):
 - "required" / named: the whole output is opener + calls. It compiles into one token DFA with
   a distance vector, so the budget guarantee holds for calls: complete within max_tokens, or
   a 400 naming the minimum.
@@ -210,7 +212,51 @@ class NamedToolChoice(_Strict):
         return str(getattr(self, self.type).name)
 
 
-ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+class AllowedToolsSpec(_Strict):
+    """chat's `allowed_tools`: a mode and the tools that may be called, each as
+    {"type": "function", "function": {"name"}} or {"type": "custom", "custom": {"name"}}
+    (the Responses API's flat {"type": "function", "name"} too)."""
+
+    mode: Literal["auto", "required"]
+    tools: list[dict[str, Any]] = Field(min_length=1)
+
+    def names(self, param: str) -> tuple[tuple[str, str], ...]:
+        """(type, name) of each allowed tool; InvalidRequestError naming `param`.tools[i]
+        for an entry without a name."""
+        out = []
+        for i, tool in enumerate(self.tools):
+            kind = tool.get("type")
+            inner = tool.get(kind) if isinstance(kind, str) else None
+            name = inner.get("name") if isinstance(inner, dict) else tool.get("name")
+            if kind not in ("function", "custom") or not isinstance(name, str):
+                raise InvalidRequestError(
+                    'Each allowed tool is {"type": "function", "function": {"name": ...}} or '
+                    '{"type": "custom", "custom": {"name": ...}}, naming one of tools.',
+                    param=f"{param}.tools[{i}]",
+                )
+            out.append((kind, name))
+        return tuple(out)
+
+
+class AllowedToolsChoice(_Strict):
+    """tool_choice {"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}: calls may
+    use only the tools named ("required": one call at least; "auto": text too)."""
+
+    type: Literal["allowed_tools"]
+    allowed_tools: AllowedToolsSpec
+
+
+@dataclass(frozen=True)
+class AllowedTools:
+    """An allowed_tools tool_choice, as either API writes it: `mode` over the (type, name)
+    pairs `tools`; `param` is where in the request its `tools` list is, for errors."""
+
+    mode: str
+    tools: tuple[tuple[str, str], ...]
+    param: str
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolsChoice
 
 
 class CalledFunction(BaseModel):
@@ -268,6 +314,9 @@ class ToolPlan:
     # What a function's object without additionalProperties takes (compiler/constraint.py's
     # ADDITIONAL_PROPERTIES): the server's --additional-properties.
     additional_properties: str = "declared"
+    # An allowed_tools tool_choice: the names that may be called, a subset of the tools
+    # listed in the prompt (None: every tool listed may be called).
+    allowed: tuple[str, ...] | None = None
 
     @property
     def calls_allowed(self) -> bool:
@@ -313,7 +362,8 @@ def tool_plan(
     named function without tools, a name that is not among the tools, or duplicate names.
     """
     if not tools:
-        if isinstance(choice, NamedToolChoice) or choice == "required":
+        named = (NamedToolChoice, AllowedToolsChoice, AllowedTools)
+        if isinstance(choice, named) or choice == "required":
             raise InvalidRequestError(
                 "tool_choice needs tools: add the functions to `tools`, or remove tool_choice.",
                 param="tool_choice",
@@ -345,6 +395,12 @@ def tool_plan(
         if kind == "custom":
             return ToolPlan((), "required", False, customs=(customs[where[i]],), index=(i,))
         return ToolPlan((functions[where[i]],), "required", False, index=(i,))
+    if isinstance(choice, AllowedToolsChoice):
+        spec = choice.allowed_tools
+        where = "tool_choice.allowed_tools"
+        choice = AllowedTools(spec.mode, spec.names(where), where)
+    if isinstance(choice, AllowedTools):
+        return _allowed_plan(tools, choice, parallel)
     mode = choice or "auto"
     return ToolPlan(
         functions,
@@ -352,6 +408,38 @@ def tool_plan(
         parallel=parallel is not False,
         customs=customs,
         index=_index(tools, "function") + _index(tools, "custom"),
+    )
+
+
+def _allowed_plan(tools: list[ToolDef], allowed: AllowedTools, parallel: bool | None) -> ToolPlan:
+    """The plan of an allowed_tools choice: the constraint over the allowed tools only, every
+    tool still described in the prompt.
+
+    Raises InvalidRequestError naming an allowed tool that is not among the tools.
+    """
+    listed = [(t.type, t.name) for t in tools]
+    for i, (kind, name) in enumerate(allowed.tools):
+        if (kind, name) not in listed:
+            raise InvalidRequestError(
+                f"tool_choice allows the {kind} tool {name[:64]!r}, which is not in tools; "
+                "allow only tools the request lists.",
+                param=f"{allowed.param}.tools[{i}]",
+                code="unknown_tool",
+            )
+    keep = [t for t in tools if (t.type, t.name) in set(allowed.tools)]
+    positions = [i for i, t in enumerate(tools) if (t.type, t.name) in set(allowed.tools)]
+    functions = tuple(t.function for t in keep if t.function is not None)
+    customs = tuple(t.custom for t in keep if t.custom is not None)
+    index = tuple(i for i in positions if tools[i].type == "function") + tuple(
+        i for i in positions if tools[i].type == "custom"
+    )
+    return ToolPlan(
+        functions,
+        allowed.mode,
+        parallel=parallel is not False,
+        customs=customs,
+        index=index,
+        allowed=tuple(t.name for t in keep),
     )
 
 
@@ -430,8 +518,15 @@ def tools_block(plan: ToolPlan | None, tools: list[ToolDef], native: bool = Fals
         rule = "Do not call a function now: answer in text."
     elif plan.mode == "required" and len(names) == 1:
         rule = f"Call the {'function' if plan.tools else 'tool'} {names[0]} now."
+    elif plan.mode == "required" and plan.allowed is not None:
+        rule = f"Call one or more of these now, and no other: {', '.join(names)}."
     elif plan.mode == "required":
         rule = "Call one or more of the functions now."
+    elif plan.allowed is not None:
+        rule = (
+            f"Call one of these when it helps, and no other: {', '.join(names)}; otherwise "
+            "answer in text."
+        )
     else:
         rule = "Call a function when it helps; otherwise answer in text."
     call_format = (
