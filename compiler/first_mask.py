@@ -64,6 +64,7 @@ MAX_GROWN_NFA_STATES = 1_000_000
 # a state while it runs). Past LIGHT_LANE_DEPTH / GROW_LANE_DEPTH queued or running, a
 # constraint's first masks come from a worker instead, which is bounded by its own limits.
 LIGHT_NFA_STATES = 100_000
+LIGHT_REGEX_CHARS = 200_000  # a longer regex goes to the heavy lane at once
 HEAVY_NICE = 10  # the heavy lane's thread: it yields the cores to the engine's threads
 LIGHT_LANE_DEPTH = 8
 GROW_LANE_DEPTH = 2
@@ -188,6 +189,9 @@ class FirstMasks:
             heavy = regex is not None
             if regex is None:
                 regex = to_regex(constraint).regex
+                # A long regex's NFA is large more often than not: parse it once, there.
+                if len(regex) > LIGHT_REGEX_CHARS and self._to_heavy_lane(constraint, out, regex):
+                    return
             limit = MAX_GROWN_NFA_STATES if heavy else LIGHT_NFA_STATES
             table = GrowingLazyTable.of_regex(regex, self.vocab, limit)
             if table.upper[table.initial] == UNREACHABLE:
