@@ -18,9 +18,10 @@ the whole compile. A FIRST compile sends its DFA compact, a column per class of 
 whole compile sends its DFA ahead only up to `worker.EARLY_DFA_MAX_STATES` states.
 
 With `grow` (the server's default), a FIRST compile is not sent to a worker at all where
-compiler/regex_parse.py reads the constraint's regex: its NFA is built here, on a thread of
-its own (compiled code that releases the GIL: a few ms at the median, up to about 2 s at
-`MAX_GROWN_NFA_STATES`), and the byte DFA grows from it as walks read it
+compiler/regex_parse.py reads the constraint's regex: its NFA is built here (compiled code
+that releases the GIL: a few ms at the median, up to about 2-4 s at `MAX_GROWN_NFA_STATES`),
+on the light lane up to LIGHT_NFA_STATES and on the heavy lane past it (see the lanes'
+constants), and the byte DFA grows from it as walks read it
 (compiler/lazy_dfa.py): outlines-core's determinization of the whole DFA, seconds on large
 schemas, is left to the whole compile, for the requests that need one. A regex the parser
 refuses, an NFA past that size, or one no LazyTable serves goes to the worker as before.

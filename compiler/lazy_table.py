@@ -35,7 +35,11 @@ from __future__ import annotations
 
 import array
 import threading
+import time
+from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,6 +72,20 @@ REQUEST_SEARCH_STATES = 5_000
 
 class SearchTooLarge(Exception):
     """A bounded search (`REQUEST_SEARCH_STATES`) did not decide: ask the whole table."""
+
+
+_DEADLINE: ContextVar[float | None] = ContextVar("gclm_search_deadline", default=None)
+
+
+@contextmanager
+def request_deadline(deadline: float) -> Iterator[None]:
+    """Within it, `request_fits` and `request_minimum` also stop at `deadline`
+    (time.monotonic()): a request's searches share its one wait for its tables."""
+    token = _DEADLINE.set(deadline)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
 
 
 NEEDS_WHOLE_TABLE = (
@@ -360,10 +378,12 @@ class LazyTable:
 
     # -- distances --------------------------------------------------------------------------
 
-    def fits(self, state: int, k: int, most: int | None = None) -> bool:
+    def fits(
+        self, state: int, k: int, most: int | None = None, deadline: float | None = None
+    ) -> bool:
         """Whether `state` can reach acceptance in at most `k` tokens: by the bounds when
-        they decide it, else by a search at most `k` deep (walking at most `most` states:
-        past them SearchTooLarge)."""
+        they decide it, else by a search at most `k` deep (meeting at most `most` states
+        before time.monotonic() passes `deadline`: else SearchTooLarge)."""
         if self._upper_list[state] <= k:
             return True
         if self._lower_list[state] > k:
@@ -375,18 +395,18 @@ class LazyTable:
             return False
         if self.spelled_upper(state) <= k:
             return True
-        found = self._search(state, k, most)
+        found = self._search(state, k, most, deadline)
         return found is not None
 
-    def dist(self, state: int, most: int | None = None) -> int:
+    def dist(self, state: int, most: int | None = None, deadline: float | None = None) -> int:
         """The exact fewest tokens from `state` to acceptance (searched when not known,
-        walking at most `most` states: past them SearchTooLarge)."""
+        bounded as in `fits`)."""
         exact = self._exact.get(state)
         if exact is not None:
             return exact
         if self._upper_list[state] == UNREACHABLE:
             return int(UNREACHABLE)
-        found = self._search(state, self.spelled_upper(state), most)
+        found = self._search(state, self.spelled_upper(state), most, deadline)
         if found is None:
             raise InternalError(f"state {state} has no token path within its upper bound")
         return found
@@ -419,21 +439,24 @@ class LazyTable:
 
     def request_fits(self, budget: int) -> bool:
         """`fits(initial, budget)` as a request's way in may search it: SearchTooLarge past
-        REQUEST_SEARCH_STATES states."""
-        return self.fits(self.initial, budget, REQUEST_SEARCH_STATES)
+        REQUEST_SEARCH_STATES states or the request's deadline (`request_deadline`)."""
+        return self.fits(self.initial, budget, REQUEST_SEARCH_STATES, _DEADLINE.get())
 
     def request_minimum(self) -> int:
-        """`min_tokens` as a request's way in may search it: SearchTooLarge past
-        REQUEST_SEARCH_STATES states."""
-        return self.dist(self.initial, REQUEST_SEARCH_STATES)
+        """`min_tokens` as a request's way in may search it (bounded as `request_fits`)."""
+        return self.dist(self.initial, REQUEST_SEARCH_STATES, _DEADLINE.get())
 
-    def _search(self, state: int, limit: int, most: int | None = None) -> int | None:
+    def _search(
+        self, state: int, limit: int, most: int | None = None, deadline: float | None = None
+    ) -> int | None:
         """The token distance of `state` if it is at most `limit`, else None (remembered);
-        SearchTooLarge once it has met more than `most` states (None: no bound)."""
+        SearchTooLarge once it has met more than `most` states (None: no bound) or the
+        clock passed `deadline`."""
         if self._accepting_list[state]:
             self._exact[state] = 0
             return 0
         most = most if most is not None else -1
+        clock = deadline is not None
         seen = {state}
         frontier = [state]
         best: int | None = None
@@ -442,9 +465,10 @@ class LazyTable:
                 break
             following: list[int] = []
             for s in frontier:
-                if len(seen) > most >= 0:
+                if len(seen) > most >= 0 or (clock and time.monotonic() > deadline):  # type: ignore[operator]
                     raise SearchTooLarge(
-                        f"the exact search from state {state} met over {most} states"
+                        f"the exact search from state {state} met over {most} states, or its "
+                        "request's deadline"
                     )
                 for n in self.walked(s).next_list:
                     if n in seen:

@@ -80,6 +80,18 @@ class Constraints:
             self.cache.fetch_first if first_mask and self.first_masks else self.cache.fetch
         )
         future = await loop.run_in_executor(self._lookups, fetch, constraint)
+        if future.done():  # cached, on disk or remembered: no wait, whatever the deadline
+            table = future.result()
+        else:
+            table = await self._wait(future, deadline)
+        if not is_lazy(table):
+            # Build the mask rows here, not on the engine thread's first step (a cache that
+            # measures with masking.masks.table_memory has built them already).
+            await loop.run_in_executor(self._lookups, mask_table, table)
+        return table
+
+    async def _wait(self, future: Future[Any], deadline: float | None) -> CompiledTable | LazyTable:
+        """The compile's outcome, or a CompilerBusyError past the wait (`deadline`)."""
         # shield: a client that leaves must not cancel the compile other requests share.
         compiled = asyncio.wrap_future(future)
         # Read its outcome even when nobody waits any more (else asyncio logs it as lost).
@@ -88,7 +100,7 @@ class Constraints:
         if deadline is not None:  # a request's one wait, over every table it asks for
             wait_s = max(0.0, min(wait_s, deadline - time.monotonic()))
         try:
-            table = await asyncio.wait_for(asyncio.shield(compiled), wait_s)
+            return await asyncio.wait_for(asyncio.shield(compiled), wait_s)
         except TimeoutError:
             # The pool answers its own compiles at the timeout; this is for the work it does
             # not time: a first mask grown in this process, queued or running.
@@ -98,11 +110,6 @@ class Constraints:
                 "will be remembered; retry in a few seconds.",
                 retry_after=_GROW_RETRY_S,
             ) from None
-        if not is_lazy(table):
-            # Build the mask rows here, not on the engine thread's first step (a cache that
-            # measures with masking.masks.table_memory has built them already).
-            await loop.run_in_executor(self._lookups, mask_table, table)
-        return table
 
     @cached_property
     def _graceful(self) -> GracefulPolicy:

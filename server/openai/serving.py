@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Request, Response
 
-from gclm.compiler.lazy_table import SearchTooLarge
+from gclm.compiler.lazy_table import SearchTooLarge, request_deadline
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import (
     CompileLimitError,
@@ -229,7 +229,9 @@ class Serving:
         if spec is not None and is_lazy(table):
             # A LazyTable may search its exact minimum: off the event loop, and bounded. A
             # tight budget is paced over the whole table, as is a minimum past the bound.
-            lazily = await asyncio.to_thread(self.lazy_budget, body, table, budget_aware, policy)
+            lazily = await asyncio.to_thread(
+                self.lazy_budget, body, table, budget_aware, policy, deadline
+            )
             if lazily is None:
                 table = await self.compile(spec, request, deadline=deadline)  # the whole
             else:
@@ -247,14 +249,17 @@ class Serving:
         table: LazyTable,
         budget_aware: bool,
         policy: BudgetPolicy | None,
+        deadline: float,
     ) -> int | None:
         """max_tokens of a request on first masks, or None where it needs the whole table:
         its budget is tight (a policy paces it), or its minimum is past the bounded search
-        (compiler/lazy_table.py's REQUEST_SEARCH_STATES). Raises as `budget`."""
+        (compiler/lazy_table.py's REQUEST_SEARCH_STATES, or the request's `deadline`: then
+        the whole table's wait answers, at once). Raises as `budget`."""
         try:
-            max_tokens = self.budget(body, table, budget_aware)
-            if policy is not None and not policy.serves_lazily(table, max_tokens):
-                return None
+            with request_deadline(deadline):
+                max_tokens = self.budget(body, table, budget_aware)
+                if policy is not None and not policy.serves_lazily(table, max_tokens):
+                    return None
         except SearchTooLarge:
             return None
         return max_tokens

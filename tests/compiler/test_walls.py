@@ -159,3 +159,16 @@ def test_the_limits_are_named_in_operations_docs() -> None:
     page = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
     for limit in (MAX_GRAMMAR_CHARS, MAX_NESTING, MAX_SCHEMA_DEPTH, REQUEST_SEARCH_STATES):
         assert re.search(rf"\b{limit:,}\b|\b{limit}\b", page), limit
+
+
+def test_a_requests_search_stops_at_its_deadline() -> None:
+    """Within `request_deadline`, a search that the state bound would let finish stops at
+    the request's deadline; outside it the same search finds the minimum."""
+    import time
+
+    from gclm.compiler.lazy_table import request_deadline
+
+    table = GrowingLazyTable.of_regex("(?:ab){40}$", BYTES)
+    with request_deadline(time.monotonic() - 1), pytest.raises(SearchTooLarge):
+        table.request_minimum()
+    assert table.request_minimum() == 80

@@ -50,7 +50,9 @@ class RealCompiler(FakeEngine):
         super().__init__()
         self.vocab = vocab
 
-    async def compile(self, constraint: Constraint, *, first_mask: bool = False) -> CompiledTable:
+    async def compile(
+        self, constraint: Constraint, *, first_mask: bool = False, deadline: float | None = None
+    ) -> CompiledTable:
         try:
             return await asyncio.to_thread(compile_constraint, constraint, self.vocab)
         except GclmError as e:  # sent back as a worker process sends it

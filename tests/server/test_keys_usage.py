@@ -116,7 +116,7 @@ async def test_a_compile_stopped_at_its_cpu_limit_is_charged_once(tmp_path) -> N
     stopped = CompileLimitError("Compiling used more than 1.2 s of CPU.", compile_seconds=1.2)
     engine = FakeEngine()
 
-    async def too_costly(constraint, *, first_mask=False):
+    async def too_costly(constraint, *, first_mask=False, deadline=None):
         raise stopped
 
     engine.compile = too_costly  # type: ignore[method-assign]
