@@ -143,6 +143,7 @@ class HealthWatch:
     def __init__(self, url: str) -> None:
         self.url = url
         self.times: list[float] = []
+        self.at: list[float] = []  # when each poll started (time.monotonic())
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -158,6 +159,7 @@ class HealthWatch:
         with httpx.Client(timeout=30.0) as client:
             while not self._stop.is_set():
                 started = time.perf_counter()
+                self.at.append(time.monotonic())
                 try:
                     client.get(f"{self.url}/health")
                 except httpx.HTTPError:
@@ -211,8 +213,11 @@ def soak(url: str, pid: int, minutes: float) -> dict[str, Any]:
             names = list(ATTACKS)
             while time.monotonic() < deadline:
                 name = names[i % len(names)]
+                sent = time.monotonic() - started
                 status, seconds, code = send(client, url, ATTACKS[name]())
-                attacks.append({"name": name, "status": status, "seconds": seconds, "code": code})
+                attacks.append(
+                    {"name": name, "t": sent, "status": status, "seconds": seconds, "code": code}
+                )
                 i += 1
 
     def normal_client() -> None:
@@ -257,6 +262,17 @@ def soak(url: str, pid: int, minutes: float) -> dict[str, Any]:
         "normals": normals,
         "rss": samples,
         "health_max_s": health.max_s,
+        # The slowest /health answers, and the attacks in flight when each was asked.
+        "health_slowest": [
+            {
+                "t": t - started,
+                "seconds": s,
+                "during": [
+                    a["name"] for a in attacks if a["t"] <= t - started <= a["t"] + a["seconds"]
+                ],
+            }
+            for s, t in sorted(zip(health.times, health.at, strict=True), reverse=True)[:5]
+        ],
         "health_p50_s": statistics.median(health.times) if health.times else None,
         "slowest_s": max((r["seconds"] for r in attacks), default=0.0),
         "normal_p50_s": statistics.median(normal_times) if normal_times else None,
