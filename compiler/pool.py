@@ -159,6 +159,7 @@ class PoolStats:
     worker_deaths: int = 0  # the memory limit, or a crash
     background: int = 0  # compiles that went on after a request's deadline passed
     background_done: int = 0  # ... and ended (table or failure) with nobody waiting
+    shed: int = 0  # ... or were stopped, holding too much memory (_shed_unwaited)
     cpu_seconds: float = 0.0  # CPU time of ended compiles, in the workers
     started: int = 0  # compiles handed to a worker
     first_started: int = 0  # ... of them FIRST compiles (the byte DFA alone, where it serves)
@@ -176,6 +177,8 @@ class CompilerPool:
         slow_after_s: a compile running this long is demoted (None: a tenth of the timeout,
             at least 0.5 s).
         max_slow: demoted compiles at once (None: 4 x workers).
+        unwaited_bytes: resident bytes the compiles no request waits for may hold together;
+            past it the largest are stopped (None: workers x the memory limit).
         early_dfa: workers send each compile's byte DFA ahead of its table (`early_dfa`,
             for first masks: compiler/first_mask.py); else `early_dfa`'s futures get None.
     """
@@ -189,6 +192,7 @@ class CompilerPool:
         queue_size: int = 64,
         slow_after_s: float | None = None,
         max_slow: int | None = None,
+        unwaited_bytes: int | None = None,
         start_timeout_s: float = START_TIMEOUT_S,
         early_dfa: bool = False,
     ):
@@ -201,6 +205,10 @@ class CompilerPool:
             max(0.5, self.limits.timeout_s / 10) if slow_after_s is None else slow_after_s
         )
         self.max_slow = 4 * self.workers if max_slow is None else max_slow
+        # What compiles no request waits for may hold together (`_shed_unwaited`).
+        self.unwaited_bytes = (
+            self.workers * self.limits.memory_bytes if unwaited_bytes is None else unwaited_bytes
+        )
         self.start_timeout_s = start_timeout_s
         if self.workers < 1:
             raise ValueError(f"compile workers must be at least 1, got {self.workers}")
@@ -317,6 +325,7 @@ class CompilerPool:
                 "first_compiles_started": self.stats.first_started,
                 "compile_queue_seconds": self.stats.queue_seconds,
                 "compiles_cpu_limited": self.stats.timeouts,
+                "compiles_shed": self.stats.shed,
                 "compile_processes": len(self._procs),
                 "compile_workers_idle": sum(
                     p.job is None and p.worker.ready and not p.demoted and not p.reserve
@@ -448,6 +457,7 @@ class CompilerPool:
                 )
                 self._retire(proc)
         self._answer_late(now, done)
+        self._shed_unwaited(done)
 
     def _answer_late(self, now: float, done: list) -> None:
         """429 the requests whose deadline passed; their compiles go on in the background."""
@@ -482,10 +492,44 @@ class CompilerPool:
                 self.stats.busy += 1
                 error = late_error(job, now - waiter.since, retry, proc is not None)
                 done.append((waiter.future, error))
-            if not job.waiters and proc is not None and proc.demoted and not proc.unwaited:
-                # Nobody waits for it now: it finishes on what the engine and the compiles
-                # that requests wait for leave (a demoted process is retired when it ends).
-                proc.unwaited = proc.worker.lower_priority(UNWAITED_NICE)
+
+    def _shed_unwaited(self, done: list) -> None:
+        """Renice the compiles that no request waits for any more (UNWAITED_NICE), and stop
+        the largest of them while their resident memory
+        together passes `unwaited_bytes`: each is bounded by --compile-memory, but up to
+        `max_slow` of them ran at once (in a soak of hostile constraints the workers held
+        6 GB beside the server). Stopped as busy, not remembered: a retry compiles again."""
+        for proc in self._procs:
+            job = proc.job
+            if job is not None and job.late and not job.waiters and proc.demoted:
+                if not proc.unwaited:
+                    # Nobody waits for it now: it finishes on what the engine and the
+                    # compiles that requests wait for leave (a demoted process is retired
+                    # when it ends, so the niceness goes with it).
+                    proc.worker.lower_priority(UNWAITED_NICE)
+                    proc.unwaited = True
+        unwaited = [p for p in self._procs if p.unwaited and p.job is not None]
+        if not unwaited:
+            return
+        sizes = {p: p.worker.resident_bytes() for p in unwaited}
+        total = sum(sizes.values())
+        for proc in sorted(unwaited, key=sizes.__getitem__, reverse=True):
+            if total <= self.unwaited_bytes:
+                return
+            job = proc.job
+            assert job is not None
+            self._retire(proc)
+            total -= sizes[proc]
+            self.stats.shed += 1
+            self._end(job, self._shed(sizes[proc]), done)
+
+    def _shed(self, size: int) -> CompilerBusyError:
+        return CompilerBusyError(
+            f"The compiler is busy: the constraint's compile went on with no request waiting "
+            f"for it, holding {size / 2**20:.0f} MiB, and was stopped to make room. Retry "
+            "later; if this persists, simplify the constraint.",
+            retry_after=self.limits.timeout_s,
+        )
 
     def _too_costly(self, cpu: float) -> CompileLimitError:
         return CompileLimitError(

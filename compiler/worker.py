@@ -49,8 +49,9 @@ FIRST = "first"
 
 try:
     _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+    _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 except (AttributeError, ValueError, OSError):
-    _CLOCK_TICKS = 100
+    _CLOCK_TICKS, _PAGE_BYTES = 100, 4096
 
 
 class SentDfa(NamedTuple):
@@ -252,6 +253,14 @@ class WorkerProcess:
             return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
         except (OSError, IndexError, ValueError):
             return None
+
+    def resident_bytes(self) -> int:
+        """The process's resident memory (0 where /proc cannot say)."""
+        try:
+            pages = int(Path(f"/proc/{self.process.pid}/statm").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            return 0
+        return pages * _PAGE_BYTES
 
     def lower_priority(self, nice: int = 19) -> bool:
         """Renice the process to `nice` (it cannot be raised back)."""

@@ -192,6 +192,11 @@ _KNOWN_STATS = {
         "Compiles stopped at the CPU ceiling (--compile-cpu-limit), then remembered.",
         True,
     ),
+    "compiles_shed": (
+        "gclm_compiles_shed",
+        "Compiles no request waited for, stopped because together they held too much memory.",
+        True,
+    ),
     "compile_processes": ("gclm_compile_processes", "Live compile worker processes.", False),
     "compile_workers_idle": (
         "gclm_compile_workers_idle",

@@ -104,3 +104,41 @@ def test_a_retry_of_a_queued_compile_joins_it(embedded_vocab) -> None:
         assert pool.stats.compiles == 1
     finally:
         pool.close()
+
+
+def test_a_compile_nobody_waits_for_is_reniced_and_shed_past_the_memory_budget(
+    embedded_vocab,
+) -> None:
+    """Once its request got its 429, a demoted compile runs at UNWAITED_NICE; while such
+    compiles together hold more than `unwaited_bytes` resident (here: any), the largest is
+    stopped as busy, not remembered, and counted."""
+    import os
+
+    from gclm.compiler.pool import UNWAITED_NICE
+
+    pool = CompilerPool(
+        embedded_vocab, CompileLimits(timeout_s=0.3, cpu_s=120), workers=1, unwaited_bytes=0
+    )
+    assert pool.wait_ready(120)
+    cache = TableCache(pool.submit, embedded_vocab.fingerprint)
+    try:
+        with pytest.raises(CompilerBusyError) as caught:
+            cache.get(bomb(7))
+        compiling = caught.value.compiling
+        assert compiling is not None
+        with pytest.raises(CompilerBusyError, match="stopped to make room"):
+            compiling.result(timeout=60)
+        assert pool.gauges()["compiles_shed"] == 1
+        # Not remembered: once the cache has let go of it, the next request compiles it
+        # again (and waits its own timeout).
+        deadline = time.monotonic() + 10
+        while cache._inflight and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(CompilerBusyError):
+            cache.get(bomb(7))
+        assert pool.gauges()["compiles_started"] == 2
+        unwaited = [p for p in pool._procs if p.unwaited]
+        for proc in unwaited:
+            assert os.getpriority(os.PRIO_PROCESS, proc.worker.process.pid) == UNWAITED_NICE
+    finally:
+        pool.close()
