@@ -124,7 +124,7 @@ def _linear_of(module: Any) -> Callable[[torch.Tensor], torch.Tensor]:
     if type(module) is PackedLinear:
         packed, bias = module.packed, module.bias
         return lambda x: _pointwise(x, packed, bias, "none", [], "")
-    return module  # type: ignore[no-any-return]
+    return module
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
