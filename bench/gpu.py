@@ -13,7 +13,9 @@ side in each repeat (unconstrained, then constrained):
 
 Per arm and B it reports output tokens/s (median over `--repeats`), the engine's mean step
 time, time to first token (submit to first token, median and p90), output lengths and finish
-reasons; per B the ratio a/b and the mask's share of a constrained step, measured in a pass
+reasons; per B the ratio a/b, the same ratio against unconstrained outputs cut to the
+constrained ones' median length (like with like: (a) closes its JSON early), the ratio of
+their step times, and the mask's share of a constrained step, measured in a pass
 of its own that synchronises the device around the mask (`_mask`) and each step, so the
 share is the mask's serial cost and the throughput passes stay unperturbed. The issue's
 targets (on one H200, the embedded model in bf16) are pass/fail fields computed from those.
@@ -358,6 +360,22 @@ async def bench(args: argparse.Namespace, report: dict[str, Any]) -> None:
             row["constrained_ratio"] = (
                 row["constrained"]["tokens_per_s"] / row["unconstrained"]["tokens_per_s"]
             )
+            # Like with like: unconstrained outputs as long as the constrained ones (their
+            # median), and the step times, which do not depend on the lengths.
+            equal = max(
+                1, round(statistics.median(n for a in arms["constrained"] for n in a.lengths))
+            )
+            short = [
+                await run_arm(engine, prompts, free, equal, batch) for _ in arms["constrained"]
+            ]
+            row["unconstrained_equal_length"] = summary(short)
+            row["constrained_ratio_equal_length"] = (
+                row["constrained"]["tokens_per_s"]
+                / row["unconstrained_equal_length"]["tokens_per_s"]
+            )
+            row["constrained_step_ratio"] = (
+                row["constrained"]["step_ms"] / row["unconstrained"]["step_ms"]
+            )
             profiled = tables[:batch]
             row.update(await mask_share(engine, prompts[:batch], profiled, args.max_tokens, batch))
             rows[batch] = row
@@ -374,7 +392,9 @@ def print_row(batch: int, row: dict[str, Any]) -> None:
     c, u = row["constrained"], row["unconstrained"]
     print(
         f"B={batch:3d}  constrained {c['tokens_per_s']:8.1f} tok/s  unconstrained "
-        f"{u['tokens_per_s']:8.1f} tok/s  ratio {row['constrained_ratio']:.2f}  "
+        f"{u['tokens_per_s']:8.1f} tok/s  ratio {row['constrained_ratio']:.2f} "
+        f"({row['constrained_ratio_equal_length']:.2f} at equal lengths, "
+        f"{row['constrained_step_ratio']:.2f} per step)  "
         f"step {c['step_ms']:.1f}/{u['step_ms']:.1f} ms  mask {100 * row['mask_share']:.0f}% "
         f"of a step  first token {c['first_token_ms_median']:.0f}/"
         f"{u['first_token_ms_median']:.0f} ms  invalid {c['invalid_outputs']}/{c['outputs']}  "

@@ -164,3 +164,52 @@ async def test_thinking_text_leaves_the_end_marker_out(constrained: bool) -> Non
         TokenEvent("}", (6,)),
         FinishEvent("stop", 1, 8 if constrained else 9, reasoning_tokens=6),
     ]
+
+
+async def test_an_outbox_hands_a_steps_events_over_in_one_call(monkeypatch) -> None:
+    """Events sent on the outbox's thread wait for `flush`, then reach each sequence's queue
+    in order through one call_soon_threadsafe; from any other thread they go at once."""
+    import threading
+
+    from gclm.server.engine.transformers.sequence import Outbox, _deliver
+
+    loop = asyncio.get_running_loop()
+    calls = []
+    real = loop.call_soon_threadsafe
+
+    def counted(callback, *args):
+        if callback is _deliver or getattr(callback, "__name__", "") == "put_nowait":
+            calls.append(callback)  # the engine's hand-offs, not asyncio.to_thread's own
+        return real(callback, *args)
+
+    monkeypatch.setattr(loop, "call_soon_threadsafe", counted)
+    outbox = Outbox()
+    params = SamplingParams(max_tokens=8)
+    seqs = [
+        Sequence(
+            request=GenerationRequest(prompt_ids=[1], params=params),
+            request_id=str(i),
+            loop=loop,
+            vocab=VOCAB,
+            outbox=outbox,
+        )
+        for i in range(3)
+    ]
+
+    def step() -> None:
+        outbox.owner = threading.get_ident()
+        for _ in range(2):
+            for seq in seqs:
+                seq.update(1, frozenset({EOS}))
+        assert not calls  # held until the step's end
+        outbox.flush()
+
+    await asyncio.to_thread(step)
+    assert len(calls) == 1
+    await asyncio.sleep(0)
+    for seq in seqs:
+        assert [seq.events.get_nowait() for _ in range(2)] == [TokenEvent("a", (1,))] * 2
+    seqs[0].update(EOS, frozenset({EOS}))  # not the owner's thread: sent at once
+    assert len(calls) == 2
+    await asyncio.sleep(0)
+    assert seqs[0].events.get_nowait() == FinishEvent("stop", 1, 3)

@@ -45,6 +45,12 @@ TEMP_BYTES = 16 << 20
 # Attention kwargs that change the result; a pass that sets one runs SDPA.
 _UNSUPPORTED = ("softcap", "sliding_window", "s_aux", "position_bias")
 
+# float32 prompts take the blocked path only where it was measured faster than SDPA: on
+# AVX512 (2.0-2.2x one layer's attention, AVX512-BF16). On an AVX2 CPU (AMD EPYC, 2 cores,
+# one thread) it was slower: one layer 0.83-0.99x SDPA's speed at 1k-4k tokens, the
+# embedded model's float32 prefill 0.94x / 0.87x / 0.81x at 1k / 2k / 4k (bench/attention.py).
+FLOAT32_BLOCKED = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
 _linear = torch.ops.mkldnn._linear_pointwise  # oneDNN: x [M, K] @ w[N, K]^T -> [M, N]
 
 
@@ -66,9 +72,10 @@ def _plain(
 
 def runs(module: Any, query: torch.Tensor, key: torch.Tensor, dropout: float, kwargs: Any) -> bool:
     """Whether `causal_attention` computes this prompt chunk's call: plain, one row, at
-    least MIN_QUERIES queries, oneDNN present."""
+    least MIN_QUERIES queries, oneDNN present, bfloat16 or (FLOAT32_BLOCKED) float32."""
     return (
         _plain(module, query, key, dropout, kwargs)
+        and (query.dtype == torch.bfloat16 or FLOAT32_BLOCKED)
         and query.shape[0] == 1
         and key.shape[0] == 1
         and MIN_QUERIES <= query.shape[2] <= key.shape[2]

@@ -55,7 +55,7 @@ from gclm.server.engine.transformers.pace import StepPace
 from gclm.server.engine.transformers.penalties import apply_penalties
 from gclm.server.engine.transformers.prefills import Prefills
 from gclm.server.engine.transformers.sampling import sample
-from gclm.server.engine.transformers.sequence import Sequence
+from gclm.server.engine.transformers.sequence import Outbox, Sequence
 from gclm.server.engine.transformers.side_prefill import SidePrefill
 
 if TYPE_CHECKING:
@@ -103,6 +103,7 @@ class BatchEngine(TokenizerEngine):
         max_batched_tokens: int | None = None,
         max_step_seconds: float | None = None,
         prefill_thread: bool | None = None,
+        lean_decode: bool = True,
     ):
         """`max_batch` None: as many slots as `kv_memory` bytes (None: a share of the free
         memory) hold at a typical length; `queue_size`: sequences that may wait beyond the
@@ -111,7 +112,8 @@ class BatchEngine(TokenizerEngine):
         `max_step_seconds`: while streams decode, prompt chunks small enough that a step
         takes about this long (None: chunks of `max_batched_tokens`; pace.py);
         `prefill_thread`: prefill long prompts on a thread of their own, beside the steps
-        (side_prefill.py; None: on a CPU with a core to spare for it)."""
+        (side_prefill.py; None: on a CPU with a core to spare for it); `lean_decode`:
+        decode passes of a Llama run lean.py's forward (the same logits, less Python)."""
         self.model = model
         self.tokenizer = tokenizer
         self.model_id = model_id
@@ -148,7 +150,7 @@ class BatchEngine(TokenizerEngine):
         self._drafter = Drafter(vocab.token_bytes)
         self._queue = AdmissionQueue(self.max_batch, queue_size)
         self._running: list[Sequence] = []
-        self._kv = KVStore(model, self.max_batch)
+        self._kv = KVStore(model, self.max_batch, lean=lean_decode)
         self._slot: dict[Sequence, int] = {}  # the KV slot each sequence owns
         if prefill_thread is None:
             prefill_thread = self.device.type == "cpu" and _spare_core()
@@ -167,6 +169,7 @@ class BatchEngine(TokenizerEngine):
         }
         self._last_step = {"last_step_prefill_tokens": 0, "last_step_seconds": 0.0}
         self._wake = self._queue.cond
+        self._outbox = Outbox()  # a step's events, handed to the event loop at its end
         self._stopping = False
         self._dead: str | None = None  # why the engine thread died (check_health)
         self._thread = threading.Thread(target=self._run, name="gclm-engine", daemon=True)
@@ -199,6 +202,7 @@ class BatchEngine(TokenizerEngine):
             request_id=request.request_id or uuid.uuid4().hex,
             loop=asyncio.get_running_loop(),
             vocab=self.vocab,
+            outbox=self._outbox,
         )
         with self._wake:  # under the lock: the thread marks itself dead under it
             self.check_health()
@@ -245,6 +249,7 @@ class BatchEngine(TokenizerEngine):
         itself failing, a BaseException) ends the engine for good: every sequence, and every
         later submit and health check, gets EngineDeadError, so that /health fails and a
         supervisor restarts the server instead of it hanging or answering 500s forever."""
+        self._outbox.owner = threading.get_ident()
         try:
             self._loop()
         except BaseException as e:
@@ -255,6 +260,9 @@ class BatchEngine(TokenizerEngine):
                 self._running = []
             for seq in orphans:
                 seq.fail(EngineDeadError(self._dead))
+        finally:
+            self._outbox.owner = None  # later events (none expected) go at once
+            self._outbox.flush()
 
     def _loop(self) -> None:
         torch.set_grad_enabled(False)
@@ -278,6 +286,8 @@ class BatchEngine(TokenizerEngine):
                 self._feed.clear()
                 self._kv.reset()
                 self._queue.free = self.max_batch
+            finally:
+                self._outbox.flush()  # one hand-off of the step's events to each loop
 
     @property
     def _busy(self) -> bool:
@@ -305,7 +315,7 @@ class BatchEngine(TokenizerEngine):
             if not rows:
                 break
             seqs = [running[i] for i in rows]
-            step = logits[rows, position].float()  # [b, V]
+            step = _rows_at(logits, rows, position)  # [b, V] float32, written in place
             apply_penalties(step, seqs)  # before the mask: output stays valid
             self._mask(step, seqs)
             tokens = sample(step, seqs)  # [b]
@@ -384,13 +394,13 @@ class BatchEngine(TokenizerEngine):
             ready += [seq for seq, _ in side]
             news.append(torch.stack([row for _, row in side]))
         if news:
-            new = torch.cat(news)[:, None]  # [A, 1, V]
+            new = (news[0] if len(news) == 1 else torch.cat(news))[:, None]  # [A, 1, V]
             if parts and parts[0].shape[1] > 1:
                 new = new.expand(-1, parts[0].shape[1], -1)  # only position 0 is read
             parts.append(new)
         if not parts:  # a chunk that did not finish its prompt, nothing running
             return fed, torch.empty(0, 1, 0), []
-        return fed, torch.cat(parts), ready
+        return fed, parts[0] if len(parts) == 1 else torch.cat(parts), ready
 
     def _drop_cancelled(self) -> None:
         """Forget cancelled choices waiting on a prompt, and cancelled prompts no live
@@ -426,6 +436,12 @@ class BatchEngine(TokenizerEngine):
         self._feed[seq] = feed
 
     def _mask(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
+        if all(seq.constraint_state is None for seq in seqs):
+            # What mask_rows would do for free rows alone: every token allowed, the model's
+            # padded output columns (no token has their ids) not.
+            if logits.shape[-1] > self.vocab.size:
+                logits[:, self.vocab.size :] = -torch.inf
+            return
         rows = [
             MaskRow.free()
             if seq.constraint_state is None
@@ -502,6 +518,15 @@ def _spare_core() -> bool:
     affinity = getattr(os, "sched_getaffinity", None)
     cores = len(affinity(0)) if affinity else (os.cpu_count() or 1)
     return 2 * torch.get_num_threads() <= cores
+
+
+def _rows_at(logits: torch.Tensor, rows: list[int], position: int) -> torch.Tensor:
+    """`logits[rows, position]` in float32, to be masked and sampled in place: a view of
+    `logits` when that is every row in order and already float32 (no [B, V] copy; the
+    logits are not read again), else a copy."""
+    if logits.dtype == torch.float32 and len(rows) == logits.shape[0]:  # rows: 0, 1, ...
+        return logits[:, position]
+    return logits[rows, position].float()
 
 
 def _one_pass_pays(runs: dict[int, list[int]], rests: dict[int, list[int]]) -> bool:

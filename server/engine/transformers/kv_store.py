@@ -44,6 +44,7 @@ import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from gclm.server.engine.transformers.attention import ATTENTION as CPU_ATTENTION
+from gclm.server.engine.transformers.lean import LeanLlama
 from gclm.server.engine.transformers.packed import Segment, can_pack, packed_attention_on
 
 # Capacity grows by this many positions at a time.
@@ -250,7 +251,9 @@ class KVStore:
     (kept after release, for prefix reuse); `in_use[s]` whether a sequence owns it.
     """
 
-    def __init__(self, model: Any, slots: int, *, chunk: int = CHUNK) -> None:
+    def __init__(self, model: Any, slots: int, *, chunk: int = CHUNK, lean: bool = True) -> None:
+        """`lean`: decode passes of a Llama run lean.py's forward (the same logits, less
+        Python); False runs the model's forward for every pass."""
         if slots < 1:
             raise ValueError(f"A KV store needs at least one slot, not {slots}.")
         self.model = model
@@ -267,6 +270,7 @@ class KVStore:
         self.plan = _Plan(empty, empty[:, None], None, None, 0, 0)
         self.growing_s = 0.0  # seconds the current pass spent growing layers' buffers
         self._cache_kwarg = _cache_kwarg(model.__class__)
+        self._lean = LeanLlama.of(model) if lean else None
         self._min = torch.finfo(self.dtype).min
         self._text_config = _text_config(model.config)
         self.packs = can_pack(self._text_config, self.device)  # extend_packed runs
@@ -391,9 +395,7 @@ class KVStore:
         starts = torch.tensor([len(self.tokens[s]) if s in inputs else 0 for s in slots])
         width = int(starts.max()) + q
         self.reserve(width)
-        ids = torch.zeros((len(slots), q), dtype=torch.long)
-        for i, run in enumerate(runs):
-            ids[i, : len(run)] = torch.tensor(run)
+        ids = torch.tensor([run + [0] * (q - len(run)) for run in runs])  # [n, q], padded
         positions = starts[:, None] + torch.arange(q)[None, :]  # [n, q]
         visible = torch.arange(width)[None, None, :] <= positions[:, :, None]  # [n, q, width]
         written = [i for i, s in enumerate(slots) if s in inputs]
@@ -418,7 +420,10 @@ class KVStore:
         logits = self._run(ids, positions, None if fresh else visible, last)
         for s in given:
             self.tokens[s].extend(inputs[s])
-        return logits[[slots.index(s) for s in given]]
+        if given == slots:  # the rows are in the order asked for: no copy of [n, (q,) V]
+            return logits
+        at = {s: i for i, s in enumerate(slots)}
+        return logits[self._on(torch.tensor([at[s] for s in given]))]
 
     def extend_packed(
         self, runs: dict[int, list[int]], rests: dict[int, list[int]]
@@ -489,6 +494,11 @@ class KVStore:
         if visible is not None:
             mask = torch.zeros(visible.shape, dtype=self.dtype)
             mask.masked_fill_(~visible, self._min)
+        if self._lean is not None and mask is not None and ids.shape[1] == 1:  # a decode pass
+            lean = self._lean.forward(
+                self._on(ids), self._on(positions), self._on(mask[:, None]), self.cache
+            )  # [n, 1, V]
+            return lean if last is None else lean[:, 0]
         keep: int | torch.Tensor
         if last is None:
             keep, pick = ids.shape[1], None

@@ -17,9 +17,12 @@ class _Row(Protocol):
 
 def sample(logits: torch.Tensor, rows: Seq[_Row]) -> list[int]:
     """One token per row of masked logits [B, V]. Temperature 0 is greedy."""
-    temps = torch.tensor([r.request.params.temperature for r in rows], device=logits.device)
-    top_p = torch.tensor([r.request.params.top_p for r in rows], device=logits.device)
+    temperatures = [r.request.params.temperature for r in rows]
     out = logits.argmax(dim=-1)  # [B]
+    if max(temperatures, default=0.0) <= 1e-5:  # all greedy: no tensors of parameters
+        return out.tolist()
+    temps = torch.tensor(temperatures, device=logits.device)
+    top_p = torch.tensor([r.request.params.top_p for r in rows], device=logits.device)
     hot = torch.nonzero(temps > 1e-5).flatten()
     if hot.numel():
         scaled = logits[hot] / temps[hot, None]  # [H, V]

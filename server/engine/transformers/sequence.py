@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -11,6 +13,39 @@ from gclm.compiler.vocabulary import TokenVocabulary
 from gclm.masking import ConstraintState
 from gclm.server.engine.output import OutputTracker
 from gclm.server.engine.protocol import GenerationRequest, StreamEvent, TokenLogprob
+
+
+class Outbox:
+    """The events a step sends, handed to each event loop in one call at the step's end.
+
+    A `call_soon_threadsafe` writes to the loop's self-pipe and wakes it: one per token
+    per row was most of a step's bookkeeping at batch 32 (1.1 of 1.4 ms). Events sent from
+    the engine thread wait here until `flush` (the engine calls it after every step); an
+    event sent from any other thread goes at once, as before.
+    """
+
+    def __init__(self) -> None:
+        self.owner: int | None = None  # the engine thread's ident, set when it starts
+        self._pending: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, Any]]] = {}
+
+    def send(
+        self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[StreamEvent], event: Any
+    ) -> None:
+        if threading.get_ident() != self.owner:
+            loop.call_soon_threadsafe(queue.put_nowait, event)
+            return
+        self._pending.setdefault(loop, []).append((queue, event))
+
+    def flush(self) -> None:
+        """Hand every event held to its loop, one call per loop, in the order sent."""
+        pending, self._pending = self._pending, {}
+        for loop, items in pending.items():
+            loop.call_soon_threadsafe(_deliver, items)
+
+
+def _deliver(items: list[tuple[asyncio.Queue, Any]]) -> None:
+    for queue, event in items:
+        queue.put_nowait(event)
 
 
 @dataclass(eq=False)
@@ -35,6 +70,7 @@ class Sequence:
     cancelled: bool = False
     queued_at: float = 0.0  # time.monotonic() when queued, and when given a KV slot
     admitted_at: float = 0.0
+    outbox: Outbox | None = None  # the engine's: events wait for the step's end
 
     def __post_init__(self) -> None:
         self.output = OutputTracker(self.request, self.vocab.token_bytes, self._send)
@@ -88,4 +124,7 @@ class Sequence:
         self.output.fail(error)
 
     def _send(self, event: StreamEvent) -> None:
-        self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        if self.outbox is None:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        else:
+            self.outbox.send(self.loop, self.events, event)
