@@ -40,6 +40,7 @@ from typing import Any
 
 from gclm.compiler.cache import copy_outcome
 from gclm.compiler.constraint import Constraint
+from gclm.compiler.deadline import OutOfTime, work_deadline
 from gclm.compiler.lazy_dfa import GrowingLazyTable
 from gclm.compiler.lazy_table import LazyTable
 from gclm.compiler.regex import to_regex
@@ -67,6 +68,10 @@ MAX_GROWN_NFA_STATES = 1_000_000
 # a state while it runs). Past LIGHT_LANE_DEPTH / GROW_LANE_DEPTH queued or running, a
 # constraint's first masks come from a worker instead, which is bounded by its own limits.
 LIGHT_NFA_STATES = 100_000
+# Seconds the light lane spends writing a regex (Python: JSON Schema normalisation, a
+# grammar's expansion) before it leaves the constraint to a worker: the dev split's slowest
+# to_regex took 60-90 ms, and one of its schemas (WashingtonPost wp_124) minutes.
+LIGHT_REGEX_SECONDS = 1.0
 LIGHT_REGEX_CHARS = 1_000_000  # a longer regex goes to the heavy lane at once
 HEAVY_NICE = 10  # the heavy lane's thread: it yields the cores to the engine's threads
 LIGHT_LANE_DEPTH = 8
@@ -191,7 +196,8 @@ class FirstMasks:
         try:
             heavy = regex is not None
             if regex is None:
-                regex = to_regex(constraint).regex
+                with work_deadline(LIGHT_REGEX_SECONDS):
+                    regex = to_regex(constraint).regex
                 # A long regex's NFA is large more often than not: parse it once, there.
                 if len(regex) > LIGHT_REGEX_CHARS and self._to_heavy_lane(constraint, out, regex):
                     return
@@ -202,6 +208,8 @@ class FirstMasks:
         except NfaTooLarge:
             if not heavy and self._to_heavy_lane(constraint, out, regex):  # type: ignore[arg-type]
                 return
+        except OutOfTime:  # writing its regex is slow: a worker's, with its CPU limit
+            pass
         except CompileLimitError as e:  # the worker would refuse it the same way
             out.set_exception(e)
             return

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from gclm.compiler.deadline import check
 from gclm.compiler.grammar.common import COMMON
 from gclm.compiler.grammar.gaps import Gaps
 from gclm.compiler.grammar.python_regex import (
@@ -323,6 +324,7 @@ class _Expander:
     # -------------------------------------------------------------- rules
 
     def rule(self, name: str, line: int) -> Rx | None:
+        check()  # a server thread's deadline (compiler/deadline.py)
         key, d = self.scope.resolve(Ref(name, line), "")
         if self.counts.get(name, 0) >= self.depth:
             self.cut.add(name)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
+from gclm.compiler.deadline import check
 from gclm.compiler.json_schema.exclusions import (
     discriminated,
     exclusive_object,
@@ -178,6 +179,7 @@ class Normalizer:
         A `oneOf` or `not` of `s` (or of an allOf member that says only that) is applied
         after the meet, so its proofs see what `within` and the siblings require.
         """
+        check()  # a server thread's deadline (compiler/deadline.py)
         if s is True or s == {}:
             return within if within is not None and not is_any(within) else self.anything(ptr)
         if s is False:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from gclm.compiler.deadline import check
 from gclm.compiler.json_schema.patterns import FORMATS
 from gclm.errors import ConstraintError, UnsupportedSchemaError
 
@@ -80,6 +81,7 @@ def keyword_types(keyword: str) -> set[str]:
 
 
 def canonical(value: Any) -> str:
+    check()  # called throughout the meets and unions: a server thread's deadline
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 

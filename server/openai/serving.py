@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Request, Response
 
+from gclm.compiler.deadline import OutOfTime, work_deadline
 from gclm.compiler.lazy_table import SearchTooLarge, request_deadline
 from gclm.compiler.tables import CompiledTable
 from gclm.errors import (
@@ -163,7 +164,7 @@ class Serving:
         self.check_admissible(body, len(prompts))
         # Off the event loop: reading a grammar or writing the tools' regex grows with the
         # request (a 20,000-character case-insensitive literal held the loop for 14 s).
-        spec = await asyncio.to_thread(constraint_spec, body, self.settings.additional_properties)
+        spec = await asyncio.to_thread(self.read_constraint, body)
         parser = self.reasoning if self.thinks(body) else None
         started = time.perf_counter()
         try:
@@ -242,6 +243,22 @@ class Serving:
             assert not is_lazy(table)  # no first masks for a thinking request
             thinking = parser.thinking(body, table, max_tokens)
         return table, max_tokens, thinking, policy
+
+    def read_constraint(self, body: GenerationBody) -> ConstraintSpec | None:
+        """`constraint_spec`, within --compile-timeout: the tools' regex is written here, in
+        the request (a tool's schema can take minutes to normalise, as some real ones do)."""
+        limit = self.settings.compile_timeout
+        try:
+            with work_deadline(limit):
+                return constraint_spec(body, self.settings.additional_properties)
+        except OutOfTime:
+            error = CompileLimitError(
+                f"Writing this request's constraint (its tools' schemas and grammars) took "
+                f"more than {limit:g} s; simplify them (fewer oneOf/anyOf combinations, less "
+                "nesting) or raise --compile-timeout."
+            )
+            error.param = "tools"
+            raise error from None
 
     def lazy_budget(
         self,

@@ -172,3 +172,47 @@ def test_a_requests_search_stops_at_its_deadline() -> None:
     with request_deadline(time.monotonic() - 1), pytest.raises(SearchTooLarge):
         table.request_minimum()
     assert table.request_minimum() == 80
+
+
+def test_writing_a_regex_stops_at_a_work_deadline_and_only_inside_one() -> None:
+    """A schema whose normalisation takes minutes (MaskBench's WashingtonPost wp_124 has
+    the same shape: oneOfs of arrays under $refs) stops at the server thread's deadline;
+    the same code without a deadline (a worker's) is not stopped by it."""
+    from gclm.compiler.deadline import OutOfTime, check, work_deadline
+
+    schema = {"$defs": {}, "type": "object", "properties": {"x": {"$ref": "#/$defs/a0"}}}
+    for i in range(12):
+        schema["$defs"][f"a{i}"] = {
+            "oneOf": [
+                {"type": "array", "items": {"$ref": f"#/$defs/a{i + 1}"}},
+                {"type": "object", "properties": {"y": {"$ref": f"#/$defs/a{i + 1}"}}},
+                {"type": "string"},
+            ]
+        }
+    schema["$defs"]["a12"] = {"type": "integer"}
+    with work_deadline(0.0), pytest.raises(OutOfTime):
+        to_regex(Constraint.json_schema(schema))
+    with work_deadline(-1.0), pytest.raises(OutOfTime):
+        grammar_regex('start: "a" | b\nb: "c"')
+    check()  # outside a deadline: nothing
+
+
+def test_a_regex_slow_to_write_is_left_to_a_worker(monkeypatch) -> None:
+    """Past LIGHT_REGEX_SECONDS (here 0) writing the regex on the light lane stops and a
+    worker's FIRST compile answers: the lane is free for the next constraint."""
+    monkeypatch.setattr("gclm.compiler.first_mask.LIGHT_REGEX_SECONDS", 0.0)
+    sent: list[Constraint] = []
+
+    def worker(constraint: Constraint) -> Future[object]:
+        sent.append(constraint)
+        future: Future[object] = Future()
+        future.set_result(None)
+        return future
+
+    first = FirstMasks(lambda c: None, BYTES, worker, grow=True)
+    try:
+        slow = Constraint.json_schema({"type": "object", "properties": {"a": {"type": "string"}}})
+        assert first.compile(slow).result(timeout=30) is None  # the worker's answer
+        assert sent == [slow] and first.gauges()["first_masks_grown"] == 0
+    finally:
+        first.close()
