@@ -53,6 +53,7 @@ _UNSET: dict[str, Any] = {
     "guided_json": NULL,
     "guided_regex": NULL,
     "guided_choice": NULL,
+    "guided_grammar": NULL,
 }
 # Tools ask for a constraint unless there are none or tool_choice is "none".
 _NO_TOOL_CALLS: dict[str, Any] = {
