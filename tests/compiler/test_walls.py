@@ -109,13 +109,7 @@ def test_new_constraints_go_to_a_worker_while_the_grow_lane_is_full() -> None:
     from the worker pool (submit_first), not from a queue behind them."""
     release = threading.Event()
     sent: list[Constraint] = []
-
-    def worker(constraint: Constraint) -> Future[object]:
-        sent.append(constraint)
-        future: Future[object] = Future()
-        future.set_result(None)
-        return future
-
+    worker = recording_worker(sent)
     first = FirstMasks(lambda c: None, BYTES, worker, grow=True)
     held = first._grow_here
     first._grow_here = lambda c, out, regex: (release.wait(30), held(c, out, regex))  # type: ignore[method-assign]
@@ -147,6 +141,18 @@ def test_a_large_nfa_grows_on_the_heavy_lane_and_a_small_one_does_not_wait_for_i
         assert first.gauges()["first_masks_grown"] == 2
     finally:
         first.close()
+
+
+def recording_worker(sent: list[Constraint]):  # type: ignore[no-untyped-def]
+    """A pool's submit_first that records each constraint and answers None at once."""
+
+    def worker(constraint: Constraint) -> Future[object]:
+        sent.append(constraint)
+        future: Future[object] = Future()
+        future.set_result(None)
+        return future
+
+    return worker
 
 
 def no_worker(constraint: Constraint) -> Future[object]:
@@ -202,13 +208,7 @@ def test_a_regex_slow_to_write_is_left_to_a_worker(monkeypatch) -> None:
     worker's FIRST compile answers: the lane is free for the next constraint."""
     monkeypatch.setattr("gclm.compiler.first_mask.LIGHT_REGEX_SECONDS", 0.0)
     sent: list[Constraint] = []
-
-    def worker(constraint: Constraint) -> Future[object]:
-        sent.append(constraint)
-        future: Future[object] = Future()
-        future.set_result(None)
-        return future
-
+    worker = recording_worker(sent)
     first = FirstMasks(lambda c: None, BYTES, worker, grow=True)
     try:
         slow = Constraint.json_schema({"type": "object", "properties": {"a": {"type": "string"}}})
