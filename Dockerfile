@@ -63,6 +63,11 @@ RUN pip install --no-deps . \
 WORKDIR /home/gclm
 # Numeric, so that Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
 USER 10001:10001
+# numba's compiled functions for the compile workers and the server's first masks, into the
+# image's /cache/numba: docker and podman copy an image's files into an empty volume mounted
+# over them, so a new cache volume starts warm. Compiled cold at start, they took 45-60 s on
+# a 2-core machine, and a request served meanwhile waited for them.
+RUN python -m gclm.compiler.warm
 VOLUME /cache
 EXPOSE 8000
 

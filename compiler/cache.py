@@ -232,7 +232,7 @@ class TableCache:
             return future
         if isinstance(compiled, Future):
             compiled.add_done_callback(
-                lambda f: self._finisher.submit(self._compiled, key, future, f, started)
+                lambda f: self._hand_off(self._compiled, key, future, f, started)
             )
         else:
             self._compiled(key, future, _done(compiled), started)
@@ -285,7 +285,7 @@ class TableCache:
         if stored is not None:  # the byte DFA of a FIRST compile before a restart
             made = self._first_masks.from_dfa(stored)
             made.add_done_callback(
-                lambda f: self._finisher.submit(self._first_stored, key, pending, f, constraint)
+                lambda f: self._hand_off(self._first_stored, key, pending, f, constraint)
             )
             return pending
         self._first_compile(key, pending, constraint)
@@ -296,7 +296,7 @@ class TableCache:
     ) -> None:
         compiled = self._first_masks.compile(constraint)  # type: ignore[union-attr]
         compiled.add_done_callback(
-            lambda f: self._finisher.submit(self._first_compiled, key, pending, f, constraint)
+            lambda f: self._hand_off(self._first_compiled, key, pending, f, constraint)
         )
 
     def _first_stored(
@@ -356,8 +356,23 @@ class TableCache:
             )
         return out
 
+    def wait_warm(self, timeout: float | None = None) -> bool:
+        """Block until the first masks' compiled functions are loaded (True: so they are,
+        or this cache grows none), or `timeout` (see `FirstMasks.wait_warm`)."""
+        if self._first_masks is None:
+            return True
+        return self._first_masks.wait_warm(timeout)
+
     def close(self) -> None:
         self._finisher.shutdown(wait=False, cancel_futures=True)
+
+    def _hand_off(self, fn: Any, *args: Any) -> None:
+        """Run `fn(*args)` on the finisher thread; once the cache is closed (the server is
+        shutting down), a compile that ends is dropped instead of raising in its callback."""
+        try:
+            self._finisher.submit(fn, *args)
+        except RuntimeError:  # submitted after shutdown
+            log.debug("a compile ended after the table cache closed; dropped")
 
     # --- filling the cache ---
 
@@ -493,7 +508,7 @@ class TableCache:
         if follow:
             compiling.add_done_callback(  # type: ignore[union-attr]
                 lambda f: (
-                    self._finisher.submit(self._first_landed, key, f)
+                    self._hand_off(self._first_landed, key, f)
                     if first
                     else self._land(key, f)
                 )
@@ -509,7 +524,7 @@ class TableCache:
             landing: Future[CompiledTable] | None = None
             if key not in self._inflight:  # else a request that joined the compile keeps it
                 landing = self._inflight[key] = Future()
-        self._finisher.submit(self._landed, key, compiled, landing)
+        self._hand_off(self._landed, key, compiled, landing)
 
     def _landed(
         self, key: str, compiled: Future[CompiledTable], landing: Future[CompiledTable] | None

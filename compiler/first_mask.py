@@ -122,7 +122,20 @@ class FirstMasks:
             weakref.WeakKeyDictionary()
         )
         self._lock = threading.Lock()
-        self._builder.submit(_warm_up, vocab)
+        self._warm = self._builder.submit(warm_up, vocab)
+
+    def wait_warm(self, timeout: float | None = None) -> bool:
+        """Block until the compiled functions a grow uses are loaded (True), or `timeout`.
+
+        On a cold numba cache (a fresh install, a new cache volume) compiling them takes
+        30-45 s on a loaded 2-core machine; a request's grow in that time waits for
+        numba's lock and gets its 429 at --compile-timeout. A server waits for this before
+        it serves, as it waits for its compile workers."""
+        try:
+            self._warm.result(timeout)
+        except TimeoutError:
+            return False
+        return True
 
     def __call__(self, constraint: Constraint) -> Future[LazyTable | None] | None:
         dfa = self._early_dfa(constraint)
@@ -307,7 +320,7 @@ def _yield_cpu() -> None:
             pass
 
 
-def _warm_up(vocab: TokenVocabulary) -> None:
+def warm_up(vocab: TokenVocabulary) -> None:
     """The vocabulary's trie and the compiled walks, before the first request: else its
     first state's walk would compile them on the engine's thread, stalling the batch."""
     try:

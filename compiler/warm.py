@@ -25,3 +25,12 @@ def _warm() -> None:
 
 
 _warm()
+
+if __name__ == "__main__":
+    # `python -m gclm.compiler.warm` (the Docker image's build): the functions the server
+    # grows first masks with, too, into numba's cache. They compile for array types, not
+    # for a vocabulary, so a small one loads them for any.
+    from gclm.compiler.first_mask import warm_up
+
+    words = [bytes([b]) for b in range(256)] + [b"ab", b"abc", b'{"', b'":']
+    warm_up(TokenVocabulary((*words, None), len(words), "plain"))

@@ -53,6 +53,8 @@ RUN python3 -m pip install --no-deps . \
 # compile workers (see the main Dockerfile).
 WORKDIR /home/gclm
 USER 10001:10001
+# numba's compiled functions, as in the main image (the compile workers use them).
+RUN python3 -m gclm.compiler.warm
 VOLUME /cache
 EXPOSE 8000
 

@@ -32,6 +32,9 @@ from gclm.server.settings import ServerSettings
 if TYPE_CHECKING:
     from gclm.server.engine.vllm import VllmEngine
 
+# A start that waited longer than this for the compiler says why (a cold numba cache).
+COLD_START_NOTE_S = 5.0
+
 log = logging.getLogger("gclm.server")
 
 # Compiled at start-up (see `precompile`).
@@ -72,10 +75,7 @@ def build_engine(settings: ServerSettings) -> BuiltEngine:
     replace_chat_template(loaded.tokenizer, settings.chat_template)
     vocab = TokenVocabulary.from_tokenizer(loaded.tokenizer)
     pool, cache = build_compiler(settings, vocab, first_masks=settings.first_mask != "whole")
-    if not pool.wait_ready(START_TIMEOUT_S):
-        log.warning(
-            "the compile workers are not ready after %.0f s; serving anyway", START_TIMEOUT_S
-        )
+    wait_for_compiler(pool, cache)
     engine = BatchEngine(
         loaded.model,
         loaded.tokenizer,
@@ -92,6 +92,29 @@ def build_engine(settings: ServerSettings) -> BuiltEngine:
         prefill_thread={"auto": None, "on": True, "off": False}[settings.prefill_thread],
     )
     return BuiltEngine(engine, pool)
+
+
+def wait_for_compiler(pool: CompilerPool, cache: TableCache) -> None:
+    """Wait (at most START_TIMEOUT_S in all) for the compile workers to start and for the
+    functions the server grows first masks with to load: on a cold numba cache both compile
+    them, 30-45 s on a loaded 2-core machine, and a request served meanwhile would spend
+    its --compile-timeout waiting for numba and get a 429."""
+    started = time.perf_counter()
+    if not pool.wait_ready(START_TIMEOUT_S):
+        log.warning(
+            "the compile workers are not ready after %.0f s; serving anyway", START_TIMEOUT_S
+        )
+    left = max(1.0, START_TIMEOUT_S - (time.perf_counter() - started))
+    if not cache.wait_warm(left):
+        log.warning("the first masks' functions are not compiled after %.0f s; serving anyway",
+                    START_TIMEOUT_S)
+    waited = time.perf_counter() - started
+    if waited > COLD_START_NOTE_S:
+        log.info(
+            "the compiler was ready after %.0f s (numba compiled its functions: a cold cache; "
+            "later starts load them)",
+            waited,
+        )
 
 
 def build_compiler(

@@ -256,3 +256,18 @@ def test_a_compile_limit_is_remembered_on_disk_under_the_same_limits(tmp_path):
     assert len(calls) == 3
     # One small file per (constraint, limits).
     assert sum(1 for _ in (tmp_path / "failures").iterdir()) == 3
+
+
+def test_a_compile_that_ends_after_the_cache_closed_is_dropped_quietly(caplog):
+    # A server shutting down closes its cache while compiles go on in the workers; the
+    # one that ends then raised in its done-callback ("cannot schedule new futures after
+    # shutdown") and left a traceback in the shutdown's log.
+    pending: Future = Future()
+    cache = TableCache(lambda constraint: pending, ABC.fingerprint)
+    asked = cache.fetch(Constraint.regex("a"))
+    cache.close()
+    with caplog.at_level("DEBUG"):
+        pending.set_result(compile_constraint(Constraint.regex("a"), ABC))
+    assert not asked.done()  # nobody waits for it any more: the server is gone
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+    assert "after the table cache closed" in caplog.text

@@ -542,3 +542,83 @@ def test_a_busy_worker_answers_a_refused_growth_with_its_429() -> None:
             first.compile(Constraint.regex(r"\d")).result(timeout=30)
     finally:
         first.close()
+
+
+
+# Run in a process of its own: in this one, earlier tests have loaded functions already.
+WARM_UP_COVERS_A_REQUEST = r"""
+import importlib, json, pkgutil
+
+import gclm.compiler
+from numba.core.registry import CPUDispatcher
+
+from gclm.compiler.constraint import parse_constraint
+from gclm.compiler.first_mask import warm_up
+from gclm.compiler.lazy_dfa import GrowingLazyTable
+from gclm.compiler.regex import to_regex
+from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.server.engine.model_loader import load_tokenizer
+
+
+def specialisations():
+    out = {}
+    for module in pkgutil.iter_modules(gclm.compiler.__path__):
+        if module.name in ("warm", "worker"):  # import-time effects: not the server's
+            continue
+        loaded = importlib.import_module(f"gclm.compiler.{module.name}")
+        for name, value in vars(loaded).items():
+            if isinstance(value, CPUDispatcher) and value.__module__ == loaded.__name__:
+                out[f"{loaded.__name__}.{name}"] = len(value.signatures)
+    return out
+
+
+vocab = TokenVocabulary.from_tokenizer(load_tokenizer(None))
+before = specialisations()
+words = [bytes([b]) for b in range(256)] + [b"ab", b'{"']
+warm_up(TokenVocabulary((*words, None), len(words), "plain"))  # as the image's build does
+warmed = specialisations()
+person = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 24},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "tags": {"type": "array", "items": {"enum": ["a", "\u00e9", "\u4e20"]}},
+    },
+    "required": ["name", "age"],
+}
+for spec in (
+    {"type": "json_schema", "json_schema": {"name": "p", "schema": person}},
+    {"type": "json_object"},
+    {"regex": "[\u00e9-\u4e00]+[0-9]{3}(a|b)*A"},
+    {"choice": ["yes", "no"]},
+    {"grammar": 'start: "a" b\nb: /[0-9]+/'},
+):
+    table = GrowingLazyTable.of_regex(to_regex(parse_constraint(spec)).regex, vocab)
+    assert table.request_fits(64) and table.request_minimum() > 0
+    table.forward_row(table.initial)
+    table.spelled_upper(table.initial)
+print(json.dumps({"before": sum(before.values()), "warmed": warmed, "after": specialisations()}))
+"""
+
+
+def test_the_warm_up_compiles_every_function_a_grow_and_a_request_use() -> None:
+    # The server waits for the warm-up before it serves (server/launch.py) and the image's
+    # build runs it (Dockerfile): whatever a request's grow compiles after it is numba
+    # compiling on a cold cache while the request's --compile-timeout runs (45-60 s on a
+    # 2-core machine: a 429 for the first request of a new container).
+    import json
+    import subprocess
+    import sys
+
+    ran = subprocess.run(
+        [sys.executable, "-c", WARM_UP_COVERS_A_REQUEST],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    seen = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert seen["before"] == 0  # nothing compiled at import: the warm-up loads them all
+    assert sum(seen["warmed"].values()) > 10
+    assert seen["after"] == seen["warmed"]

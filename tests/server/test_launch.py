@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import subprocess
 import sys
+import threading
 
 from gclm.compiler.constraint import Constraint
 from gclm.server.launch import (
@@ -12,6 +13,7 @@ from gclm.server.launch import (
     build_compiler,
     freeze_startup_heap,
     no_hugepage_advice,
+    wait_for_compiler,
 )
 from gclm.server.settings import ServerSettings
 
@@ -29,6 +31,32 @@ def test_json_object_is_compiled_at_start_up_without_blocking(embedded_vocab, tm
         # Remembered on disk: the next start finds it without compiling.
         assert any((tmp_path / "tables").iterdir())
     finally:
+        pool.close()
+        cache.close()
+
+
+def test_the_server_serves_once_the_first_masks_functions_are_loaded(
+    embedded_vocab, tmp_path, monkeypatch
+):
+    # On a cold numba cache the warm-up compiles for 45-60 s; a request served meanwhile
+    # waited for numba inside its --compile-timeout and got a 429 (a new container's first).
+    from gclm.compiler import first_mask
+
+    compiling = threading.Event()
+    monkeypatch.setattr(first_mask, "warm_up", lambda vocab: compiling.wait(60))
+    settings = ServerSettings(cache_dir=tmp_path, compile_workers=1, first_mask="lazy")
+    pool, cache = build_compiler(settings, embedded_vocab, first_masks=True)
+    try:
+        waiting = threading.Thread(target=wait_for_compiler, args=(pool, cache))
+        waiting.start()
+        assert pool.wait_ready(120)
+        waiting.join(1.0)
+        assert waiting.is_alive() and not cache.wait_warm(0)
+        compiling.set()
+        waiting.join(10)
+        assert not waiting.is_alive() and cache.wait_warm(0)
+    finally:
+        compiling.set()
         pool.close()
         cache.close()
 
