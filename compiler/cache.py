@@ -84,6 +84,10 @@ class FirstMasksSource(Protocol):
         """Counters for /metrics."""
         ...
 
+    def wait_warm(self, timeout: float | None = None) -> bool:
+        """Block until what the source compiles with is loaded (True), or `timeout`."""
+        ...
+
 
 def _first_key(key: str) -> str:
     """Where a constraint's LazyTable is kept, beside its table's `key`."""
