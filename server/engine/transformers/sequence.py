@@ -20,8 +20,9 @@ class Outbox:
 
     A `call_soon_threadsafe` writes to the loop's self-pipe and wakes it: one per token
     per row was most of a step's bookkeeping at batch 32 (1.1 of 1.4 ms). Events sent from
-    the engine thread wait here until `flush` (the engine calls it after every step); an
-    event sent from any other thread goes at once, as before.
+    the engine thread wait here until `flush` (the engine calls it once a step's tokens
+    are taken, before it drafts, and at the step's end); an event sent from any other
+    thread goes at once, as before.
     """
 
     def __init__(self) -> None:
