@@ -35,9 +35,10 @@ import hashlib
 import logging
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -176,6 +177,10 @@ class TableCache:
         self._inflight: dict[str, Future[CompiledTable]] = {}
         self._background: set[str] = set()  # keys whose compile goes on with nobody waiting
         self._first_masks = first_masks
+        # The compile behind each future handed out for a compile in flight, for `abandon`.
+        self._sources: weakref.WeakKeyDictionary[Future[Any], Future[Any]] = (
+            weakref.WeakKeyDictionary()
+        )
         # Finishes compiles (disk write, measuring) off the compile pool's thread.
         self._finisher = ThreadPoolExecutor(2, thread_name_prefix="gclm-cache")
 
@@ -235,6 +240,8 @@ class TableCache:
             self._fail(key, future, e)
             return future
         if isinstance(compiled, Future):
+            with self._lock:
+                self._sources[future] = compiled
             compiled.add_done_callback(
                 lambda f: self._hand_off(self._compiled, key, future, f, started)
             )
@@ -299,6 +306,8 @@ class TableCache:
         self, key: str, pending: Future[CompiledTable | LazyTable], constraint: Constraint
     ) -> None:
         compiled = self._first_masks.compile(constraint)  # type: ignore[union-attr]
+        with self._lock:
+            self._sources[pending] = compiled
         compiled.add_done_callback(
             lambda f: self._hand_off(self._first_compiled, key, pending, f, constraint)
         )
@@ -359,6 +368,17 @@ class TableCache:
                 table_disk_evictions=self.disk.evictions,
             )
         return out
+
+    def abandon(self, future: Future[Any]) -> bool:
+        """Every request that waited for `future` (one of `fetch`'s or `fetch_first`'s for
+        a compile in flight) left before it was answered: cancel the compile behind it. The
+        pool stops it, queued or running, unless it answered a request 429 for it (that
+        client is to retry); `future` then fails busy, not remembered. A request that joined
+        meanwhile gets that 429 and its retry compiles again. False: nothing was cancelled
+        (the compile ended, or is not one this cache started)."""
+        with self._lock:
+            source = self._sources.pop(future, None)
+        return source is not None and source.cancel()
 
     def wait_warm(self, timeout: float | None = None) -> bool:
         """Block until the first masks' compiled functions are loaded (True: so they are,
@@ -501,6 +521,12 @@ class TableCache:
         """A compile failed (`first`: a FIRST compile, remembered as the table's failure too:
         the whole compile would fail the same way); a busy one that goes on in the
         background is followed, so that its table, LazyTable or failure is kept."""
+        if isinstance(error, CancelledError):  # `abandon`: every request left
+            error = CompilerBusyError(
+                "The constraint's compile was stopped: every request that asked for it left "
+                "before it ended. Send the request again to compile it.",
+                retry_after=1.0,
+            )
         compiling = error.compiling if isinstance(error, CompilerBusyError) else None
         flight = _first_key(key) if first else key
         with self._lock:

@@ -39,6 +39,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from gclm.compiler.cache import copy_outcome
+from gclm.compiler.compile_job import settle
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.deadline import OutOfTime, work_deadline
 from gclm.compiler.lazy_dfa import GrowingLazyTable
@@ -169,9 +170,11 @@ class FirstMasks:
 
     def _grow(self, constraint: Constraint, out: Future[CompiledTable | LazyTable | None]) -> None:
         """`constraint`'s GrowingLazyTable into `out` (an NFA past LIGHT_NFA_STATES is
-        handed to the heavy lane), else a worker's FIRST compile."""
+        handed to the heavy lane), else a worker's FIRST compile; nothing where `out` was
+        cancelled while queued (every request that asked for it left)."""
         try:
-            self._grow_here(constraint, out, None)
+            if not out.cancelled():
+                self._grow_here(constraint, out, None)
         finally:
             with self._lock:
                 self._growing -= 1
@@ -180,7 +183,8 @@ class FirstMasks:
         self, constraint: Constraint, out: Future[CompiledTable | LazyTable | None], regex: str
     ) -> None:
         try:
-            self._grow_here(constraint, out, regex)
+            if not out.cancelled():
+                self._grow_here(constraint, out, regex)
         finally:
             with self._lock:
                 self._heavy_growing -= 1
@@ -224,7 +228,7 @@ class FirstMasks:
         except OutOfTime:  # writing its regex is slow: a worker's, with its CPU limit
             pass
         except CompileLimitError as e:  # the worker would refuse it the same way
-            out.set_exception(e)
+            settle(out, e)
             return
         except (Unsupported, ValueError, ConstraintError):
             # Not read by the parser, too large, not served, or refused by to_regex: the
@@ -236,15 +240,15 @@ class FirstMasks:
             try:
                 sent = self._made(self._submit_first(constraint))  # type: ignore[misc]
             except BaseException as e:  # never leave `out` unanswered
-                out.set_exception(e)
+                settle(out, e)
                 return
-            sent.add_done_callback(lambda f: copy_outcome(f, out))
+            _follow(sent, out)
             return
         table.compile_seconds = time.perf_counter() - started
         with self._lock:
             self.grown += 1
             self.grow_seconds += table.compile_seconds
-        out.set_result(table)
+        settle(out, table)
 
     def gauges(self) -> dict[str, float]:
         """Tables grown here, and the seconds their NFAs took, for /metrics."""
@@ -267,23 +271,28 @@ class FirstMasks:
         return out
 
     def _made(self, sent: Future[Any]) -> Future[CompiledTable | LazyTable | None]:
+        """What the pool's FIRST compile `sent` makes; cancelling it cancels `sent` (the
+        pool then stops the compile: TableCache.abandon)."""
         out: Future[CompiledTable | LazyTable | None] = Future()
         sent.add_done_callback(lambda f: self._builder.submit(self._make, f, out))
+        out.add_done_callback(lambda f: f.cancelled() and sent.cancel())
         return out
 
     def _make(self, sent: Future[Any], out: Future[CompiledTable | LazyTable | None]) -> None:
+        if out.done():  # cancelled: nobody waits for it
+            return
         try:
             result = sent.result()
         except CompilerBusyError as e:  # the compile goes on: its outcome made the same way
             if e.compiling is not None:
                 e.compiling = self._made(e.compiling)
-            out.set_exception(e)
+            settle(out, e)
             return
         except BaseException as e:
-            out.set_exception(e)
+            settle(out, e)
             return
         if isinstance(result, CompiledTable):
-            out.set_result(result)
+            settle(out, result)
             return
         try:
             dfa = ByteDfa(result.next, result.accepting, result.classes)
@@ -293,7 +302,7 @@ class FirstMasks:
             table = None
         if table is not None:
             table.compile_seconds = result.seconds
-        out.set_result(table)
+        settle(out, table)
 
     def _build(self, dfa: Future[tuple[Any, Any] | None], out: Future[LazyTable | None]) -> None:
         try:
@@ -308,6 +317,17 @@ class FirstMasks:
         for lane in (self._grower, self._heavy):
             if lane is not None:
                 lane.shutdown(wait=False, cancel_futures=True)
+
+
+def _follow(sent: Future[Any], out: Future[Any]) -> None:
+    """`sent`'s outcome into `out`; cancelling `out` cancels `sent`."""
+
+    def copy(done: Future[Any]) -> None:
+        if not out.done():
+            copy_outcome(done, out)
+
+    sent.add_done_callback(copy)
+    out.add_done_callback(lambda f: f.cancelled() and sent.cancel())
 
 
 def _yield_cpu() -> None:

@@ -160,6 +160,7 @@ class PoolStats:
     background: int = 0  # compiles that went on after a request's deadline passed
     background_done: int = 0  # ... and ended (table or failure) with nobody waiting
     shed: int = 0  # ... or were stopped, holding too much memory (_shed_unwaited)
+    abandoned: int = 0  # stopped because every request that asked for them left
     cpu_seconds: float = 0.0  # CPU time of ended compiles, in the workers
     started: int = 0  # compiles handed to a worker
     first_started: int = 0  # ... of them FIRST compiles (the byte DFA alone, where it serves)
@@ -326,6 +327,7 @@ class CompilerPool:
                 "compile_queue_seconds": self.stats.queue_seconds,
                 "compiles_cpu_limited": self.stats.timeouts,
                 "compiles_shed": self.stats.shed,
+                "compiles_abandoned": self.stats.abandoned,
                 "compile_processes": len(self._procs),
                 "compile_workers_idle": sum(
                     p.job is None and p.worker.ready and not p.demoted and not p.reserve
@@ -456,8 +458,25 @@ class CompilerPool:
                     now - proc.worker.started,
                 )
                 self._retire(proc)
+        self._drop_abandoned(done)
         self._answer_late(now, done)
         self._shed_unwaited(done)
+
+    def _drop_abandoned(self, done: list) -> None:
+        """Stop the compiles whose every waiter was cancelled (the table cache cancels its
+        future when every request that asked for the constraint left before an answer),
+        queued or running. One a request was answered 429 for goes on: it is to retry."""
+        running = {p.job: p for p in self._procs if p.job is not None}
+        for job in list(self._active.values()):
+            if job.late or not job.waiters or not all(w.future.cancelled() for w in job.waiters):
+                continue
+            proc = running.get(job)
+            if proc is not None:
+                self._retire(proc)
+            elif job in self._jobs:
+                self._jobs.remove(job)
+            self.stats.abandoned += 1
+            self._end(job, self._abandoned(), done)
 
     def _answer_late(self, now: float, done: list) -> None:
         """429 the requests whose deadline passed; their compiles go on in the background."""
@@ -522,6 +541,14 @@ class CompilerPool:
             total -= sizes[proc]
             self.stats.shed += 1
             self._end(job, self._shed(sizes[proc]), done)
+
+    @staticmethod
+    def _abandoned() -> CompilerBusyError:
+        return CompilerBusyError(
+            "The constraint's compile was stopped: every request that asked for it left "
+            "before it ended. Send the request again to compile it.",
+            retry_after=MIN_RETRY_S,
+        )
 
     def _shed(self, size: int) -> CompilerBusyError:
         return CompilerBusyError(

@@ -10,6 +10,7 @@ the vocabulary: it implements gclm.server.engine.protocol.ConstraintService. An 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -67,6 +68,9 @@ class Constraints:
         # for the pool's own answer at that timeout to come first.
         timeout = pool.limits.timeout_s if pool is not None else _DEFAULT_TIMEOUT_S
         self._wait_s = timeout + _WAIT_GRACE_S
+        # The requests waiting for each compile in flight (the cache's future), on any loop.
+        self._waiting: dict[Future[Any], int] = {}
+        self._waiting_lock = threading.Lock()
 
     async def compile(
         self, constraint: Constraint, *, first_mask: bool = False, deadline: float | None = None
@@ -99,8 +103,14 @@ class Constraints:
         wait_s = self._wait_s
         if deadline is not None:  # a request's one wait, over every table it asks for
             wait_s = max(0.0, min(wait_s, deadline - time.monotonic()))
+        with self._waiting_lock:
+            self._waiting[future] = self._waiting.get(future, 0) + 1
+        left = False
         try:
             return await asyncio.wait_for(asyncio.shield(compiled), wait_s)
+        except asyncio.CancelledError:
+            left = True  # the client went away (streaming.until_disconnected)
+            raise
         except TimeoutError:
             # The pool answers its own compiles at the timeout; this is for the work it does
             # not time: a first mask grown in this process, queued or running.
@@ -110,6 +120,14 @@ class Constraints:
                 "will be remembered; retry in a few seconds.",
                 retry_after=_GROW_RETRY_S,
             ) from None
+        finally:
+            with self._waiting_lock:
+                others = self._waiting.pop(future) - 1
+                if others:
+                    self._waiting[future] = others
+            if left and not others and not future.done():
+                # Nobody is left to answer: stop its compile (TableCache.abandon).
+                self.cache.abandon(future)
 
     @cached_property
     def _graceful(self) -> GracefulPolicy:

@@ -197,6 +197,11 @@ _KNOWN_STATS = {
         "Compiles no request waited for, stopped because together they held too much memory.",
         True,
     ),
+    "compiles_abandoned": (
+        "gclm_compiles_abandoned",
+        "Compiles stopped because every request that asked for them left before they ended.",
+        True,
+    ),
     "compile_processes": ("gclm_compile_processes", "Live compile worker processes.", False),
     "compile_workers_idle": (
         "gclm_compile_workers_idle",

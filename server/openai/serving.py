@@ -124,7 +124,15 @@ class Serving:
         renderer: Renderer,
     ) -> Response:
         """The pipeline: plan (compile, budget), submit every choice, answer (JSON or SSE)."""
-        plan = await self.to_plan(request, body, prompts, renderer.id, renderer.output)
+        try:
+            # A client that leaves while its constraint compiles stops the compile, unless
+            # another request waits for it (Constraints._wait, TableCache.abandon).
+            plan = await until_disconnected(
+                request.receive, self.to_plan(request, body, prompts, renderer.id, renderer.output)
+            )
+        except ClientDisconnected:
+            self.metrics.disconnects.inc()
+            return Response(status_code=CLIENT_CLOSED)
         sequences = Choices(self.engine, self.submit_all(list(plan.requests)))
         self.metrics.prompt_tokens.inc(plan.prompt_tokens)
         fold = EventFold(plan, renderer, self.metrics)

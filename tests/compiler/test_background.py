@@ -150,3 +150,45 @@ def test_a_compile_nobody_waits_for_is_reniced_and_shed_past_the_memory_budget(
         assert pool.gauges()["compiles_started"] == 2
     finally:
         pool.close()
+
+
+def wait_until(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_compile_every_request_left_is_stopped_and_not_remembered(embedded_vocab) -> None:
+    # Nobody got a 429 for it (so nobody is to retry): the worker is stopped, not left to
+    # run to its CPU ceiling, and the next request compiles the constraint again.
+    pool, cache = compiler(embedded_vocab, timeout_s=60, cpu_s=120)
+    try:
+        asked = cache.fetch(bomb(1))
+        wait_until(lambda: pool.gauges()["compiles_running"] == 1, 30, "it never started")
+        assert cache.abandon(asked)
+        wait_until(lambda: pool.gauges()["compiles_running"] == 0, 5, "it was not stopped")
+        assert pool.stats.abandoned == 1 and pool.stats.compiles == 0
+        error = asked.exception(timeout=5)
+        assert isinstance(error, CompilerBusyError) and "every request" in error.message
+        assert cache.gauges()["table_cache_negative_entries"] == 0  # not remembered
+        again = cache.fetch(bomb(1))
+        assert again is not asked and not again.done()  # compiled anew
+        wait_until(lambda: pool.gauges()["compiles_running"] == 1, 30, "no new compile")
+    finally:
+        pool.close()
+
+
+def test_a_compile_a_request_was_told_to_retry_goes_on_when_the_others_leave(
+    embedded_vocab,
+) -> None:
+    pool, cache = compiler(embedded_vocab, timeout_s=0.3, cpu_s=120)
+    try:
+        with pytest.raises(CompilerBusyError) as caught:
+            cache.get(medium(1))  # a 429: its client is to retry
+        joined = cache.fetch(medium(1))  # the retry joins the compile that goes on...
+        cache.abandon(joined)  # ...and leaves before its answer
+        assert caught.value.compiling.result(timeout=300) is not None  # it went on
+        assert pool.stats.abandoned == 0
+    finally:
+        pool.close()

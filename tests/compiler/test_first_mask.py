@@ -545,6 +545,39 @@ def test_a_busy_worker_answers_a_refused_growth_with_its_429() -> None:
 
 
 
+
+def test_cancelling_a_first_compile_cancels_the_workers_compile_behind_it() -> None:
+    # TableCache.abandon cancels what FirstMasks.compile handed it; the pool stops a
+    # compile whose every waiter is cancelled.
+    sent: list[Future] = []
+
+    def submit_first(constraint: Constraint) -> Future:
+        sent.append(Future())
+        return sent[-1]
+
+    first = FirstMasks(lambda constraint: None, BYTES, submit_first)  # no grow lanes
+    try:
+        out = first.compile(Constraint.regex("[a-z]+"))
+        assert len(sent) == 1 and not out.done()
+        assert out.cancel()
+        assert sent[0].cancelled()
+    finally:
+        first.close()
+
+
+def test_a_grow_whose_requests_all_left_while_it_queued_is_not_grown() -> None:
+    first = FirstMasks(lambda constraint: None, BYTES, lambda c: Future(), grow=True)
+    try:
+        gate = first._grower.submit(time.sleep, 0.3)  # the lane is busy meanwhile
+        out = first.compile(Constraint.regex("[a-z]+"))
+        assert out.cancel()
+        gate.result(timeout=5)
+        first._grower.submit(lambda: None).result(timeout=5)  # the queued grow has run
+        assert first.grown == 0
+    finally:
+        first.close()
+
+
 # Run in a process of its own: in this one, earlier tests have loaded functions already.
 WARM_UP_COVERS_A_REQUEST = r"""
 import importlib, json, pkgutil
