@@ -35,7 +35,6 @@ import hashlib
 import logging
 import threading
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Future, InvalidStateError, ThreadPoolExecutor
@@ -177,10 +176,9 @@ class TableCache:
         self._inflight: dict[str, Future[CompiledTable]] = {}
         self._background: set[str] = set()  # keys whose compile goes on with nobody waiting
         self._first_masks = first_masks
-        # The compile behind each future handed out for a compile in flight, for `abandon`.
-        self._sources: weakref.WeakKeyDictionary[Future[Any], Future[Any]] = (
-            weakref.WeakKeyDictionary()
-        )
+        # The compile behind each future handed out for a compile in flight, for `abandon`
+        # (until the compile ends, or something other than a request's wait depends on it).
+        self._sources: dict[Future[Any], Future[Any]] = {}
         # Finishes compiles (disk write, measuring) off the compile pool's thread.
         self._finisher = ThreadPoolExecutor(2, thread_name_prefix="gclm-cache")
 
@@ -240,8 +238,7 @@ class TableCache:
             self._fail(key, future, e)
             return future
         if isinstance(compiled, Future):
-            with self._lock:
-                self._sources[future] = compiled
+            self._track(future, compiled)
             compiled.add_done_callback(
                 lambda f: self._hand_off(self._compiled, key, future, f, started)
             )
@@ -306,8 +303,7 @@ class TableCache:
         self, key: str, pending: Future[CompiledTable | LazyTable], constraint: Constraint
     ) -> None:
         compiled = self._first_masks.compile(constraint)  # type: ignore[union-attr]
-        with self._lock:
-            self._sources[pending] = compiled
+        self._track(pending, compiled)
         compiled.add_done_callback(
             lambda f: self._hand_off(self._first_compiled, key, pending, f, constraint)
         )
@@ -342,6 +338,7 @@ class TableCache:
         lazy = self._first_masks(constraint)
         if lazy is None:
             return whole  # type: ignore[return-value]
+        self.keep(whole)  # its requests are counted on the future made of it, not on it
         return _first_of(lazy, whole)
 
     def gauges(self) -> dict[str, float]:
@@ -368,6 +365,19 @@ class TableCache:
                 table_disk_evictions=self.disk.evictions,
             )
         return out
+
+    def _track(self, future: Future[Any], source: Future[Any]) -> None:
+        """Remember `source` as what `future` waits for, until it ends (`abandon`)."""
+        with self._lock:
+            self._sources[future] = source
+        source.add_done_callback(lambda f: self.keep(future))
+
+    def keep(self, future: Future[Any]) -> None:
+        """Never cancel the compile behind `future` (one of `fetch`'s): something besides
+        the requests counted on it depends on it (a start-up precompile, a request told to
+        retry, a LazyTable or a first compile's fallback that waits for it)."""
+        with self._lock:
+            self._sources.pop(future, None)
 
     def abandon(self, future: Future[Any]) -> bool:
         """Every request that waited for `future` (one of `fetch`'s or `fetch_first`'s for
@@ -420,6 +430,7 @@ class TableCache:
             with self._lock:
                 del self._inflight[_first_key(key)]
             whole = self.fetch(constraint)
+            self.keep(whole)  # `pending`'s requests wait for it
             whole.add_done_callback(lambda f: copy_outcome(f, pending))
             return
         try:

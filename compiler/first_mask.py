@@ -35,7 +35,8 @@ import sys
 import threading
 import time
 import weakref
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from gclm.compiler.cache import copy_outcome
@@ -134,7 +135,7 @@ class FirstMasks:
         it serves, as it waits for its compile workers."""
         try:
             self._warm.result(timeout)
-        except TimeoutError:
+        except FutureTimeout:  # the builtin TimeoutError only from Python 3.11 on
             return False
         return True
 
@@ -323,8 +324,10 @@ def _follow(sent: Future[Any], out: Future[Any]) -> None:
     """`sent`'s outcome into `out`; cancelling `out` cancels `sent`."""
 
     def copy(done: Future[Any]) -> None:
-        if not out.done():
+        try:
             copy_outcome(done, out)
+        except InvalidStateError:  # `out` was cancelled: nobody waits for it
+            pass
 
     sent.add_done_callback(copy)
     out.add_done_callback(lambda f: f.cancelled() and sent.cancel())

@@ -165,7 +165,9 @@ def precompile(cache: TableCache) -> None:
     not among them: it is built from each request's own tools.
     """
     for constraint in COMMON_CONSTRAINTS:
-        cache.fetch(constraint).add_done_callback(partial(_precompiled, constraint))
+        future = cache.fetch(constraint)
+        cache.keep(future)  # a request that joins it and leaves does not stop it
+        future.add_done_callback(partial(_precompiled, constraint))
 
 
 def _precompiled(constraint: Constraint, future: Future[Any]) -> None:

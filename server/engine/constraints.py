@@ -113,7 +113,9 @@ class Constraints:
             raise
         except TimeoutError:
             # The pool answers its own compiles at the timeout; this is for the work it does
-            # not time: a first mask grown in this process, queued or running.
+            # not time: a first mask grown in this process, queued or running. Its client
+            # is told to retry: the compile must go on whoever else leaves.
+            self.cache.keep(future)
             raise CompilerBusyError(
                 "The compiler is busy: after --compile-timeout the constraint is still "
                 "compiling. It goes on in the background and its table "

@@ -185,10 +185,11 @@ def test_a_compile_a_request_was_told_to_retry_goes_on_when_the_others_leave(
     pool, cache = compiler(embedded_vocab, timeout_s=0.3, cpu_s=120)
     try:
         with pytest.raises(CompilerBusyError) as caught:
-            cache.get(medium(1))  # a 429: its client is to retry
-        joined = cache.fetch(medium(1))  # the retry joins the compile that goes on...
-        cache.abandon(joined)  # ...and leaves before its answer
-        assert caught.value.compiling.result(timeout=300) is not None  # it went on
+            cache.get(bomb(2))  # about 12 s of CPU: a 429, and its client is to retry
+        joined = cache.fetch(bomb(2))  # another request joins the compile that goes on...
+        assert cache.abandon(joined)  # ...and leaves before its answer
+        time.sleep(2.5)  # the pool looks at its jobs at least once a second
+        assert pool.gauges()["compiles_running"] == 1 and not caught.value.compiling.done()
         assert pool.stats.abandoned == 0
     finally:
         pool.close()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 
 import pytest
@@ -271,3 +273,31 @@ def test_a_compile_that_ends_after_the_cache_closed_is_dropped_quietly(caplog):
     assert not asked.done()  # nobody waits for it any more: the server is gone
     assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
     assert "after the table cache closed" in caplog.text
+
+
+
+def test_a_compile_that_ended_is_not_held_for_abandon() -> None:
+    # The future handed out and its table go once nobody holds them (the cache's own
+    # entry aside): what `abandon` keeps for a compile in flight is let go when it ends.
+    source: Future = Future()
+    cache = TableCache(lambda constraint: source, ABC.fingerprint)
+    asked = cache.fetch(Constraint.regex("a"))
+    source.set_result(compile_constraint(Constraint.regex("a"), ABC))
+    asked.result(timeout=5)
+    assert not cache.abandon(asked)  # over: nothing to cancel
+    handed = weakref.ref(asked)
+    del asked, source
+    gc.collect()
+    assert handed() is None
+
+
+def test_a_precompiled_constraint_is_not_stopped_by_a_request_that_leaves() -> None:
+    from gclm.server.launch import COMMON_CONSTRAINTS, precompile
+
+    source: Future = Future()
+    cache = TableCache(lambda constraint: source, ABC.fingerprint)
+    precompile(cache)
+    joined = cache.fetch(COMMON_CONSTRAINTS[0])  # a request joins it...
+    assert not cache.abandon(joined)  # ...and leaves: start-up still wants it
+    assert not source.cancelled()
+    source.cancel()

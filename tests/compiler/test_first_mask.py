@@ -578,6 +578,34 @@ def test_a_grow_whose_requests_all_left_while_it_queued_is_not_grown() -> None:
         first.close()
 
 
+
+def test_a_whole_compile_a_first_mask_request_joined_is_never_abandoned() -> None:
+    # Its requests are counted on the future made of it (the LazyTable or the table,
+    # whichever comes first): one waiting on the whole compile itself that leaves must
+    # not stop it under them.
+    cache, compiles, masks = held_cache()
+    whole = cache.fetch(NUMBER)
+    first = cache.fetch_first(NUMBER)
+    assert first is not whole
+    assert not cache.abandon(whole)
+    assert not compiles.futures[NUMBER.key_material()].cancelled()
+    table = compiles.land(NUMBER)
+    assert first.result(timeout=5) is table
+
+
+def test_a_first_compile_that_every_request_left_is_cancelled_and_compiled_anew() -> None:
+    cache, compiles, masks = held_cache()
+    first = cache.fetch_first(NUMBER)
+    assert cache.abandon(first)
+    assert masks.compiled[NUMBER.key_material()].cancelled()
+    error = first.exception(timeout=5)
+    assert isinstance(error, CompilerBusyError) and "every request" in error.message
+    del masks.compiled[NUMBER.key_material()]  # the fake allows one FIRST compile each
+    again = cache.fetch_first(NUMBER)
+    assert again is not first and not again.done()
+    assert masks.land_first(NUMBER) is again.result(timeout=5)
+
+
 # Run in a process of its own: in this one, earlier tests have loaded functions already.
 WARM_UP_COVERS_A_REQUEST = r"""
 import importlib, json, pkgutil

@@ -120,3 +120,36 @@ def test_a_compile_another_request_waits_for_goes_on_when_one_leaves(held_server
     with staying:
         head = staying.recv(65536)
     assert head.startswith(b"HTTP/1.1 200"), head[:200]
+
+
+def test_a_compile_a_request_was_told_to_retry_goes_on_when_the_others_leave(
+    embedded_vocab,
+) -> None:
+    # The first request's wait ends (its deadline: a 429 that says the compile goes on and
+    # its table will be remembered); a second one that joined, then leaves, must not stop
+    # the compile the first client is to retry.
+    import asyncio
+
+    from gclm.errors import CompilerBusyError
+    from gclm.server.engine.constraints import Constraints
+
+    compiles = HeldCompiles(embedded_vocab)
+    cache = TableCache(compiles, embedded_vocab.fingerprint)
+    constraints = Constraints(embedded_vocab, cache)
+    constraint = Constraint.json_schema(SCHEMA)
+
+    async def run() -> None:
+        with pytest.raises(CompilerBusyError):
+            await constraints.compile(constraint, deadline=time.monotonic() + 0.2)
+        leaving = asyncio.ensure_future(constraints.compile(constraint))
+        await asyncio.sleep(0.2)
+        leaving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await leaving
+
+    try:
+        asyncio.run(run())
+        assert len(compiles.started) == 1 and not compiles.started[0][1].cancelled()
+    finally:
+        compiles.land()
+        constraints.close()

@@ -332,7 +332,8 @@ class BatchEngine(TokenizerEngine):
             # The tokens go to their streams before the drafts are written: a draft may
             # grow its state's row first (milliseconds at 200k tokens), which held a new
             # schema's first token back (+5 ms at the median over HTTP).
-            self._outbox.flush()
+            if self.draft_tokens and any(s.constraint_state is not None for s, _, _ in feeds):
+                self._outbox.flush()
             for seq, t, unseen in feeds:
                 self._next_feed(seq, t, unseen=unseen)
             self._counts["tokens_sampled"] += len(seqs)
