@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from gclm.server.engine.protocol import SamplingParams
-from gclm.server.engine.transformers.sampling import sample
+from gclm.server.engine.transformers.sampling import greedy_ids, sample
 
 
 @dataclass
@@ -62,3 +62,19 @@ def test_a_seeded_row_draws_the_same_alone_or_batched():
     # Other seeds draw other tokens somewhere in these rows (50 tokens, near-uniform).
     other = sample(logits, [row(seed=200 + i) for i in range(6)])
     assert other != alone
+
+
+def test_greedy_ids_are_torchs_argmax_ties_nans_and_all() -> None:
+    torch.manual_seed(0)
+    inf, nan = float("inf"), float("nan")
+    cases = [
+        torch.randn(64, 49152),
+        torch.randn(8, 101)[:, ::2],  # a view, not contiguous
+        torch.tensor(
+            [[1.0, 3.0, 3.0, 0.0], [-inf] * 4, [0.0, nan, 5.0, nan], [inf, 2.0, inf, 1.0]]
+        ),
+        torch.randn(2, 9, dtype=torch.bfloat16),  # torch's own argmax
+    ]
+    with torch.inference_mode():
+        for logits in cases:
+            assert torch.equal(greedy_ids(logits), logits.argmax(dim=-1))

@@ -18,7 +18,7 @@ class _Row(Protocol):
 def sample(logits: torch.Tensor, rows: Seq[_Row]) -> list[int]:
     """One token per row of masked logits [B, V]. Temperature 0 is greedy."""
     temperatures = [r.request.params.temperature for r in rows]
-    out = logits.argmax(dim=-1)  # [B]
+    out = greedy_ids(logits)  # [B]
     if max(temperatures, default=0.0) <= 1e-5:  # all greedy: no tensors of parameters
         return out.tolist()
     temps = torch.tensor(temperatures, device=logits.device)
@@ -29,6 +29,18 @@ def sample(logits: torch.Tensor, rows: Seq[_Row]) -> list[int]:
         probs = torch.softmax(_top_p(scaled, top_p[hot]), dim=-1)
         out[hot] = _draw(probs, [rows[r].generator for r in hot.tolist()])
     return out.tolist()
+
+
+def greedy_ids(logits: torch.Tensor) -> torch.Tensor:
+    """The index of each row's largest logit, [B] int64: the first of equal maxima, a NaN
+    before any number, as torch's and numpy's argmax both define it.
+
+    On the CPU numpy's argmax is vectorised and torch's is not: [64, 49152] float32 on one
+    AVX2 thread took 0.4 ms against 3.7 ms, about 12% of a 2-layer model's step at batch 64.
+    """
+    if logits.device.type == "cpu" and logits.dtype == torch.float32:
+        return torch.from_numpy(logits.numpy().argmax(axis=-1))
+    return logits.argmax(dim=-1)
 
 
 def _draw(probs: torch.Tensor, generators: list[torch.Generator | None]) -> torch.Tensor:
