@@ -111,7 +111,7 @@ class Constraints:
         except asyncio.CancelledError:
             left = True  # the client went away (streaming.until_disconnected)
             raise
-        except TimeoutError:
+        except asyncio.TimeoutError:  # the builtin TimeoutError only from Python 3.11 on
             # The pool answers its own compiles at the timeout; this is for the work it does
             # not time: a first mask grown in this process, queued or running. Its client
             # is told to retry: the compile must go on whoever else leaves.
