@@ -51,3 +51,13 @@ def read_until_closed(sock: socket.socket) -> bytes:
     while chunk := sock.recv(65536):
         data += chunk
     return data
+
+
+def wait_for(check, timeout: float = 5.0) -> bool:
+    """Whether `check()` came true within `timeout` seconds (polled every 50 ms)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return False

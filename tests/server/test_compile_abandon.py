@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from typing import Any
 
 import pytest
-from socket_server import connect, serving
+from socket_server import connect, serving, wait_for
 
 from gclm.compiler.cache import TableCache
 from gclm.compiler.compile import compile_constraint
@@ -73,15 +73,6 @@ def held_server(embedded_vocab, tiny_batch_engine, tmp_path):
         engine.shutdown()
 
 
-def wait_for(check, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def ask(port: int) -> socket.socket:
     sock = connect(port, timeout=60)
     sock.sendall(REQUEST)
@@ -93,7 +84,7 @@ def test_a_client_that_leaves_while_its_constraint_compiles_stops_the_compile(
 ) -> None:
     port, compiles = held_server
     sock = ask(port)
-    assert wait_for(lambda: len(compiles.started) == 1), "the compile never started"
+    assert wait_for(lambda: len(compiles.started) == 1, 10), "the compile never started"
     compile_ = compiles.started[0][1]
     time.sleep(0.2)
     assert not compile_.done()  # it waits for the compile...
@@ -101,7 +92,7 @@ def test_a_client_that_leaves_while_its_constraint_compiles_stops_the_compile(
     assert wait_for(compile_.cancelled, 5), "the compile went on with nobody waiting"
     # The next request for it compiles again (a stopped compile is not remembered).
     with ask(port) as again:
-        assert wait_for(lambda: len(compiles.started) == 2)
+        assert wait_for(lambda: len(compiles.started) == 2, 10)
         compiles.land()
         head = again.recv(65536)
     assert head.startswith(b"HTTP/1.1 200"), head[:200]
@@ -110,7 +101,7 @@ def test_a_client_that_leaves_while_its_constraint_compiles_stops_the_compile(
 def test_a_compile_another_request_waits_for_goes_on_when_one_leaves(held_server) -> None:
     port, compiles = held_server
     leaving, staying = ask(port), ask(port)
-    assert wait_for(lambda: len(compiles.started) == 1)
+    assert wait_for(lambda: len(compiles.started) == 1, 10)
     time.sleep(0.3)  # both are waiting for the one compile
     leaving.close()
     time.sleep(0.5)

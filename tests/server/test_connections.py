@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 from fake_engine import FakeEngine
-from socket_server import connect, read_until_closed, serving
+from socket_server import connect, read_until_closed, serving, wait_for
 
 from gclm.server.app import create_app
 from gclm.server.settings import ServerSettings
@@ -32,15 +32,6 @@ def metric(port: int, name: str, **labels: str) -> float:
     pattern = re.escape(name) + (r"\{" + re.escape(wanted) + r"\}" if labels else "")
     found = re.search(f"^{pattern} (\\S+)$", text, re.MULTILINE)
     return float(found.group(1)) if found else 0.0
-
-
-def wait_for(check, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def closed_after(sock: socket.socket) -> tuple[bytes, float]:
