@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gclm.compiler.compile_job import abandoned_error
 from gclm.compiler.constraint import Constraint
 from gclm.compiler.disk_cache import DiskCache
 from gclm.compiler.tables import CompiledTable
@@ -533,11 +534,7 @@ class TableCache:
         the whole compile would fail the same way); a busy one that goes on in the
         background is followed, so that its table, LazyTable or failure is kept."""
         if isinstance(error, CancelledError):  # `abandon`: every request left
-            error = CompilerBusyError(
-                "The constraint's compile was stopped: every request that asked for it left "
-                "before it ended. Send the request again to compile it.",
-                retry_after=1.0,
-            )
+            error = abandoned_error()
         compiling = error.compiling if isinstance(error, CompilerBusyError) else None
         flight = _first_key(key) if first else key
         with self._lock:

@@ -89,6 +89,15 @@ class Job:
         return max(MIN_RETRY_S, end - now)
 
 
+def abandoned_error() -> CompilerBusyError:
+    """A compile stopped because every request that asked for it left (not remembered)."""
+    return CompilerBusyError(
+        "The constraint's compile was stopped: every request that asked for it left "
+        "before it ended. Send the request again to compile it.",
+        retry_after=MIN_RETRY_S,
+    )
+
+
 def settle(future: Future[Any], outcome: object) -> None:
     """Resolve `future` with a table (or a DFA) or an exception, unless a waiter cancelled
     it."""

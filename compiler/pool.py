@@ -52,6 +52,7 @@ from gclm.compiler.compile_job import (
     QUEUED,
     Job,
     Waiter,
+    abandoned_error,
     late_error,
     queued_estimate,
     running_estimate,
@@ -476,7 +477,7 @@ class CompilerPool:
             elif job in self._jobs:
                 self._jobs.remove(job)
             self.stats.abandoned += 1
-            self._end(job, self._abandoned(), done)
+            self._end(job, abandoned_error(), done)
 
     def _answer_late(self, now: float, done: list) -> None:
         """429 the requests whose deadline passed; their compiles go on in the background."""
@@ -541,14 +542,6 @@ class CompilerPool:
             total -= sizes[proc]
             self.stats.shed += 1
             self._end(job, self._shed(sizes[proc]), done)
-
-    @staticmethod
-    def _abandoned() -> CompilerBusyError:
-        return CompilerBusyError(
-            "The constraint's compile was stopped: every request that asked for it left "
-            "before it ended. Send the request again to compile it.",
-            retry_after=MIN_RETRY_S,
-        )
 
     def _shed(self, size: int) -> CompilerBusyError:
         return CompilerBusyError(
