@@ -21,7 +21,7 @@ ENV PYTHONUNBUFFERED=1 \
 
 # The unprivileged user the server runs as, and the cache it owns. Everything written at run
 # time lives under the /cache volume: the hub download cache, gclm's converted embedded model
-# and compiled tables, and numba's compiled functions (compiler/index_reader.py uses
+# and compiled tables, and numba's compiled functions (compiler/whole/index_reader.py uses
 # cache=True, and site-packages is not writable for this user).
 RUN groupadd --gid 10001 gclm \
     && useradd --create-home --no-log-init --uid 10001 --gid gclm gclm \
@@ -67,7 +67,7 @@ USER 10001:10001
 # image's /cache/numba: docker and podman copy an image's files into an empty volume mounted
 # over them, so a new cache volume starts warm. Compiled cold at start, they took 45-60 s on
 # a 2-core machine, and a request served meanwhile waited for them.
-RUN python -m gclm.compiler.warm
+RUN python -m gclm.compiler.service.warm
 VOLUME /cache
 EXPOSE 8000
 

@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 
 from bench.jsonschemabench import DEFAULT_DIR, subset_of
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.tables import CompiledTable
-from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.compiler.worker import CompileLimits
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.service.worker import CompileLimits
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.tables import CompiledTable
 from gclm.errors import ConstraintError, GclmError
 
 DEFAULT_SCHEMAS = DEFAULT_DIR
@@ -133,7 +133,7 @@ def index_only(
     """(a): time outlines_core.Index alone on our regex."""
     import outlines_core
 
-    from gclm.compiler.regex import to_regex
+    from gclm.compiler.front.regex import to_regex
 
     started = time.perf_counter()
     regex = to_regex(constraint)
@@ -152,8 +152,8 @@ def full_compile(
     constraint: Constraint, vocab: TokenVocabulary, limits: CompileLimits
 ) -> dict[str, Any]:
     """(b) compile_constraint end to end, then (c) cache hits on its table."""
-    from gclm.compiler.cache import TableCache
-    from gclm.compiler.compile import compile_constraint
+    from gclm.compiler.service.cache import TableCache
+    from gclm.compiler.whole.compile import compile_constraint
 
     started = time.perf_counter()
     table = compile_constraint(constraint, vocab, max_states=limits.max_states)
@@ -196,10 +196,10 @@ def split_phases(constraint: Constraint, vocab: TokenVocabulary) -> dict[str, An
     """compile_constraint's steps, timed one by one."""
     import outlines_core
 
-    from gclm.compiler.compile import table_from_grouped
-    from gclm.compiler.index_reader import parse_index_bytes
-    from gclm.compiler.regex import to_regex
-    from gclm.compiler.tables import with_shortest_output
+    from gclm.compiler.front.regex import to_regex
+    from gclm.compiler.whole.compile import table_from_grouped
+    from gclm.compiler.whole.index_reader import parse_index_bytes
+    from gclm.compiler.whole.tables import with_shortest_output
 
     t, out = time.perf_counter(), {}
 

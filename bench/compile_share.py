@@ -8,7 +8,7 @@ all of it in the token walk), all started together beside `--hogs` busy processe
 nice 0: each compile's wall time, CPU time and share of a core, side by side in one run.
 The baseline is the first niceness (0: what one of the engine's threads gets); the figure
 to read is each one's wall time over it. A compile worker the pool has demoted runs at
-compiler/pool.py's DEMOTED_NICE.
+compiler/service/pool.py's DEMOTED_NICE.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ def schema(fields: int, tag: str) -> dict[str, Any]:
 
 
 def _compile(nice: int, fields: int, barrier: Any, out: Any) -> None:
-    from gclm.compiler.compile import compile_constraint
-    from gclm.compiler.constraint import Constraint
-    from gclm.compiler.vocabulary import TokenVocabulary
+    from gclm.compiler.front.constraint import Constraint
+    from gclm.compiler.vocab.vocabulary import TokenVocabulary
+    from gclm.compiler.whole.compile import compile_constraint
     from gclm.server.engine.model_loader import load_tokenizer
 
     vocab = TokenVocabulary.from_tokenizer(load_tokenizer(None))

@@ -32,10 +32,10 @@ from typing import Any
 
 import torch
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.compile import compile_constraint
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.service.cache import TableCache
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.compile import compile_constraint
 from gclm.server.engine.model_loader import load_model
 from gclm.server.engine.protocol import FinishEvent, GenerationRequest, SamplingParams, TokenEvent
 from gclm.server.engine.transformers.engine import DRAFT_TOKENS, BatchEngine

@@ -103,10 +103,10 @@ class Gclm:
         import torch
         from transformers import AutoModelForCausalLM
 
-        from gclm.compiler.cache import TableCache
-        from gclm.compiler.compile import compile_constraint
-        from gclm.compiler.constraint import Constraint
-        from gclm.compiler.vocabulary import TokenVocabulary
+        from gclm.compiler.front.constraint import Constraint
+        from gclm.compiler.service.cache import TableCache
+        from gclm.compiler.vocab.vocabulary import TokenVocabulary
+        from gclm.compiler.whole.compile import compile_constraint
         from gclm.server.engine.model_loader import load_tokenizer, resolve_dtype
         from gclm.server.engine.transformers.engine import BatchEngine
 

@@ -23,9 +23,9 @@ apply calls). Medians of the per-step times are reported side by side.
 
 Engines run the same way as in bench/maskbench.py: gclm's compile_constraint with the
 server's state limit (in this process, no worker: the whole table, then its MaskTable),
-gclm-lazy (compiler/lazy_table.py: the byte DFA and the start state's walk only; later
+gclm-lazy (compiler/grown/lazy_table.py: the byte DFA and the start state's walk only; later
 states are walked as the step walk reaches them, inside its fill times), gclm-grown
-(compiler/lazy_dfa.py: the same LazyTable over a byte DFA determinized from the regex's NFA
+(compiler/grown/lazy_dfa.py: the same LazyTable over a byte DFA determinized from the regex's NFA
 as the walks read it, instead of outlines-core's whole byte DFA; as in the server, a regex
 its parser refuses or an NFA over `MAX_GROWN_NFA_STATES` falls back to gclm-lazy's DFA,
 counted in the summary as `fallbacks`), llguidance 1.9
@@ -80,8 +80,8 @@ class Engine:
         self.size = len(tokenizer)
         self.note: dict[str, Any] = {}  # what the last first_mask adds to its row
         if name in ("gclm", "gclm-lazy", "gclm-grown"):
-            from gclm.compiler.token_walk import token_trie
-            from gclm.compiler.vocabulary import TokenVocabulary
+            from gclm.compiler.vocab.vocabulary import TokenVocabulary
+            from gclm.compiler.whole.token_walk import token_trie
             from gclm.masking import allocate_bitmask
 
             self.vocab = TokenVocabulary.from_tokenizer(tokenizer)
@@ -106,9 +106,9 @@ class Engine:
         """Compile `schema` and fill the start state's mask; returns the matcher (gclm: the
         ConstraintState). Raises on a schema the engine refuses."""
         if self.name == "gclm":
-            from gclm.compiler.compile import compile_constraint
-            from gclm.compiler.constraint import Constraint
-            from gclm.compiler.worker import CompileLimits
+            from gclm.compiler.front.constraint import Constraint
+            from gclm.compiler.service.worker import CompileLimits
+            from gclm.compiler.whole.compile import compile_constraint
             from gclm.masking import ConstraintState, fill_bitmask
             from gclm.masking.state import check_budget
 
@@ -121,10 +121,10 @@ class Engine:
             fill_bitmask(self.bitmask, 0, state, FIRST_BUDGET)
             return state
         if self.name == "gclm-lazy":
-            from gclm.compiler.constraint import Constraint
-            from gclm.compiler.lazy_table import LazyTable
-            from gclm.compiler.regex import to_regex
-            from gclm.compiler.token_walk import byte_dfa
+            from gclm.compiler.front.constraint import Constraint
+            from gclm.compiler.front.regex import to_regex
+            from gclm.compiler.grown.lazy_table import LazyTable
+            from gclm.compiler.whole.token_walk import byte_dfa
             from gclm.masking import ConstraintState, fill_bitmask
             from gclm.masking.state import check_budget
 
@@ -134,13 +134,13 @@ class Engine:
             fill_bitmask(self.bitmask, 0, state, FIRST_BUDGET)
             return state
         if self.name == "gclm-grown":
-            from gclm.compiler.constraint import Constraint
-            from gclm.compiler.first_mask import MAX_GROWN_NFA_STATES
-            from gclm.compiler.lazy_dfa import GrowingLazyTable
-            from gclm.compiler.lazy_table import LazyTable
-            from gclm.compiler.regex import to_regex
-            from gclm.compiler.regex_parse import Unsupported
-            from gclm.compiler.token_walk import byte_dfa
+            from gclm.compiler.front.constraint import Constraint
+            from gclm.compiler.front.regex import to_regex
+            from gclm.compiler.grown.lazy_dfa import GrowingLazyTable
+            from gclm.compiler.grown.lazy_table import LazyTable
+            from gclm.compiler.grown.regex_parse import Unsupported
+            from gclm.compiler.service.first_mask import MAX_GROWN_NFA_STATES
+            from gclm.compiler.whole.token_walk import byte_dfa
             from gclm.masking import ConstraintState, fill_bitmask
             from gclm.masking.state import check_budget
 

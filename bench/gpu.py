@@ -51,11 +51,11 @@ from typing import Any
 
 import torch
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.compile import compile_constraint
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.tables import CompiledTable
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.service.cache import TableCache
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.compile import compile_constraint
+from gclm.compiler.whole.tables import CompiledTable
 from gclm.masking.state import check_budget
 from gclm.server.engine.protocol import (
     ErrorEvent,

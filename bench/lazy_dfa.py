@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from bench.jsonschemabench import DEFAULT_DIR
-from gclm.compiler.regex_parse import Unsupported
+from gclm.compiler.grown.regex_parse import Unsupported
 
 MAX_CODEPOINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)
@@ -284,7 +284,7 @@ def trie_lists(trie: Any) -> tuple[list[int], ...]:
 
 def first_tokens(dfa: LazyDfa, trie: tuple[list[int], ...]) -> set[int]:
     """Token ids allowed at the start state (the successor live: every state of a LazyDfa
-    is), walking the trie (`trie_lists`) in preorder as compiler/lazy_table._walk_state
+    is), walking the trie (`trie_lists`) in preorder as compiler/grown/lazy_table._walk_state
     does."""
     byte, depth, skip, lo, ids, (max_depth,) = trie
     allowed: set[int] = set()
@@ -302,8 +302,8 @@ def first_tokens(dfa: LazyDfa, trie: tuple[list[int], ...]) -> set[int]:
 
 
 def _measure(regex: str, vocab: Any, trie: tuple[list[int], ...], max_chars: int) -> dict[str, Any]:
-    from gclm.compiler.lazy_table import LazyTable
-    from gclm.compiler.token_walk import byte_dfa
+    from gclm.compiler.grown.lazy_table import LazyTable
+    from gclm.compiler.whole.token_walk import byte_dfa
 
     out: dict[str, Any] = {"chars": len(regex)}
     if len(regex) > max_chars:  # too long for the Python build: the compiled one alone
@@ -357,10 +357,10 @@ def _measure(regex: str, vocab: Any, trie: tuple[list[int], ...], max_chars: int
 
 
 def _parsed_compiled(regex: str) -> tuple[dict[str, Any], Any]:
-    """The whole build in compiled code, from compiler/regex_parse.py's parser: its times, the
+    """The whole build in compiled code, from compiler/grown/regex_parse.py's parser: its times, the
     start state's bytes to acceptance, and the program (None when the parser refuses)."""
     from bench.lazy_nfa import compiled_nfa
-    from gclm.compiler.regex_parse import ParsedRegex as CompiledProgram
+    from gclm.compiler.grown.regex_parse import ParsedRegex as CompiledProgram
 
     t0 = time.perf_counter()
     try:
@@ -422,10 +422,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
 
     from bench.first_mask import load_tokenizer
-    from gclm.compiler.constraint import Constraint
-    from gclm.compiler.regex import to_regex
-    from gclm.compiler.token_walk import token_trie
-    from gclm.compiler.vocabulary import TokenVocabulary
+    from gclm.compiler.front.constraint import Constraint
+    from gclm.compiler.front.regex import to_regex
+    from gclm.compiler.vocab.vocabulary import TokenVocabulary
+    from gclm.compiler.whole.token_walk import token_trie
 
     reach = json.loads(args.reach.read_text())["schemas"]
     slow = sorted(

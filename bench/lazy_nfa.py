@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from bench.lazy_dfa import MAX_CODEPOINT, Unsupported, _class_ranges, utf8_sequences
-from gclm.compiler.regex_nfa import nfa_distances, write_nfa
-from gclm.compiler.regex_parse import ALT, REP, SEQ, SET, UNBOUNDED
+from gclm.compiler.grown.regex_nfa import nfa_distances, write_nfa
+from gclm.compiler.grown.regex_parse import ALT, REP, SEQ, SET, UNBOUNDED
 
 
 class Program:
@@ -105,7 +105,7 @@ class Program:
 
 def compiled_nfa(program: Any, root: int) -> tuple[int, int, np.ndarray]:
     """Write the program out (numba): (states, accepting state, bytes to accept per state).
-    `program`: a Program, or compiler/regex_parse.ParsedRegex (the same arrays)."""
+    `program`: a Program, or compiler/grown/regex_parse.ParsedRegex (the same arrays)."""
     n, accept, (eps_src, eps_dst, e_src, _, _, e_dst) = write_nfa(program, root, share=False)
     return n, accept, nfa_distances(n, accept, eps_src, eps_dst, e_src, e_dst)
 

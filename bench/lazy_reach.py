@@ -43,7 +43,7 @@ from bench.jsonschemabench import DEFAULT_DIR
 @nb.njit(cache=True, nogil=True)
 def _touch(trans, columns, state, node_byte, node_depth, node_skip, max_depth, seen):
     """Mark in `seen` every DFA state the trie's preorder walk from `state` passes through
-    (as compiler/lazy_table._walk_state walks it); returns how many were new."""
+    (as compiler/grown/lazy_table._walk_state walks it); returns how many were new."""
     path = np.empty(max_depth + 1, dtype=np.int64)
     path[0] = state
     new = 0
@@ -78,9 +78,9 @@ def _boundary_states(dfa: Any, token_bytes: list[bytes]) -> list[int] | None:
 
 
 def _measure(schema: Any, tests: list[Any], vocab: Any, trie: Any, tokenizer: Any) -> dict:
-    from gclm.compiler.constraint import Constraint
-    from gclm.compiler.regex import to_regex
-    from gclm.compiler.token_walk import byte_dfa
+    from gclm.compiler.front.constraint import Constraint
+    from gclm.compiler.front.regex import to_regex
+    from gclm.compiler.whole.token_walk import byte_dfa
 
     start = time.perf_counter()
     dfa = byte_dfa(to_regex(Constraint.json_schema(schema)).regex)
@@ -113,8 +113,8 @@ def _measure(schema: Any, tests: list[Any], vocab: Any, trie: Any, tokenizer: An
 
 def _child(conn: Any, vocab_name: str) -> None:
     from bench.first_mask import load_tokenizer
-    from gclm.compiler.token_walk import token_trie
-    from gclm.compiler.vocabulary import TokenVocabulary
+    from gclm.compiler.vocab.vocabulary import TokenVocabulary
+    from gclm.compiler.whole.token_walk import token_trie
 
     tokenizer = load_tokenizer(vocab_name)
     vocab = TokenVocabulary.from_tokenizer(tokenizer)

@@ -92,7 +92,7 @@ class Engine:
     def __init__(self, name: str, tokenizer: Any):
         self.name, self.eos = name, tokenizer.eos_token_id
         if name.startswith("gclm"):
-            from gclm.compiler.vocabulary import TokenVocabulary
+            from gclm.compiler.vocab.vocabulary import TokenVocabulary
 
             self.vocab = TokenVocabulary.from_tokenizer(tokenizer)
         elif name == "llguidance":
@@ -110,9 +110,9 @@ class Engine:
     def compile(self, schema: Any) -> Any:
         """What `accepts` needs; raises on a schema the engine refuses."""
         if self.name.startswith("gclm"):
-            from gclm.compiler.compile import compile_constraint
-            from gclm.compiler.constraint import Constraint
-            from gclm.compiler.worker import CompileLimits
+            from gclm.compiler.front.constraint import Constraint
+            from gclm.compiler.service.worker import CompileLimits
+            from gclm.compiler.whole.compile import compile_constraint
 
             objects = "spec" if self.name == "gclm-spec" else "declared"
             constraint = Constraint.json_schema(schema, additional_properties=objects)

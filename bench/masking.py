@@ -32,12 +32,12 @@ import outlines_core
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from gclm.compiler.compile import compile_constraint
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.regex import to_regex
-from gclm.compiler.tables import CompiledTable
-from gclm.compiler.token_sets import unpack_row
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.front.regex import to_regex
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.compile import compile_constraint
+from gclm.compiler.whole.tables import CompiledTable
+from gclm.compiler.whole.token_sets import unpack_row
 from gclm.masking import (
     ConstraintState,
     allocate_bitmask,

@@ -7,7 +7,7 @@ For each MaskBench schema of ../shared/jsonschemabench (bench/maskbench.py's ord
 halves), the regex is written once, then the whole table is compiled twice, the two in
 alternating order from one schema to the next: over the minimal byte DFA (what
 compile_constraint does) and over the DFA as outlines-core builds it (the code before
-compiler/minimize.py). Per variant: the table's states, the whole compile (DFA build,
+compiler/whole/minimize.py). Per variant: the table's states, the whole compile (DFA build,
 minimization, token walk, distances and pruning) and the table's bytes. A schema whose
 DFA as built has more than --max-states states is left out of both (reported): one compile
 of those takes minutes here. Refusals (unsupported, over the limits) are counted.
@@ -25,12 +25,12 @@ from typing import Any
 
 from bench.first_mask import load_tokenizer
 from bench.maskbench import DEFAULT_SCHEMAS, select
-from gclm.compiler.compile import BuiltDfa, table_from_dfa
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.progress import Reporter
-from gclm.compiler.regex import to_regex
-from gclm.compiler.token_walk import byte_dfa
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.front.regex import to_regex
+from gclm.compiler.service.progress import Reporter
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.compile import BuiltDfa, table_from_dfa
+from gclm.compiler.whole.token_walk import byte_dfa
 from gclm.errors import GclmError
 
 VARIANTS = ("minimal", "as_built")

@@ -201,9 +201,9 @@ def merge(runs: list[Cell]) -> Cell:
 
 def tight_budget() -> int:
     """gclm's minimum for SCHEMA on the embedded tokenizer, + 4."""
-    from gclm.compiler.compile import compile_constraint
-    from gclm.compiler.constraint import Constraint
-    from gclm.compiler.vocabulary import TokenVocabulary
+    from gclm.compiler.front.constraint import Constraint
+    from gclm.compiler.vocab.vocabulary import TokenVocabulary
+    from gclm.compiler.whole.compile import compile_constraint
     from gclm.server.engine.model_loader import load_tokenizer
 
     vocab = TokenVocabulary.from_tokenizer(load_tokenizer(None))

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from transformers import RepetitionPenaltyLogitsProcessor
 
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
 from gclm.server.engine.logprobs import TokenNames, token_logprobs
 from gclm.server.engine.model_loader import load_model
 from gclm.server.engine.protocol import GenerationRequest, SamplingParams

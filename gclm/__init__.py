@@ -44,8 +44,7 @@ from gclm.errors import (
 )
 
 if TYPE_CHECKING:
-    from gclm.compiler.compile import compile_constraint
-    from gclm.compiler.constraint import Constraint, parse_constraint
+    from gclm.compiler import Constraint, compile_constraint, parse_constraint
     from gclm.masking.hf import HFConstraint, create_constraint
     from gclm.server.engine.model_loader import load_model
 
@@ -79,10 +78,10 @@ __all__ = [
 
 # Imported on first use: `import gclm` must not pull in torch, transformers or numba.
 _LAZY = {
-    "Constraint": "gclm.compiler.constraint",
-    "parse_constraint": "gclm.compiler.constraint",
+    "Constraint": "gclm.compiler.front.constraint",
+    "parse_constraint": "gclm.compiler.front.constraint",
     "load_model": "gclm.server.engine.model_loader",
-    "compile_constraint": "gclm.compiler.compile",
+    "compile_constraint": "gclm.compiler.whole.compile",
     "HFConstraint": "gclm.masking.hf",
     "create_constraint": "gclm.masking.hf",
 }

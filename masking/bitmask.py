@@ -157,7 +157,7 @@ def _word_pass() -> Any:
     module's namespace and fails on llvmlite's objects."""
     import numba as nb
 
-    from gclm.compiler.numba_cache import cache_per_version
+    from gclm.compiler import cache_per_version
 
     cache_per_version(__file__)
     return nb.njit(cache=True, nogil=True)(_mask_words)

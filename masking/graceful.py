@@ -77,12 +77,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import torch
 
-from gclm.compiler.tables import CompiledTable
+from gclm.compiler import CompiledTable
 from gclm.masking.graceful_plan import BLANK, TablePlan, Where, on
 from gclm.masking.state import ConstraintState
 
 if TYPE_CHECKING:
-    from gclm.compiler.lazy_table import LazyTable
+    from gclm.compiler import LazyTable
 
 # Policy names a request may ask for (structured_outputs.budget_policy); the first is the default.
 POLICY_NAMES = ("graceful", "none")

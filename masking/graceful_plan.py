@@ -15,8 +15,7 @@ from typing import TypeAlias
 import numpy as np
 import torch
 
-from gclm.compiler.tables import CompiledTable, scalars
-from gclm.compiler.token_sets import TokenSets
+from gclm.compiler import CompiledTable, TokenSets, scalars
 
 BLANK = frozenset(b" \t\n\r")
 _NO_BYTE = BLANK | {-1}

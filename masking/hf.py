@@ -30,8 +30,7 @@ from transformers import (
     StoppingCriteriaList,
 )
 
-from gclm.compiler.constraint import parse_constraint
-from gclm.compiler.tables import CompiledTable
+from gclm.compiler import CompiledTable, parse_constraint
 from gclm.errors import InternalError
 from gclm.masking.apply import MaskRow, mask_rows
 from gclm.masking.bitmask import allocate_bitmask
@@ -43,7 +42,7 @@ _VOCABS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
 
 def _vocabulary(tokenizer: Any) -> Any:
-    from gclm.compiler.vocabulary import TokenVocabulary
+    from gclm.compiler import TokenVocabulary
 
     try:
         vocab = _VOCABS.get(tokenizer)
@@ -62,7 +61,7 @@ def create_constraint(
     Args:
         tokenizer: the model's Hugging Face tokenizer (it must define an EOS token).
         constraint: a response_format or structured-outputs dict, or a Constraint (see
-            `gclm.compiler.constraint.parse_constraint`).
+            `gclm.compiler.front.constraint.parse_constraint`).
         max_new_tokens: the budget; pass the same value to `generate()`.
         budget_policy: "graceful" (pace spare tokens over the output when the budget is
             tight; masking/graceful.py) or "none" (the budget-aware mask alone).
@@ -72,7 +71,7 @@ def create_constraint(
         BudgetTooSmallError: `max_new_tokens` is below the shortest valid output's length
             (param "max_new_tokens").
     """
-    from gclm.compiler.compile import compile_constraint
+    from gclm.compiler import compile_constraint
 
     if budget_policy not in POLICY_NAMES:
         raise ValueError(

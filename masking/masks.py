@@ -31,12 +31,11 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 from typing_extensions import TypeIs
 
-from gclm.compiler.tables import CompiledTable, scalars
-from gclm.compiler.token_sets import TokenSets, words_for
+from gclm.compiler import CompiledTable, TokenSets, scalars, words_for
 from gclm.errors import InternalError
 
 if TYPE_CHECKING:
-    from gclm.compiler.lazy_table import LazyTable
+    from gclm.compiler import LazyTable
 
 # Tight rows kept per table before the cache is dropped and rebuilt on demand.
 DEFAULT_TIGHT_CACHE_BYTES = 256 << 20
@@ -302,7 +301,7 @@ def is_lazy(table: object) -> TypeIs[LazyTable]:
     """Whether `table` is a LazyTable, without importing the lazy compiler: it brings numba,
     which vLLM's workers must not have loaded when they start (gclm.masking loads there).
     A table made by it means its module is loaded."""
-    module = sys.modules.get("gclm.compiler.lazy_table")
+    module = sys.modules.get("gclm.compiler.grown.lazy_table")
     return module is not None and isinstance(table, module.LazyTable)
 
 

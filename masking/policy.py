@@ -15,7 +15,7 @@ import torch
 from gclm.masking.state import ConstraintState
 
 if TYPE_CHECKING:
-    from gclm.compiler.lazy_table import LazyTable
+    from gclm.compiler import LazyTable
 
 
 class BudgetPolicy(Protocol):
@@ -35,5 +35,5 @@ class BudgetPolicy(Protocol):
     def serves_lazily(self, table: LazyTable, budget: int) -> bool:
         """Whether it can adjust the rows of a request of `budget` tokens that masks with
         `table`, a LazyTable (no whole table to plan over): else the request waits for the
-        whole table (compiler/first_mask.py)."""
+        whole table (compiler/service/first_mask.py)."""
         ...

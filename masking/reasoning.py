@@ -35,7 +35,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from gclm.compiler.tables import CompiledTable
+from gclm.compiler import CompiledTable
 from gclm.errors import InternalError
 from gclm.masking.masks import num_words, set_bit
 from gclm.masking.state import ConstraintState

@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from gclm.compiler.tables import CompiledTable
+from gclm.compiler import CompiledTable
 from gclm.errors import BudgetTooSmallError, InternalError
 from gclm.masking.masks import is_lazy, mask_table
 
 if TYPE_CHECKING:
-    from gclm.compiler.lazy_table import LazyTable
+    from gclm.compiler import LazyTable
     from gclm.masking.masks import Masks
 
 

@@ -5,7 +5,7 @@ finds the tables (the served tokenizer's vocabulary, gclm's table cache, the com
 workers) and hands them here; this module turns tables, per-row state and budget into masks.
 
 A request opts in with `SamplingParams.extra_args["gclm"]` (the OpenAI body's `vllm_xargs`):
-any constraint `gclm.compiler.constraint.parse_constraint` reads (`{"json": schema}`,
+any constraint `gclm.compiler.front.constraint.parse_constraint` reads (`{"json": schema}`,
 `{"regex": ...}`, `{"choice": [...]}`, a `response_format` dict), as a dict or as JSON text
 (`vllm_xargs` only carries strings and numbers). Its output is then accepted by the
 constraint and at most `max_tokens` tokens long, EOS excluded; a budget below the shortest
@@ -44,9 +44,7 @@ import torch
 from vllm.v1.sample.logits_processor import BatchUpdate
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
-from gclm.compiler.constraint import Constraint, parse_constraint
-from gclm.compiler.tables import CompiledTable
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler import CompiledTable, Constraint, TokenVocabulary, parse_constraint
 from gclm.errors import ConstraintError, GclmError, InternalError, cut
 from gclm.masking.apply import MaskRow, mask_rows
 from gclm.masking.bitmask import allocate_bitmask

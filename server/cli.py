@@ -64,7 +64,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _constraint(args: argparse.Namespace) -> Any:
-    from gclm.compiler.constraint import DEFAULT_WHITESPACE, parse_constraint
+    from gclm.compiler import DEFAULT_WHITESPACE, parse_constraint
 
     if args.json_schema is not None:
         try:
@@ -79,10 +79,7 @@ def _constraint(args: argparse.Namespace) -> Any:
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from gclm.compiler.cache import cache_key
-    from gclm.compiler.pool import CompilerPool
-    from gclm.compiler.vocabulary import TokenVocabulary
-    from gclm.compiler.worker import CompileLimits
+    from gclm.compiler import CompileLimits, CompilerPool, TokenVocabulary, cache_key
     from gclm.server.engine.model_loader import load_tokenizer
 
     logging.getLogger().setLevel(logging.WARNING)

@@ -17,11 +17,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.pool import START_TIMEOUT_S, CompilerPool
-from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.compiler.worker import CompileLimits
+from gclm.compiler import (
+    START_TIMEOUT_S,
+    CompileLimits,
+    CompilerPool,
+    Constraint,
+    TableCache,
+    TokenVocabulary,
+)
 from gclm.errors import CompilerBusyError
 from gclm.masking.masks import table_memory
 from gclm.server.engine.transformers.engine import DRAFT_TOKENS, BatchEngine
@@ -106,8 +109,10 @@ def wait_for_compiler(pool: CompilerPool, cache: TableCache) -> None:
         )
     left = max(1.0, START_TIMEOUT_S - (time.perf_counter() - started))
     if not cache.wait_warm(left):
-        log.warning("the first masks' functions are not compiled after %.0f s; serving anyway",
-                    START_TIMEOUT_S)
+        log.warning(
+            "the first masks' functions are not compiled after %.0f s; serving anyway",
+            START_TIMEOUT_S,
+        )
     waited = time.perf_counter() - started
     if waited > COLD_START_NOTE_S:
         log.info(
@@ -122,7 +127,7 @@ def build_compiler(
 ) -> tuple[CompilerPool, TableCache]:
     """The compile workers and the table cache both engines compile through; with
     `first_masks`, the cache also hands out LazyTables of compiles in flight
-    (compiler/first_mask.py: the in-process engine serves them, vLLM's workers cannot)."""
+    (compiler/service/first_mask.py: the in-process engine serves them, vLLM's workers cannot)."""
     limits = CompileLimits(
         timeout_s=settings.compile_timeout,
         memory_bytes=settings.compile_memory << 20,
@@ -152,7 +157,7 @@ def build_compiler(
 
 
 def _first_masks(pool: CompilerPool, vocab: TokenVocabulary, *, grow: bool) -> Any:
-    from gclm.compiler.first_mask import FirstMasks  # numba: not for vLLM's processes
+    from gclm.compiler import FirstMasks  # numba: not for vLLM's processes
 
     return FirstMasks(pool.early_dfa, vocab, pool.submit_first, grow=grow)
 

@@ -20,7 +20,7 @@ from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from gclm.compiler.constraint import ADDITIONAL_PROPERTIES
+from gclm.compiler import ADDITIONAL_PROPERTIES
 from gclm.paths import default_cache_dir
 
 ENV_PREFIX = "GCLM_"
@@ -277,8 +277,9 @@ class ServerSettings:
         "lazy",
         COMPILE,
         "`lazy`: a new constraint's requests start on masks walked state by state, on a byte "
-        "DFA grown from the regex's NFA as they read it (compiler/lazy_dfa.py), or where the "
-        "NFA is not built here on the byte DFA a worker compiles alone (compiler/first_mask.py); "
+        "DFA grown from the regex's NFA as they read it (compiler/grown/lazy_dfa.py), or where the "
+        "NFA is not built here on the byte DFA a worker compiles alone "
+        "(compiler/service/first_mask.py); "
         "the whole table is compiled only for a request that needs it (thinking, a tight "
         "budget). `lazy-outlines`: the same, always on the worker's byte DFA (outlines-core's, "
         "whole). `whole`: every request waits for the whole table (`--engine vllm` always waits)",

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
 
 # Fixtures that start a real server: `gclm serve` in a subprocess, or vLLM's.
 SERVER_FIXTURES = frozenset(
@@ -33,11 +33,11 @@ SLOW_TESTS = (
     "tests/compiler/test_background.py",  # 16 s: compile pools whose compiles time out
     "tests/compiler/test_bench_compile.py",  # 6 s: the compile benchmark on tiny schemas
     "tests/compiler/test_compile_progress.py",  # 11 s: a compile pool, retried at Retry-After
-    "tests/compiler/test_first_mask.py::test_the_pool_sends",  # 7 s: a compile pool
-    "tests/compiler/test_first_mask.py::test_a_dfa_over",  # 3 s: a compile pool
-    "tests/compiler/test_first_mask.py::test_a_first_compile",  # 2-3 s each: a compile pool
-    "tests/compiler/test_pool.py",  # 12 s: compile worker processes started and killed
-    "tests/compiler/test_worker.py",  # 3 s: the same, one worker
+    "tests/compiler/service/test_first_mask.py::test_the_pool_sends",  # 7 s: a compile pool
+    "tests/compiler/service/test_first_mask.py::test_a_dfa_over",  # 3 s: a compile pool
+    "tests/compiler/service/test_first_mask.py::test_a_first_compile",  # 2-3 s each: a compile pool
+    "tests/compiler/service/test_pool.py",  # 12 s: compile worker processes started and killed
+    "tests/compiler/service/test_worker.py",  # 3 s: the same, one worker
     "tests/server/test_cli.py",  # 50 s: `gclm compile` in subprocesses
     "tests/server/test_engine_side_prefill.py",  # 37 s: a prefill thread beside the steps
     "tests/server/test_openapi.py",  # 23 s: schemathesis over the whole API

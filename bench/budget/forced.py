@@ -289,10 +289,10 @@ def fewest_non_degenerate(
     """
     import outlines_core
 
-    from gclm.compiler.compile import table_from_index
-    from gclm.compiler.constraint import DEFAULT_WHITESPACE
-    from gclm.compiler.json_schema import normalize_schema, schema_regex
-    from gclm.compiler.tables import shortest_path
+    from gclm.compiler.front.constraint import DEFAULT_WHITESPACE
+    from gclm.compiler.front.json_schema import normalize_schema, schema_regex
+    from gclm.compiler.whole.compile import table_from_index
+    from gclm.compiler.whole.tables import shortest_path
     from gclm.errors import ConstraintError, GclmError
 
     if is_degenerate(table.shortest_output) is False:

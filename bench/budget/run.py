@@ -366,7 +366,7 @@ async def generate(args: argparse.Namespace) -> dict[str, Any]:
     """Compile, build every job, run them all through one engine; return the raw results."""
     import torch
 
-    from gclm.compiler.constraint import Constraint
+    from gclm.compiler.front.constraint import Constraint
     from gclm.server.launch import build_engine
     from gclm.server.settings import ServerSettings
 
@@ -479,9 +479,9 @@ def arm3_failures(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def rescore(path: Path, bench_count: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The records and info of an earlier --json file, with the forced cells recomputed
     (each schema compiled again in this process, for the embedded model's vocabulary)."""
-    from gclm.compiler.compile import compile_constraint
-    from gclm.compiler.constraint import Constraint
-    from gclm.compiler.vocabulary import TokenVocabulary
+    from gclm.compiler.front.constraint import Constraint
+    from gclm.compiler.vocab.vocabulary import TokenVocabulary
+    from gclm.compiler.whole.compile import compile_constraint
     from gclm.server.engine.model_loader import load_tokenizer
 
     data = json.loads(path.read_text())

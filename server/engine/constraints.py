@@ -1,9 +1,9 @@
 """The engine's constraint service: one per engine, for both engines.
 
 It holds what turns a request's constraint into what its rows mask with: the table cache
-(compiler/cache.py) and the compile pool behind it, the threads that look tables up and build
-their mask rows off the event loop and off the engine's thread, and the budget policies of
-the vocabulary: it implements gclm.server.engine.protocol.ConstraintService. An engine's
+(compiler/service/cache.py) and the compile pool behind it, the threads that look tables
+up and build their mask rows off the event loop and off the engine's thread, and the budget
+policies of the vocabulary: it implements gclm.server.engine.protocol.ConstraintService. An engine's
 /metrics gauges come from `gauges`.
 """
 
@@ -17,11 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.pool import CompilerPool
-from gclm.compiler.tables import CompiledTable
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler import CompiledTable, CompilerPool, Constraint, TableCache, TokenVocabulary
 from gclm.errors import CompilerBusyError
 from gclm.masking import mask_table
 from gclm.masking.graceful import GracefulPolicy
@@ -29,12 +25,12 @@ from gclm.masking.masks import is_lazy
 from gclm.masking.policy import BudgetPolicy
 
 if TYPE_CHECKING:
-    from gclm.compiler.lazy_table import LazyTable
+    from gclm.compiler import LazyTable
 
 
 _DEFAULT_TIMEOUT_S = 10.0  # without a pool (tests): the server's default --compile-timeout
 _WAIT_GRACE_S = 1.0
-_GROW_RETRY_S = 5.0  # a grown first mask's NFA is bounded (compiler/first_mask.py): seconds
+_GROW_RETRY_S = 5.0  # a grown first mask's NFA is bounded (compiler/service/first_mask.py): seconds
 
 
 class Constraints:

@@ -12,13 +12,12 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.tables import CompiledTable
+from gclm.compiler import CompiledTable, Constraint
 from gclm.masking.policy import BudgetPolicy
 from gclm.masking.reasoning import ThinkingSpec
 
 if TYPE_CHECKING:
-    from gclm.compiler.lazy_table import LazyTable
+    from gclm.compiler import LazyTable
 
 
 @dataclass(frozen=True)
@@ -189,7 +188,7 @@ class ConstraintService(Protocol):
         """Compile (or fetch from cache) a constraint for this engine's tokenizer.
         Raises ConstraintError; never blocks the event loop. With `first_mask` (the request
         needs no whole table) it may answer a constraint still compiling with its
-        LazyTable (compiler/first_mask.py); an engine that cannot serve one never does.
+        LazyTable (compiler/service/first_mask.py); an engine that cannot serve one never does.
         Past `deadline` (time.monotonic(); None: the compile timeout from now) a
         CompilerBusyError (429), while the compile goes on."""
         ...

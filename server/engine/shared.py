@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from functools import cached_property
 from typing import Any, Protocol
 
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler import TokenVocabulary
 from gclm.errors import InvalidRequestError
 from gclm.masking import check_budget
 from gclm.masking.state import ConstraintState

@@ -30,9 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.pool import CompilerPool
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler import CompilerPool, TableCache, TokenVocabulary
 from gclm.errors import (
     EngineDeadError,
     GclmError,

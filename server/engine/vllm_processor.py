@@ -16,7 +16,7 @@ process is told.
   --engine vllm` hands it its engine's own tables (`serve_frontend`); a plain vLLM server
   names the tokenizer in `GCLM_VLLM_TOKENIZER` (and `GCLM_VLLM_TOKENIZER_REVISION`), read
   on the first constrained request, which loads it and starts the compile workers (a
-  compile is not charged for their start: compiler/pool.py). A constrained request that
+  compile is not charged for their start: compiler/service/pool.py). A constrained request that
   finds neither is refused (400) with that fix; it is never let through unchecked.
 - engine core / workers: vLLM builds the processor with its VllmConfig, whose model config
   names the tokenizer; tables are read from the same disk cache, and compiled in process on
@@ -40,10 +40,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.tables import CompiledTable
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler import CompiledTable, Constraint, TableCache, TokenVocabulary
 from gclm.masking.masks import mask_table
 from gclm.masking.vllm import EXTRA_ARGS_KEY, ConstraintBatch, check_request
 
@@ -51,7 +48,7 @@ if TYPE_CHECKING:
     from vllm import SamplingParams
     from vllm.config import VllmConfig
 
-    from gclm.compiler.pool import CompilerPool
+    from gclm.compiler import CompilerPool
 
 # The frontend's tokenizer for a plain vLLM server (a path or hub id), and its revision.
 TOKENIZER_ENV = "GCLM_VLLM_TOKENIZER"
@@ -85,12 +82,12 @@ class TableSource:
         compile_fn: Callable[[Constraint], CompiledTable]
         pool = None
         if isolated:
-            from gclm.compiler.pool import CompilerPool
+            from gclm.compiler import CompilerPool
 
             pool = CompilerPool(vocab)
             compile_fn = pool.compile
         else:
-            from gclm.compiler.compile import compile_constraint
+            from gclm.compiler import compile_constraint
 
             def compile_fn(c: Constraint) -> CompiledTable:
                 return compile_constraint(c, vocab)

@@ -7,7 +7,7 @@ or in GBNF, which gbnf.py writes as Lark); on the Responses API, from `text.form
 (json_object / json_schema with `name`, `schema`, `strict` at its top level); or, on
 either API, from `tools` when `tool_choice` allows calls (server/openai/tools/prompt.py),
 which a JSON `response_format` / `text.format` may join as the form of a text answer. Each
-is read by the one constraint parser, `gclm.compiler.constraint.parse_constraint`. Errors
+is read by the one constraint parser, `gclm.compiler.front.constraint.parse_constraint`. Errors
 name the parameter the constraint came from, e.g. `structured_outputs.regex`, both when
 the constraint is malformed here and when the engine fails to compile it.
 """
@@ -21,8 +21,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from gclm.compiler.constraint import STRUCTURED_KEYS, Constraint, parse_constraint
-from gclm.compiler.regex import json_regex
+from gclm.compiler import STRUCTURED_KEYS, Constraint, json_regex, parse_constraint
 from gclm.errors import ConstraintError, InvalidRequestError
 from gclm.server.openai.gbnf import to_lark
 from gclm.server.openai.protocol import (
@@ -49,7 +48,7 @@ def constraint_spec(
     request: GenerationBody, additional_properties: str = "declared"
 ) -> ConstraintSpec | None:
     """The constraint `request` asks for, or None for free text. `additional_properties`
-    is the server's default for JSON Schemas (compiler/constraint.py).
+    is the server's default for JSON Schemas (compiler/front/constraint.py).
 
     Raises InvalidRequestError when more than one source sets a constraint (tools beside a
     JSON `response_format` / `text.format` are one constraint: see `_tools_with_format`),

@@ -28,7 +28,7 @@ from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from pydantic import BaseModel, Field, StrictBool
 
-from gclm.compiler.tables import CompiledTable
+from gclm.compiler import CompiledTable
 from gclm.errors import InvalidRequestError
 from gclm.masking.reasoning import ThinkingSpec
 from gclm.server.openai.json_values import OptionalJsonInt

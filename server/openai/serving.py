@@ -24,9 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Request, Response
 
-from gclm.compiler.deadline import OutOfTime, work_deadline
-from gclm.compiler.lazy_table import SearchTooLarge, request_deadline
-from gclm.compiler.tables import CompiledTable
+from gclm.compiler import CompiledTable, OutOfTime, SearchTooLarge, request_deadline, work_deadline
 from gclm.errors import (
     CompileLimitError,
     CompilerBusyError,
@@ -66,7 +64,7 @@ from gclm.server.openai.tools.prompt import ToolPlan
 from gclm.server.settings import ServerSettings
 
 if TYPE_CHECKING:
-    from gclm.compiler.lazy_table import LazyTable
+    from gclm.compiler import LazyTable
 
 
 def serving_of(request: Request) -> Serving:
@@ -278,7 +276,7 @@ class Serving:
     ) -> int | None:
         """max_tokens of a request on first masks, or None where it needs the whole table:
         its budget is tight (a policy paces it), or its minimum is past the bounded search
-        (compiler/lazy_table.py's REQUEST_SEARCH_STATES, or the request's `deadline`: then
+        (compiler/grown/lazy_table.py's REQUEST_SEARCH_STATES, or the request's `deadline`: then
         the whole table's wait answers, at once). Raises as `budget`."""
         try:
             with request_deadline(deadline):

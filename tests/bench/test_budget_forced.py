@@ -6,9 +6,9 @@ import pytest
 
 from bench.budget import run as budget
 from bench.budget.forced import Fewest, Place, fewest_non_degenerate, slot_variants
-from gclm.compiler.compile import compile_constraint
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.json_schema import normalize_schema
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.front.json_schema import normalize_schema
+from gclm.compiler.whole.compile import compile_constraint
 
 STR = {"type": "string"}
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bench.lazy_dfa import LazyDfa, build_nfa, first_tokens, trie_lists, utf8_sequences
-from gclm.compiler.token_walk import byte_dfa, token_trie
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.token_walk import byte_dfa, token_trie
 
 
 def _matches(seqs: list[list[tuple[int, int]]], data: bytes) -> bool:
@@ -51,7 +51,7 @@ def test_lazy_dfa_has_outlines_cores_language(regex):
 )
 def test_compiled_parser_has_outlines_cores_language(regex):
     from bench.lazy_nfa import as_python_nfa
-    from gclm.compiler.regex_parse import ParsedRegex as CompiledProgram
+    from gclm.compiler.grown.regex_parse import ParsedRegex as CompiledProgram
 
     program = CompiledProgram(regex)
     _same_language(LazyDfa(*as_python_nfa(program, program.root)), regex)
@@ -61,8 +61,8 @@ def test_compiled_parser_has_outlines_cores_language(regex):
     "regex", [r"\d+$", "(?i)a$", "a^b$", "a$b", "(ab$", "ab)$", "a{2,1}$", "[ab$"]
 )
 def test_compiled_parser_refuses_what_it_does_not_model(regex):
-    from gclm.compiler.regex_parse import ParsedRegex as CompiledProgram
-    from gclm.compiler.regex_parse import Unsupported
+    from gclm.compiler.grown.regex_parse import ParsedRegex as CompiledProgram
+    from gclm.compiler.grown.regex_parse import Unsupported
 
     with pytest.raises(Unsupported):
         CompiledProgram(regex)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from bench.lazy_reach import _boundary_states, _touch
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.regex import to_regex
-from gclm.compiler.token_walk import byte_dfa, token_trie
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.front.regex import to_regex
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.token_walk import byte_dfa, token_trie
 
 TOKENS = (*(bytes([b]) for b in range(256)), b'{"a": ', b"}", None)
 VOCAB = TokenVocabulary(TOKENS, eos_token_id=258, scheme="plain")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from bench.minimize import compile_once
 from bench.open_objects import differs, other_keys
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.regex import to_regex
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.front.regex import to_regex
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
 
 SCHEMA = {
     "type": "object",

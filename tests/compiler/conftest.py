@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
 
 
 @pytest.fixture(scope="session")

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.pool import CompilerPool
-from gclm.compiler.worker import CompileLimits
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.service.cache import TableCache
+from gclm.compiler.service.pool import CompilerPool
+from gclm.compiler.service.worker import CompileLimits
 from gclm.errors import CompileLimitError, CompilerBusyError
 
 
@@ -114,7 +114,7 @@ def test_a_compile_nobody_waits_for_is_reniced_and_shed_past_the_memory_budget(
     stopped as busy, not remembered, and counted."""
     import os
 
-    from gclm.compiler.pool import UNWAITED_NICE
+    from gclm.compiler.service.pool import UNWAITED_NICE
 
     pool = CompilerPool(
         embedded_vocab, CompileLimits(timeout_s=0.3, cpu_s=120), workers=1, unwaited_bytes=0

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.compiler.worker import CompileLimits
+from gclm.compiler.service.worker import CompileLimits
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
 
 REPO = Path(__file__).resolve().parents[2]
 

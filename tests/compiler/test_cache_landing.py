@@ -11,11 +11,11 @@ from __future__ import annotations
 import threading
 from concurrent.futures import Future
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.compile import compile_constraint
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.tables import CompiledTable
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.service.cache import TableCache
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.compile import compile_constraint
+from gclm.compiler.whole.tables import CompiledTable
 from gclm.errors import CompileLimitError, CompilerBusyError
 
 ABC = TokenVocabulary((b"a", b"b", b"ab", None), 3, "plain")

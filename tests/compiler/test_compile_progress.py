@@ -9,20 +9,20 @@ import time
 import numpy as np
 import pytest
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.compile import compile_constraint
-from gclm.compiler.compile_job import (
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.service.cache import TableCache
+from gclm.compiler.service.compile_job import (
     MIN_RETRY_S,
     QUEUED,
     Job,
     remaining_cpu,
     running_estimate,
 )
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.pool import CompilerPool
-from gclm.compiler.progress import DONE, FINISH, PHASE, PREPARE, TOTAL, WALK, Progress
-from gclm.compiler.vocabulary import TokenVocabulary
-from gclm.compiler.worker import CompileLimits
+from gclm.compiler.service.pool import CompilerPool
+from gclm.compiler.service.progress import DONE, FINISH, PHASE, PREPARE, TOTAL, WALK, Progress
+from gclm.compiler.service.worker import CompileLimits
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.compile import compile_constraint
 from gclm.errors import CompilerBusyError
 
 ABC = TokenVocabulary((b"a", b"b", b"ab", None), 3, "plain")

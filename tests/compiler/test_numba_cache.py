@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numba
 
-from gclm.compiler import index_reader
+from gclm.compiler.whole import index_reader
 
 
 def test_index_reader_functions_cache_per_numba_version() -> None:

@@ -9,12 +9,12 @@ from collections import deque
 import outlines_core
 import pytest
 
-from gclm.compiler.compile import compile_constraint, table_from_index
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.regex import to_regex
-from gclm.compiler.tables import CompiledTable
-from gclm.compiler.token_walk import byte_dfa
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.front.regex import to_regex
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.compile import compile_constraint, table_from_index
+from gclm.compiler.whole.tables import CompiledTable
+from gclm.compiler.whole.token_walk import byte_dfa
 
 _WIDE = {"type": "number", "minimum": -1.000017e20, "maximum": 1.100013e20}
 

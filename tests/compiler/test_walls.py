@@ -10,14 +10,14 @@ from concurrent.futures import Future
 
 import pytest
 
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.first_mask import LIGHT_LANE_DEPTH, LIGHT_NFA_STATES, FirstMasks
-from gclm.compiler.grammar import grammar_regex, python_regex
-from gclm.compiler.grammar.syntax import MAX_GRAMMAR_CHARS, MAX_NESTING
-from gclm.compiler.lazy_dfa import GrowingLazyTable
-from gclm.compiler.lazy_table import REQUEST_SEARCH_STATES, SearchTooLarge
-from gclm.compiler.regex import MAX_SCHEMA_DEPTH, to_regex
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.front.grammar import grammar_regex, python_regex
+from gclm.compiler.front.grammar.syntax import MAX_GRAMMAR_CHARS, MAX_NESTING
+from gclm.compiler.front.regex import MAX_SCHEMA_DEPTH, to_regex
+from gclm.compiler.grown.lazy_dfa import GrowingLazyTable
+from gclm.compiler.grown.lazy_table import REQUEST_SEARCH_STATES, SearchTooLarge
+from gclm.compiler.service.first_mask import LIGHT_LANE_DEPTH, LIGHT_NFA_STATES, FirstMasks
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
 from gclm.errors import CompileLimitError
 
 # Every byte a token by itself, and EOS (id 256).
@@ -172,7 +172,7 @@ def test_a_requests_search_stops_at_its_deadline() -> None:
     the request's deadline; outside it the same search finds the minimum."""
     import time
 
-    from gclm.compiler.lazy_table import request_deadline
+    from gclm.compiler.grown.lazy_table import request_deadline
 
     table = GrowingLazyTable.of_regex("(?:ab){40}$", BYTES)
     with request_deadline(time.monotonic() - 1), pytest.raises(SearchTooLarge):
@@ -184,7 +184,7 @@ def test_writing_a_regex_stops_at_a_work_deadline_and_only_inside_one() -> None:
     """A schema whose normalisation takes minutes (MaskBench's WashingtonPost wp_124 has
     the same shape: oneOfs of arrays under $refs) stops at the server thread's deadline;
     the same code without a deadline (a worker's) is not stopped by it."""
-    from gclm.compiler.deadline import OutOfTime, check, work_deadline
+    from gclm.compiler.front.deadline import OutOfTime, check, work_deadline
 
     schema = {"$defs": {}, "type": "object", "properties": {"x": {"$ref": "#/$defs/a0"}}}
     for i in range(12):
@@ -206,7 +206,7 @@ def test_writing_a_regex_stops_at_a_work_deadline_and_only_inside_one() -> None:
 def test_a_regex_slow_to_write_is_left_to_a_worker(monkeypatch) -> None:
     """Past LIGHT_REGEX_SECONDS (here 0) writing the regex on the light lane stops and a
     worker's FIRST compile answers: the lane is free for the next constraint."""
-    monkeypatch.setattr("gclm.compiler.first_mask.LIGHT_REGEX_SECONDS", 0.0)
+    monkeypatch.setattr("gclm.compiler.service.first_mask.LIGHT_REGEX_SECONDS", 0.0)
     sent: list[Constraint] = []
     worker = recording_worker(sent)
     first = FirstMasks(lambda c: None, BYTES, worker, grow=True)

@@ -7,7 +7,7 @@ import torch
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from gclm.compiler.tables import CompiledTable, build_table
+from gclm.compiler.whole.tables import CompiledTable, build_table
 from gclm.masking import (
     ConstraintState,
     allocate_bitmask,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import outlines_core
 
-from gclm.compiler.tables import CompiledTable, build_table
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.tables import CompiledTable, build_table
 
 
 def table_from_index(index: outlines_core.Index, vocab: TokenVocabulary) -> CompiledTable:

@@ -148,6 +148,6 @@ def test_masking_loads_without_numba() -> None:
     # vLLM's workers load gclm.masking (the logits processor) before their start-up scans
     # every loaded module's namespace, which fails on llvmlite's objects: numba must come
     # with the first CPU apply or lazy compile, not with the import.
-    code = "import sys, gclm.masking, gclm.compiler.cache; print('numba' in sys.modules)"
+    code = "import sys, gclm.masking, gclm.compiler.service.cache; print('numba' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -202,7 +202,7 @@ def test_generate_budget_below_constraint_budget_is_refused(model, tokenizer, sc
 
 @pytest.mark.parametrize("sampling", [False, True])
 def test_create_constraint_end_to_end(model, tokenizer, vocab, sampling):
-    pytest.importorskip("gclm.compiler.compile")
+    pytest.importorskip("gclm.compiler.whole.compile")
     rf = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}
     c = create_constraint(tokenizer, rf, max_new_tokens=24)
     assert c.min_tokens > 0

@@ -146,9 +146,9 @@ def test_a_bounded_table_cache_bounds_the_mask_rows(embedded_vocab):
     import gc
     import weakref
 
-    from gclm.compiler.cache import TableCache
-    from gclm.compiler.compile import compile_constraint
-    from gclm.compiler.constraint import Constraint
+    from gclm.compiler.front.constraint import Constraint
+    from gclm.compiler.service.cache import TableCache
+    from gclm.compiler.whole.compile import compile_constraint
     from gclm.masking.masks import table_memory
 
     compiled = []

@@ -68,8 +68,8 @@ def float32_engine(embedded_vocab):
     ran in, so outputs compare to the bit), 4 slots, every prompt prefilled on the engine
     thread unless `prefill_thread`; one per set of arguments, sharing the model and a table
     cache, shut down at the end."""
-    from gclm.compiler.cache import TableCache
-    from gclm.compiler.compile import compile_constraint
+    from gclm.compiler.service.cache import TableCache
+    from gclm.compiler.whole.compile import compile_constraint
     from gclm.server.engine.model_loader import load_model
     from gclm.server.engine.transformers.engine import BatchEngine
 
@@ -106,8 +106,8 @@ def tiny_batch_engine(embedded_tokenizer, embedded_vocab, tiny_llama):
     """`tiny_batch_engine(cache=None, **config)` builds a BatchEngine on a one-layer random
     Llama over the embedded vocabulary (`config`: LlamaConfig fields that differ; the caller
     shuts it down); `cache` None: compiles in process."""
-    from gclm.compiler.cache import TableCache
-    from gclm.compiler.compile import compile_constraint
+    from gclm.compiler.service.cache import TableCache
+    from gclm.compiler.whole.compile import compile_constraint
     from gclm.server.engine.transformers.engine import BatchEngine
 
     def build(cache: TableCache | None = None, **config: Any) -> BatchEngine:

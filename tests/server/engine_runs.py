@@ -8,8 +8,8 @@ from typing import Any
 
 import torch
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.compile import compile_constraint
+from gclm.compiler.service.cache import TableCache
+from gclm.compiler.whole.compile import compile_constraint
 from gclm.server.engine.protocol import (
     ErrorEvent,
     FinishEvent,

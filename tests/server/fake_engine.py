@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.tables import CompiledTable, build_table
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.whole.tables import CompiledTable, build_table
 from gclm.errors import ConstraintError, EngineDeadError, QueueFullError
 from gclm.server.engine.protocol import (
     EngineStats,

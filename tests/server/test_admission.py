@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.compile import compile_constraint
+from gclm.compiler.service.cache import TableCache
+from gclm.compiler.whole.compile import compile_constraint
 from gclm.errors import QueueFullError
 from gclm.server.engine.protocol import FinishEvent, GenerationRequest, SamplingParams
 from gclm.server.engine.transformers.admission import AdmissionQueue

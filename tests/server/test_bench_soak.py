@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from bench.soak import bomb, distinct, markdown
-from gclm.compiler.cache import cache_key
-from gclm.compiler.constraint import Constraint
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.service.cache import cache_key
 
 
 def test_schemas_are_distinct_constraints() -> None:

@@ -1,6 +1,6 @@
 """A client that leaves while its constraint compiles stops the compile, unless another
 request waits for it (server/openai/serving.py: the plan races the disconnect;
-server/engine/constraints.py counts the waiters; compiler/cache.py: TableCache.abandon).
+server/engine/constraints.py counts the waiters; compiler/service/cache.py: TableCache.abandon).
 Real sockets on 127.0.0.1, a BatchEngine over a tiny random Llama, compiles the test
 holds back."""
 
@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from socket_server import connect, serving, wait_for
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.compile import compile_constraint
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.tables import CompiledTable
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.service.cache import TableCache
+from gclm.compiler.whole.compile import compile_constraint
+from gclm.compiler.whole.tables import CompiledTable
 from gclm.server.app import create_app
 from gclm.server.settings import ServerSettings
 

@@ -11,11 +11,11 @@ import pytest
 from fake_engine import FakeEngine
 from harness import http_client
 
-from gclm.compiler.compile import compile_constraint
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.tables import CompiledTable
-from gclm.compiler.worker import _flatten as flatten
-from gclm.compiler.worker import rebuild_error
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.service.worker import _flatten as flatten
+from gclm.compiler.service.worker import rebuild_error
+from gclm.compiler.whole.compile import compile_constraint
+from gclm.compiler.whole.tables import CompiledTable
 from gclm.errors import MESSAGE_LIMIT, GclmError, InvalidRequestError
 from gclm.server.app import create_app
 from gclm.server.settings import ServerSettings

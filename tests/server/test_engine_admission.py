@@ -11,7 +11,7 @@ import torch
 from pass_spy import Packed
 
 from bench.drafts import generate
-from gclm.compiler.constraint import Constraint
+from gclm.compiler.front.constraint import Constraint
 from gclm.server.engine.protocol import GenerationRequest, SamplingParams, TokenEvent
 from gclm.server.engine.transformers.engine import BatchEngine
 

@@ -8,15 +8,15 @@ from concurrent.futures import Future
 
 import pytest
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.compile import compile_constraint
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.first_mask import lazy_table
-from gclm.compiler.lazy_table import LazyTable
-from gclm.compiler.regex import to_regex
-from gclm.compiler.tables import CompiledTable
-from gclm.compiler.token_walk import byte_dfa
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.front.regex import to_regex
+from gclm.compiler.grown.lazy_table import LazyTable
+from gclm.compiler.service.cache import TableCache
+from gclm.compiler.service.first_mask import lazy_table
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.compile import compile_constraint
+from gclm.compiler.whole.tables import CompiledTable
+from gclm.compiler.whole.token_walk import byte_dfa
 from gclm.masking.graceful import GracefulPolicy
 from gclm.masking.masks import _CACHE as MASK_TABLES
 from gclm.server.engine.constraints import Constraints

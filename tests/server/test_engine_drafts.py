@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bench.drafts import generate
-from gclm.compiler.constraint import Constraint
+from gclm.compiler.front.constraint import Constraint
 from gclm.server.engine.protocol import GenerationRequest, SamplingParams
 from gclm.server.engine.transformers.engine import BatchEngine
 

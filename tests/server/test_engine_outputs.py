@@ -12,9 +12,9 @@ import pytest
 import torch
 from engine_runs import ids_of
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.compile import compile_constraint
-from gclm.compiler.constraint import Constraint
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.service.cache import TableCache
+from gclm.compiler.whole.compile import compile_constraint
 from gclm.server.engine.protocol import GenerationRequest, SamplingParams
 from gclm.server.engine.transformers.engine import BatchEngine
 

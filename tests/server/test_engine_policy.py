@@ -11,7 +11,7 @@ import asyncio
 import pytest
 import torch
 
-from gclm.compiler.constraint import Constraint
+from gclm.compiler.front.constraint import Constraint
 from gclm.masking.state import ConstraintState
 from gclm.server.engine.protocol import FinishEvent, GenerationRequest, SamplingParams, TokenEvent
 from gclm.server.engine.transformers.engine import BatchEngine

@@ -14,10 +14,10 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.compile import compile_constraint
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.service.cache import TableCache
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.compile import compile_constraint
 from gclm.masking.reasoning import ThinkingSpec
 from gclm.server.engine.model_loader import embedded_model_dir
 from gclm.server.engine.protocol import (

@@ -1,5 +1,5 @@
 """Serving on first masks: a request whose constraint's table is not compiled generates on
-its LazyTable (compiler/first_mask.py), through the real SDK, on a BatchEngine over a tiny
+its LazyTable (compiler/service/first_mask.py), through the real SDK, on a BatchEngine over a tiny
 random Llama with the embedded vocabulary. The whole compile is held back by the test, so
 the request cannot have used the table; a request that needs no whole table starts none.
 """
@@ -18,14 +18,14 @@ import openai
 import pytest
 from harness import http_client, openai_client
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.compile import compile_constraint
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.first_mask import lazy_table
-from gclm.compiler.lazy_table import LazyTable
-from gclm.compiler.regex import to_regex
-from gclm.compiler.tables import CompiledTable
-from gclm.compiler.token_walk import byte_dfa
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.front.regex import to_regex
+from gclm.compiler.grown.lazy_table import LazyTable
+from gclm.compiler.service.cache import TableCache
+from gclm.compiler.service.first_mask import lazy_table
+from gclm.compiler.whole.compile import compile_constraint
+from gclm.compiler.whole.tables import CompiledTable
+from gclm.compiler.whole.token_walk import byte_dfa
 from gclm.errors import CompilerBusyError
 from gclm.server.app import create_app
 from gclm.server.settings import ServerSettings
@@ -258,7 +258,7 @@ async def test_a_minimum_past_the_bounded_search_is_the_whole_tables(held, monke
     """Where the exact minimum is past what a request may search on first masks
     (REQUEST_SEARCH_STATES; here none), the budget check waits for the whole table, whose
     minimum the 400 names: the search is not left to run in the server's process."""
-    monkeypatch.setattr("gclm.compiler.lazy_table.REQUEST_SEARCH_STATES", 0)
+    monkeypatch.setattr("gclm.compiler.grown.lazy_table.REQUEST_SEARCH_STATES", 0)
     app, compiles = held
     async with openai_client(app) as client:
         request = asyncio.ensure_future(

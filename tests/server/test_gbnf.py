@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from gclm.compiler.grammar import grammar_regex
+from gclm.compiler.front.grammar import grammar_regex
 from gclm.errors import ConstraintError
 from gclm.server.openai.gbnf import to_lark
 

@@ -112,7 +112,7 @@ async def test_compile_seconds_are_charged_to_the_key_that_compiled(tmp_path) ->
 
 async def test_a_compile_stopped_at_its_cpu_limit_is_charged_once(tmp_path) -> None:
     # What the compile pool answers for a constraint past --compile-cpu-limit; the table
-    # cache then re-raises that one error for the same constraint (compiler/cache.py).
+    # cache then re-raises that one error for the same constraint (compiler/service/cache.py).
     stopped = CompileLimitError("Compiling used more than 1.2 s of CPU.", compile_seconds=1.2)
     engine = FakeEngine()
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 
-from gclm.compiler.constraint import Constraint
+from gclm.compiler.front.constraint import Constraint
 from gclm.server.launch import (
     COMMON_CONSTRAINTS,
     build_compiler,
@@ -40,7 +40,7 @@ def test_the_server_serves_once_the_first_masks_functions_are_loaded(
 ):
     # On a cold numba cache the warm-up compiles for 45-60 s; a request served meanwhile
     # waited for numba inside its --compile-timeout and got a 429 (a new container's first).
-    from gclm.compiler import first_mask
+    from gclm.compiler.service import first_mask
 
     compiling = threading.Event()
     monkeypatch.setattr(first_mask, "warm_up", lambda vocab: compiling.wait(60))

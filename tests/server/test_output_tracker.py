@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gclm.compiler.tables import CompiledTable, build_table
+from gclm.compiler.whole.tables import CompiledTable, build_table
 from gclm.errors import GclmError, InternalError
 from gclm.masking.reasoning import ThinkingSpec
 from gclm.server.engine.output import OutputTracker

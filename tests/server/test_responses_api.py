@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from harness import http_client, openai_client
 from pydantic import BaseModel
 
-from gclm.compiler.constraint import Constraint
+from gclm.compiler.front.constraint import Constraint
 from gclm.server.app import create_app
 from gclm.server.settings import ServerSettings
 

@@ -8,8 +8,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from gclm.compiler.tables import CompiledTable, build_table
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.tables import CompiledTable, build_table
 from gclm.masking.reasoning import ThinkingSpec
 from gclm.server.engine.protocol import (
     FinishEvent,

@@ -14,10 +14,10 @@ import pytest
 from fake_engine import FakeEngine
 from harness import openai_client
 
-from gclm.compiler.compile import compile_constraint
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.tables import CompiledTable
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.compile import compile_constraint
+from gclm.compiler.whole.tables import CompiledTable
 from gclm.errors import QUOTE_LIMIT, InvalidRequestError
 from gclm.masking import ConstraintState
 from gclm.server.app import create_app

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.compile import compile_constraint
-from gclm.compiler.constraint import Constraint
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.service.cache import TableCache
+from gclm.compiler.whole.compile import compile_constraint
 from gclm.errors import EngineDeadError, InternalError, InvalidRequestError, QueueFullError
 from gclm.server.engine.output import OutputTracker
 from gclm.server.engine.protocol import (

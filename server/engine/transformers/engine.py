@@ -36,9 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from gclm.compiler.cache import TableCache
-from gclm.compiler.pool import CompilerPool
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler import CompilerPool, TableCache, TokenVocabulary
 from gclm.errors import EngineDeadError, GclmError, InternalError, InvalidRequestError
 from gclm.masking import allocate_bitmask
 from gclm.masking.apply import MaskRow, mask_rows

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from gclm.compiler.vocabulary import TokenVocabulary
+from gclm.compiler import TokenVocabulary
 from gclm.masking import ConstraintState
 from gclm.server.engine.output import OutputTracker
 from gclm.server.engine.protocol import GenerationRequest, StreamEvent, TokenLogprob

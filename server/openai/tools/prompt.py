@@ -58,12 +58,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 from typing_extensions import Self
 
-from gclm.compiler.constraint import Constraint
-from gclm.compiler.grammar import grammar_regex
-from gclm.compiler.json_schema.normalize import SchemaLimits, normalize_schema
-from gclm.compiler.json_schema.patterns import escape_literal
-from gclm.compiler.json_schema.regex import schema_regex
-from gclm.compiler.rust_regex import check_regex, matches_empty, strip_anchors
+from gclm.compiler import (
+    Constraint,
+    SchemaLimits,
+    check_regex,
+    escape_literal,
+    grammar_regex,
+    matches_empty,
+    normalize_schema,
+    schema_regex,
+    strip_anchors,
+)
 from gclm.errors import ConstraintError, InvalidRequestError
 
 OPENER = "<tool_call>"
@@ -311,7 +316,7 @@ class ToolPlan:
     custom_param: str = "tools[{i}].custom.format.grammar"
     # Where each function, then each custom tool, is in `tools` (None: in that order).
     index: tuple[int, ...] | None = None
-    # What a function's object without additionalProperties takes (compiler/constraint.py's
+    # What a function's object without additionalProperties takes (compiler/front/constraint.py's
     # ADDITIONAL_PROPERTIES): the server's --additional-properties.
     additional_properties: str = "declared"
     # An allowed_tools tool_choice: the names that may be called, a subset of the tools

@@ -1,0 +1,7 @@
+"""The grown path: our own regex -> NFA -> byte DFA grown where walks go -> LazyTable.
+
+Read in order: regex_parse.py (the regex into a program), regex_nfa.py (a Thompson NFA and
+its byte distances), lazy_dfa.py (the DFA determinized on demand), state_walk.py (one
+state's trie walk), byte_bounds.py and path_bound.py (distance bounds from bytes), and
+lazy_table.py (masks for the states generation reaches, budget exact).
+"""
