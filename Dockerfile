@@ -21,7 +21,7 @@ ENV PYTHONUNBUFFERED=1 \
 
 # The unprivileged user the server runs as, and the cache it owns. Everything written at run
 # time lives under the /cache volume: the hub download cache, gclm's converted embedded model
-# and compiled tables, and numba's compiled functions (compiler/whole/index_reader.py uses
+# and compiled tables, and numba's compiled functions (the compiler's kernels use
 # cache=True, and site-packages is not writable for this user).
 RUN groupadd --gid 10001 gclm \
     && useradd --create-home --no-log-init --uid 10001 --gid gclm gclm \

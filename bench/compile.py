@@ -196,9 +196,9 @@ def split_phases(constraint: Constraint, vocab: TokenVocabulary) -> dict[str, An
     """compile_constraint's steps, timed one by one."""
     import outlines_core
 
+    from bench.outlines_index import parse_index_bytes
     from gclm.compiler.front.regex import to_regex
     from gclm.compiler.whole.compile import table_from_grouped
-    from gclm.compiler.whole.index_reader import parse_index_bytes
     from gclm.compiler.whole.tables import with_shortest_output
 
     t, out = time.perf_counter(), {}

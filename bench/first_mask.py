@@ -80,8 +80,8 @@ class Engine:
         self.size = len(tokenizer)
         self.note: dict[str, Any] = {}  # what the last first_mask adds to its row
         if name in ("gclm", "gclm-lazy", "gclm-grown"):
+            from gclm.compiler.vocab.trie import token_trie
             from gclm.compiler.vocab.vocabulary import TokenVocabulary
-            from gclm.compiler.whole.token_walk import token_trie
             from gclm.masking import allocate_bitmask
 
             self.vocab = TokenVocabulary.from_tokenizer(tokenizer)
@@ -124,7 +124,7 @@ class Engine:
             from gclm.compiler.front.constraint import Constraint
             from gclm.compiler.front.regex import to_regex
             from gclm.compiler.grown.lazy_table import LazyTable
-            from gclm.compiler.whole.token_walk import byte_dfa
+            from gclm.compiler.whole.byte_dfa import byte_dfa
             from gclm.masking import ConstraintState, fill_bitmask
             from gclm.masking.state import check_budget
 
@@ -140,7 +140,7 @@ class Engine:
             from gclm.compiler.grown.lazy_table import LazyTable
             from gclm.compiler.grown.regex_parse import Unsupported
             from gclm.compiler.service.first_mask import MAX_GROWN_NFA_STATES
-            from gclm.compiler.whole.token_walk import byte_dfa
+            from gclm.compiler.whole.byte_dfa import byte_dfa
             from gclm.masking import ConstraintState, fill_bitmask
             from gclm.masking.state import check_budget
 

@@ -303,7 +303,7 @@ def first_tokens(dfa: LazyDfa, trie: tuple[list[int], ...]) -> set[int]:
 
 def _measure(regex: str, vocab: Any, trie: tuple[list[int], ...], max_chars: int) -> dict[str, Any]:
     from gclm.compiler.grown.lazy_table import LazyTable
-    from gclm.compiler.whole.token_walk import byte_dfa
+    from gclm.compiler.whole.byte_dfa import byte_dfa
 
     out: dict[str, Any] = {"chars": len(regex)}
     if len(regex) > max_chars:  # too long for the Python build: the compiled one alone
@@ -424,8 +424,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from bench.first_mask import load_tokenizer
     from gclm.compiler.front.constraint import Constraint
     from gclm.compiler.front.regex import to_regex
+    from gclm.compiler.vocab.trie import token_trie
     from gclm.compiler.vocab.vocabulary import TokenVocabulary
-    from gclm.compiler.whole.token_walk import token_trie
 
     reach = json.loads(args.reach.read_text())["schemas"]
     slow = sorted(

@@ -80,7 +80,7 @@ def _boundary_states(dfa: Any, token_bytes: list[bytes]) -> list[int] | None:
 def _measure(schema: Any, tests: list[Any], vocab: Any, trie: Any, tokenizer: Any) -> dict:
     from gclm.compiler.front.constraint import Constraint
     from gclm.compiler.front.regex import to_regex
-    from gclm.compiler.whole.token_walk import byte_dfa
+    from gclm.compiler.whole.byte_dfa import byte_dfa
 
     start = time.perf_counter()
     dfa = byte_dfa(to_regex(Constraint.json_schema(schema)).regex)
@@ -113,8 +113,8 @@ def _measure(schema: Any, tests: list[Any], vocab: Any, trie: Any, tokenizer: An
 
 def _child(conn: Any, vocab_name: str) -> None:
     from bench.first_mask import load_tokenizer
+    from gclm.compiler.vocab.trie import token_trie
     from gclm.compiler.vocab.vocabulary import TokenVocabulary
-    from gclm.compiler.whole.token_walk import token_trie
 
     tokenizer = load_tokenizer(vocab_name)
     vocab = TokenVocabulary.from_tokenizer(tokenizer)

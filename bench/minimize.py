@@ -29,8 +29,8 @@ from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.front.regex import to_regex
 from gclm.compiler.service.progress import Reporter
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.byte_dfa import byte_dfa
 from gclm.compiler.whole.compile import BuiltDfa, table_from_dfa
-from gclm.compiler.whole.token_walk import byte_dfa
 from gclm.errors import GclmError
 
 VARIANTS = ("minimal", "as_built")

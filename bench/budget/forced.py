@@ -289,9 +289,9 @@ def fewest_non_degenerate(
     """
     import outlines_core
 
+    from bench.outlines_index import table_from_index
     from gclm.compiler.front.constraint import DEFAULT_WHITESPACE
     from gclm.compiler.front.json_schema import normalize_schema, schema_regex
-    from gclm.compiler.whole.compile import table_from_index
     from gclm.compiler.whole.tables import shortest_path
     from gclm.errors import ConstraintError, GclmError
 

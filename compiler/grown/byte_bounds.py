@@ -16,8 +16,8 @@ import numpy as np
 
 from gclm.compiler.numba_cache import cache_per_version
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.byte_dfa import ByteDfa
 from gclm.compiler.whole.tables import UNREACHABLE
-from gclm.compiler.whole.token_walk import ByteDfa
 
 cache_per_version(__file__)
 

@@ -147,7 +147,7 @@ class GrowingLazyTable(LazyTable):
         Raises regex_parse.Unsupported for a regex the compiled parser does not read (or
         an NFA of more than `max_states`), ValueError as the constructor does."""
         from gclm.compiler.grown.byte_bounds import single_byte_tokens
-        from gclm.compiler.whole.token_walk import token_trie
+        from gclm.compiler.vocab.trie import token_trie
 
         nfa = build_nfa(regex, single_byte_tokens(vocab), max_states)
         return cls(GrowingDfa(nfa, token_trie(vocab).max_depth), vocab)

@@ -55,11 +55,12 @@ from gclm.compiler.grown.state_walk import (
     split_groups,
     walk_trie,
 )
-from gclm.compiler.vocab.text_slice import text_slice, text_target
+from gclm.compiler.grown.text_slice import text_slice, text_target
+from gclm.compiler.vocab.trie import TokenTrie, token_trie
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.byte_dfa import ByteDfa
 from gclm.compiler.whole.tables import UNREACHABLE, CompiledTable, scalars
 from gclm.compiler.whole.token_sets import words_for
-from gclm.compiler.whole.token_walk import ByteDfa, TokenTrie, token_trie
 from gclm.errors import InternalError
 
 # States a search on a request's way in may walk (its budget check, its exact minimum):
@@ -248,7 +249,7 @@ class LazyTable:
         row the text tokens were added to whole or -1). The rows are the thread's scratch:
         the caller clears them.
 
-        From a state where every text token leads to one state t (compiler/vocab/text_slice.py),
+        From a state where every text token leads to one state t (compiler/grown/text_slice.py),
         only the other tokens are walked; the text tokens join the group of t."""
         target = self._text_target(state)
         text = target >= 0

@@ -21,7 +21,7 @@ import numba as nb
 import numpy as np
 
 from gclm.compiler.numba_cache import cache_per_version
-from gclm.compiler.whole.token_walk import TokenTrie
+from gclm.compiler.vocab.trie import TokenTrie
 
 cache_per_version(__file__)
 

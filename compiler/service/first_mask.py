@@ -49,8 +49,8 @@ from gclm.compiler.grown.regex_parse import Unsupported
 from gclm.compiler.service.cache import copy_outcome
 from gclm.compiler.service.compile_job import settle
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.byte_dfa import ByteDfa, byte_dfa
 from gclm.compiler.whole.tables import UNREACHABLE, CompiledTable
-from gclm.compiler.whole.token_walk import ByteDfa, byte_dfa
 from gclm.errors import CompileLimitError, CompilerBusyError, ConstraintError
 
 log = logging.getLogger("gclm.compiler")

@@ -29,7 +29,7 @@ from gclm.compiler.vocab.vocabulary import TokenVocabulary
 from gclm.errors import CompileLimitError, ConstraintError, GclmError
 
 if TYPE_CHECKING:
-    from gclm.compiler.whole.token_walk import ByteDfa
+    from gclm.compiler.whole.byte_dfa import ByteDfa
 
 log = logging.getLogger("gclm.compiler")
 

@@ -1,6 +1,6 @@
-"""The vocabulary: a tokenizer's tokens as the bytes they decode to.
+"""The vocabulary: a tokenizer's tokens as the bytes they decode to, and as a trie.
 
 - vocabulary.py: TokenVocabulary, the bytes of every token (GPT-2 byte alphabet,
   SentencePiece) and what outlines-core's Vocabulary receives.
-- text_slice.py: the tokens that are plain JSON string text, set apart so walks skip them.
+- trie.py: the tokens as a byte trie in preorder, which every token walk reads.
 """

@@ -18,16 +18,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import outlines_core
 
 from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.front.regex import to_regex
 from gclm.compiler.service.progress import Reporter
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
-from gclm.compiler.whole.index_reader import GroupedIndex, read_index
+from gclm.compiler.whole.byte_dfa import ByteDfa, byte_dfa
 from gclm.compiler.whole.minimize import minimized
 from gclm.compiler.whole.tables import CompiledTable, finish_table, with_shortest_output
-from gclm.compiler.whole.token_walk import ByteDfa, byte_dfa, walk_tokens
+from gclm.compiler.whole.token_walk import GroupedIndex, walk_tokens
 from gclm.errors import CompileLimitError, ConstraintError
 
 log = logging.getLogger("gclm.compiler")
@@ -137,15 +136,6 @@ def index_error(e: Exception, regex_chars: int) -> ConstraintError:
     return ConstraintError(
         "outlines-core could not compile the constraint's regex. Simplify the constraint."
     )
-
-
-def table_from_index(
-    index: outlines_core.Index, vocab: TokenVocabulary, *, max_states: int | None = None
-) -> CompiledTable:
-    """The CompiledTable of an outlines-core Index built over `vocab`, shortest output spelled."""
-    grouped = read_index(index, vocab.size, vocab.eos_token_id)
-    table = table_from_grouped(grouped, vocab, max_states=max_states)
-    return with_shortest_output(table, vocab.token_bytes)
 
 
 def table_from_grouped(

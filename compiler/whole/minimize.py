@@ -23,7 +23,7 @@ import numba as nb
 import numpy as np
 
 from gclm.compiler.numba_cache import cache_per_version
-from gclm.compiler.whole.token_walk import ByteDfa
+from gclm.compiler.whole.byte_dfa import ByteDfa
 
 cache_per_version(__file__)
 

@@ -275,7 +275,7 @@ def build_table(
     """Build a CompiledTable from a dense-numbered edge list (EOS edges already removed).
 
     The general, plain-numpy path (tests, hand-made DFAs); compiling an outlines-core Index
-    goes through compiler/whole/index_reader.py and `finish_table` instead, which give the same
+    goes through compiler/whole/token_walk.py and `finish_table` instead, which give the same
     table.
     """
     src = np.asarray(src, dtype=np.int64)

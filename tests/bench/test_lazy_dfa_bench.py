@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from bench.lazy_dfa import LazyDfa, build_nfa, first_tokens, trie_lists, utf8_sequences
+from gclm.compiler.vocab.trie import token_trie
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
-from gclm.compiler.whole.token_walk import byte_dfa, token_trie
+from gclm.compiler.whole.byte_dfa import byte_dfa
 
 
 def _matches(seqs: list[list[tuple[int, int]]], data: bytes) -> bool:

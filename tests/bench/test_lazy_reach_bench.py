@@ -7,8 +7,9 @@ import numpy as np
 from bench.lazy_reach import _boundary_states, _touch
 from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.front.regex import to_regex
+from gclm.compiler.vocab.trie import token_trie
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
-from gclm.compiler.whole.token_walk import byte_dfa, token_trie
+from gclm.compiler.whole.byte_dfa import byte_dfa
 
 TOKENS = (*(bytes([b]) for b in range(256)), b'{"a": ', b"}", None)
 VOCAB = TokenVocabulary(TOKENS, eos_token_id=258, scheme="plain")

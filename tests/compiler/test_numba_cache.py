@@ -1,4 +1,4 @@
-"""The index reader's numba cache lives in a folder of its numba version, so gclm's and
+"""The token walk's numba cache lives in a folder of its numba version, so gclm's and
 vLLM's environments (different numba pins, one source tree) do not discard each other's."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numba
 
-from gclm.compiler.whole import index_reader
+from gclm.compiler.whole import token_walk
 
 
-def test_index_reader_functions_cache_per_numba_version() -> None:
-    path = Path(index_reader._group._cache._cache_path)
+def test_token_walk_functions_cache_per_numba_version() -> None:
+    path = Path(token_walk._walk._cache._cache_path)
     assert path.name == f"numba-{numba.__version__}"
-    assert path.parent == Path(index_reader.__file__).parent / "__pycache__"
+    assert path.parent == Path(token_walk.__file__).parent / "__pycache__"
 
 
 def test_other_modules_keep_numba_s_own_locator(tmp_path: Path, monkeypatch) -> None:

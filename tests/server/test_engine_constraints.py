@@ -14,9 +14,9 @@ from gclm.compiler.grown.lazy_table import LazyTable
 from gclm.compiler.service.cache import TableCache
 from gclm.compiler.service.first_mask import lazy_table
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.byte_dfa import byte_dfa
 from gclm.compiler.whole.compile import compile_constraint
 from gclm.compiler.whole.tables import CompiledTable
-from gclm.compiler.whole.token_walk import byte_dfa
 from gclm.masking.graceful import GracefulPolicy
 from gclm.masking.masks import _CACHE as MASK_TABLES
 from gclm.server.engine.constraints import Constraints

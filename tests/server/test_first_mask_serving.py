@@ -23,9 +23,9 @@ from gclm.compiler.front.regex import to_regex
 from gclm.compiler.grown.lazy_table import LazyTable
 from gclm.compiler.service.cache import TableCache
 from gclm.compiler.service.first_mask import lazy_table
+from gclm.compiler.whole.byte_dfa import byte_dfa
 from gclm.compiler.whole.compile import compile_constraint
 from gclm.compiler.whole.tables import CompiledTable
-from gclm.compiler.whole.token_walk import byte_dfa
 from gclm.errors import CompilerBusyError
 from gclm.server.app import create_app
 from gclm.server.settings import ServerSettings

@@ -19,7 +19,7 @@ import itertools
 import numpy as np
 
 from gclm.compiler.front.grammar.rx import EMPTY, Builder, Rx
-from gclm.compiler.whole.token_walk import byte_dfa
+from gclm.compiler.whole.byte_dfa import byte_dfa
 
 MAX_PIECES = 1
 

@@ -21,10 +21,10 @@ from gclm.compiler.grown.lazy_dfa import GrowingDfa, GrowingLazyTable
 from gclm.compiler.grown.regex_nfa import build_nfa
 from gclm.compiler.grown.regex_parse import Unsupported
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.byte_dfa import ByteDfa, byte_dfa
 from gclm.compiler.whole.compile import compile_constraint
 from gclm.compiler.whole.tables import UNREACHABLE
 from gclm.compiler.whole.token_sets import unpack_row
-from gclm.compiler.whole.token_walk import ByteDfa, byte_dfa
 from gclm.errors import BudgetTooSmallError
 from gclm.masking import check_budget
 

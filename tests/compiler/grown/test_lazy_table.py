@@ -15,10 +15,10 @@ from gclm.compiler.front.regex import to_regex
 from gclm.compiler.grown.byte_bounds import byte_bounds, single_byte_tokens
 from gclm.compiler.grown.lazy_table import LazyTable
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.byte_dfa import ByteDfa, byte_dfa
 from gclm.compiler.whole.compile import compile_constraint
 from gclm.compiler.whole.tables import CompiledTable
 from gclm.compiler.whole.token_sets import unpack_row
-from gclm.compiler.whole.token_walk import ByteDfa, byte_dfa
 from gclm.errors import BudgetTooSmallError, InternalError
 from gclm.masking import ConstraintState, check_budget
 
@@ -150,7 +150,7 @@ def test_the_spelled_bound_proves_a_request_generous_without_a_search():
 
 def test_the_fewest_tokens_spelling_bytes_are_found_not_the_greedy_ones():
     from gclm.compiler.grown.path_bound import fewest_tokens
-    from gclm.compiler.whole.token_walk import token_trie
+    from gclm.compiler.vocab.trie import token_trie
 
     tokens = (b"a", b"b", b"c", b"d", b"ab", b"bcd", None)
     trie = token_trie(TokenVocabulary(tokens, eos_token_id=6, scheme="plain"))

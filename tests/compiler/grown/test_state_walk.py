@@ -9,7 +9,7 @@ from gclm.compiler.grown import state_walk
 from gclm.compiler.grown.lazy_dfa import GrowingLazyTable
 from gclm.compiler.grown.lazy_table import LazyTable
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
-from gclm.compiler.whole.token_walk import byte_dfa
+from gclm.compiler.whole.byte_dfa import byte_dfa
 
 REGEX = r'\{"a":"(?:[^"\\\x00-\x1F]|\\["\\/bfnrt])*"\}'
 

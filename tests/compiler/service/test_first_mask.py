@@ -19,10 +19,10 @@ from gclm.compiler.service.first_mask import FirstMasks, lazy_table
 from gclm.compiler.service.pool import CompilerPool
 from gclm.compiler.service.worker import EARLY_DFA_MAX_STATES, CompileLimits
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.byte_dfa import ByteDfa
 from gclm.compiler.whole.compile import build_dfa, compile_constraint
 from gclm.compiler.whole.tables import CompiledTable
 from gclm.compiler.whole.token_sets import unpack_row
-from gclm.compiler.whole.token_walk import ByteDfa
 from gclm.errors import CompileLimitError, CompilerBusyError, ConstraintError
 from gclm.masking import ConstraintState, mask_table
 

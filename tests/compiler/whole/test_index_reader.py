@@ -1,4 +1,5 @@
-"""The bincode reader against outlines-core's own get_transitions(), on real indexes."""
+"""The bincode readers (compiler/whole/byte_dfa.py, bench/outlines_index.py) against
+outlines-core's own get_transitions(), on real indexes."""
 
 from __future__ import annotations
 
@@ -6,18 +7,17 @@ import numpy as np
 import outlines_core
 import pytest
 
+from bench.outlines_index import parse_index_bytes, read_index, table_from_index
 from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.front.regex import to_regex
-from gclm.compiler.whole.compile import table_from_index
-from gclm.compiler.whole.index_reader import (
+from gclm.compiler.whole.byte_dfa import (
+    BYTE_EOS,
     OUTLINES_CORE_VERSION,
-    _extent,
-    parse_index_bytes,
+    byte_vocabulary,
+    index_extent,
     read_byte_index,
-    read_index,
 )
 from gclm.compiler.whole.tables import CompiledTable, build_table
-from gclm.compiler.whole.token_walk import BYTE_EOS, byte_vocabulary
 
 
 def test_pinned_outlines_core_version():
@@ -166,7 +166,7 @@ def test_reader_sizes_its_arrays_from_the_blob():
     largest = max(max(transitions), *(n for row in transitions.values() for n in row.values()))
     assert largest > 1 << 16
     _, (blob,) = index.__reduce__()
-    max_id, max_degree, end, eos = _extent(np.frombuffer(blob, dtype=np.uint8))
+    max_id, max_degree, end, eos = index_extent(np.frombuffer(blob, dtype=np.uint8))
     assert (max_id, max_degree, end, eos) == (
         largest,
         max(len(row) for row in transitions.values()),

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.front.regex import to_regex
 from gclm.compiler.whole import minimize
+from gclm.compiler.whole.byte_dfa import ByteDfa, byte_dfa
 from gclm.compiler.whole.compile import build_dfa
 from gclm.compiler.whole.minimize import minimized
-from gclm.compiler.whole.token_walk import ByteDfa, byte_dfa
 
 
 def accepts(dfa: ByteDfa, text: bytes) -> bool:

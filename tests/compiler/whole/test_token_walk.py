@@ -11,12 +11,15 @@ import pytest
 from test_index_reader import _canonical
 from test_sentinel import same_language
 
+from bench.outlines_index import table_from_index
 from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.front.regex import to_regex
+from gclm.compiler.vocab.trie import token_trie
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
-from gclm.compiler.whole.compile import compile_constraint, table_from_grouped, table_from_index
+from gclm.compiler.whole.byte_dfa import byte_dfa
+from gclm.compiler.whole.compile import compile_constraint, table_from_grouped
 from gclm.compiler.whole.tables import with_shortest_output
-from gclm.compiler.whole.token_walk import byte_dfa, token_trie, walk_tokens
+from gclm.compiler.whole.token_walk import walk_tokens
 from gclm.errors import CompileLimitError, ConstraintError
 
 CONSTRAINTS = {

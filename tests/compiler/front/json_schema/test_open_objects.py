@@ -15,7 +15,7 @@ from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.front.json_schema.finish import MAX_EXTRAS_ANYWHERE
 from gclm.compiler.front.json_schema.open_objects import other_key_regex
 from gclm.compiler.front.regex import to_regex
-from gclm.compiler.whole.token_walk import byte_dfa
+from gclm.compiler.whole.byte_dfa import byte_dfa
 
 # MaskBench Snowplow---sp_180: a newsletter object that allows other keys.
 NEWSLETTER = {

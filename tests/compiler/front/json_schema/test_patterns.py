@@ -185,7 +185,7 @@ def _samples(regex: str, count: int, seed: int) -> list[str]:
     import random
 
     from gclm.compiler.grown.byte_bounds import byte_bounds
-    from gclm.compiler.whole.token_walk import byte_dfa
+    from gclm.compiler.whole.byte_dfa import byte_dfa
 
     dfa = byte_dfa(regex)
     distance, _ = byte_bounds(dfa, np.ones(256, dtype=bool))

@@ -9,12 +9,13 @@ from collections import deque
 import outlines_core
 import pytest
 
+from bench.outlines_index import table_from_index
 from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.front.regex import to_regex
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
-from gclm.compiler.whole.compile import compile_constraint, table_from_index
+from gclm.compiler.whole.byte_dfa import byte_dfa
+from gclm.compiler.whole.compile import compile_constraint
 from gclm.compiler.whole.tables import CompiledTable
-from gclm.compiler.whole.token_walk import byte_dfa
 
 _WIDE = {"type": "number", "minimum": -1.000017e20, "maximum": 1.100013e20}
 

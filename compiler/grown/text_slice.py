@@ -29,9 +29,9 @@ import numba as nb
 import numpy as np
 
 from gclm.compiler.numba_cache import cache_per_version
+from gclm.compiler.vocab.trie import TokenTrie, trie_of
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
 from gclm.compiler.whole.token_sets import words_for
-from gclm.compiler.whole.token_walk import TokenTrie, trie_of
 
 cache_per_version(__file__)
 

@@ -1,4 +1,4 @@
-"""compiler/vocab/text_slice.py: text tokens set apart, and the states whose walks may skip them."""
+"""compiler/grown/text_slice.py: text tokens set apart, and the states whose walks may skip them."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.front.regex import to_regex
 from gclm.compiler.grown.lazy_dfa import GrowingLazyTable
 from gclm.compiler.grown.lazy_table import LazyTable
-from gclm.compiler.vocab.text_slice import is_text, text_slice, text_target
+from gclm.compiler.grown.text_slice import is_text, text_slice, text_target
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.byte_dfa import byte_dfa
 from gclm.compiler.whole.token_sets import unpack_row
-from gclm.compiler.whole.token_walk import byte_dfa
 
 STRING = r'"(?:[^"\\\x00-\x1F]|\\["\\/bfnrt])*"'
 
