@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 from gclm.server.settings import ServerSettings
+
+CHOICES = {f.name: f.metadata["choices"] for f in fields(ServerSettings) if f.metadata["choices"]}
 
 
 def test_defaults() -> None:
@@ -45,7 +48,7 @@ def test_overrides_win_and_none_falls_through() -> None:
     [
         ({"port": 70000}, "port must be between 0 and 65535"),
         ({"device": "gpu"}, "device must be auto, cpu, mps, cuda or cuda:N"),
-        ({"dtype": "int4"}, "dtype must be one of"),
+        ({"dtype": "int4"}, "dtype must be auto, float32, float16 or bfloat16"),
         ({"max_batch": -1}, "max_batch must be 0"),
         ({"kv_memory": -5}, "kv_memory must be 0"),
         ({"max_num_batched_tokens": -1}, "max_num_batched_tokens must be 0"),
@@ -67,6 +70,35 @@ def test_overrides_win_and_none_falls_through() -> None:
 def test_invalid_values(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ServerSettings(**kwargs)
+
+
+def test_a_bad_choice_says_the_flag_the_variable_and_what_they_accept() -> None:
+    with pytest.raises(ValueError) as raised:
+        ServerSettings(fast_forward="maybe")
+    assert str(raised.value) == (
+        "fast_forward must be on or off, got 'maybe' (--fast-forward, GCLM_FAST_FORWARD)."
+    )
+    with pytest.raises(ValueError, match="first_mask must be lazy, lazy-outlines or whole"):
+        ServerSettings.from_env({"GCLM_FIRST_MASK": "eager"})
+
+
+@pytest.mark.parametrize("name", sorted(CHOICES))
+def test_every_setting_with_choices_refuses_others(name: str) -> None:
+    for accepted in CHOICES[name]:
+        assert getattr(ServerSettings(**{name: accepted}), name) == accepted
+    with pytest.raises(ValueError) as raised:
+        ServerSettings(**{name: "nope"})
+    message = str(raised.value)
+    assert message.startswith(f"{name} must be ") and "got 'nope'" in message
+    assert all(accepted in message for accepted in CHOICES[name])
+    assert f"--{name.replace('_', '-')}, GCLM_{name.upper()}" in message
+
+
+def test_none_only_where_it_is_the_default() -> None:
+    assert ServerSettings(reasoning_parser=None).reasoning_parser is None
+    assert ServerSettings(distributed_executor_backend=None).distributed_executor_backend is None
+    with pytest.raises(ValueError, match="fast_forward must be on or off, got None"):
+        ServerSettings(fast_forward=None)  # type: ignore[arg-type]
 
 
 def test_unparsable_variable_names_it() -> None:
