@@ -78,6 +78,12 @@ def setting(
     return field(default=default, metadata=meta)
 
 
+def switch(value: str) -> bool | None:
+    """An `on`/`off`/`auto` setting as the engines take it: True, False, or None for `auto`
+    (the engine decides)."""
+    return {"on": True, "off": False, "auto": None}[value]
+
+
 def _check_choices(settings: ServerSettings) -> None:
     """Every setting declared with `choices` holds one of them (or None, where None is its
     default). Raises ValueError naming the setting and what it accepts."""
@@ -456,6 +462,33 @@ class ServerSettings:
     def allowed_host_list(self) -> tuple[str, ...]:
         """The Host names accepted (empty: any)."""
         return _items(self.allowed_hosts)
+
+    # The on/off/auto settings as the server's parts take them: the strings stay what the
+    # flags, the variables and the docs say; these are their values.
+    @property
+    def public_metrics_on(self) -> bool:
+        """`/metrics` needs no key."""
+        return bool(switch(self.public_metrics))
+
+    @property
+    def fast_forward_on(self) -> bool:
+        """Forced text is fed as drafts."""
+        return bool(switch(self.fast_forward))
+
+    @property
+    def prefill_thread_on(self) -> bool | None:
+        """Long prompts prefill on a thread of their own (None: `auto`, the engine decides)."""
+        return switch(self.prefill_thread)
+
+    @property
+    def prefix_caching_on(self) -> bool | None:
+        """vLLM's prefix caching (None: `auto`, vLLM's default)."""
+        return switch(self.prefix_caching)
+
+    @property
+    def enforce_eager_on(self) -> bool:
+        """vLLM runs without torch.compile and CUDA graphs (`auto`: vLLM's default, off)."""
+        return bool(switch(self.enforce_eager))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ServerSettings:

@@ -1,4 +1,5 @@
-"""ServerSettings: defaults, GCLM_* variables, overrides, and clear errors."""
+"""ServerSettings: defaults, GCLM_* variables, overrides, clear errors, and the on/off/auto
+settings' values."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gclm.server.settings import ServerSettings
+from gclm.server.settings import ON_OFF, SWITCHES, ServerSettings, switch
 
 CHOICES = {f.name: f.metadata["choices"] for f in fields(ServerSettings) if f.metadata["choices"]}
 
@@ -99,6 +100,38 @@ def test_none_only_where_it_is_the_default() -> None:
     assert ServerSettings(distributed_executor_backend=None).distributed_executor_backend is None
     with pytest.raises(ValueError, match="fast_forward must be on or off, got None"):
         ServerSettings(fast_forward=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("value", "expected"), [("on", True), ("off", False), ("auto", None)])
+def test_switch(value: str, expected: bool | None) -> None:
+    assert switch(value) is expected
+
+
+def test_switches_read_as_values() -> None:
+    def values(s: ServerSettings) -> tuple[bool | None, ...]:
+        return (
+            s.public_metrics_on,
+            s.fast_forward_on,
+            s.prefill_thread_on,
+            s.prefix_caching_on,
+            s.enforce_eager_on,
+        )
+
+    assert values(ServerSettings()) == (False, True, None, None, False)
+    names = ("public_metrics", "fast_forward", "prefill_thread", "prefix_caching", "enforce_eager")
+    assert values(ServerSettings(**dict.fromkeys(names, "on"))) == (True,) * 5
+    assert values(ServerSettings(**dict.fromkeys(names, "off"))) == (False,) * 5
+    # `auto` is None where the engine decides, and the engine's default where it takes a bool.
+    assert values(ServerSettings(enforce_eager="auto"))[-1] is False
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n, accepted in CHOICES.items() if accepted in (ON_OFF, SWITCHES))
+)
+def test_every_switch_has_its_value(name: str) -> None:
+    for value in CHOICES[name]:
+        got = getattr(ServerSettings(**{name: value}), f"{name}_on")
+        assert got is switch(value) or (value == "auto" and got is False)
 
 
 def test_unparsable_variable_names_it() -> None:
