@@ -89,10 +89,10 @@ def build_engine(settings: ServerSettings) -> BuiltEngine:
         max_batch=settings.max_batch or None,
         kv_memory=(settings.kv_memory << 20) or None,
         queue_size=settings.queue_size,
-        draft_tokens=DRAFT_TOKENS if settings.fast_forward == "on" else 0,
+        draft_tokens=DRAFT_TOKENS if settings.fast_forward_on else 0,
         max_batched_tokens=settings.max_num_batched_tokens or None,
         max_step_seconds=settings.max_step_seconds or None,
-        prefill_thread={"auto": None, "on": True, "off": False}[settings.prefill_thread],
+        prefill_thread=settings.prefill_thread_on,
     )
     return BuiltEngine(engine, pool)
 
@@ -207,7 +207,6 @@ def build_vllm_engine(settings: ServerSettings) -> BuiltEngine:
     replace_chat_template(tokenizer, settings.chat_template)
     vocab = TokenVocabulary.from_tokenizer(tokenizer)
     pool, cache = build_compiler(settings, vocab)
-    switch = {"auto": None, "on": True, "off": False}
     options = VllmOptions(
         model=settings.model or str(embedded_model_dir(settings.cache_dir)),
         served_name=settings.model or EMBEDDED_MODEL_ID,
@@ -218,8 +217,8 @@ def build_vllm_engine(settings: ServerSettings) -> BuiltEngine:
         pipeline_parallel_size=settings.pipeline_parallel_size,
         distributed_executor_backend=settings.distributed_executor_backend,
         gpu_memory_utilization=settings.gpu_memory_utilization,
-        prefix_caching=switch[settings.prefix_caching],
-        enforce_eager=settings.enforce_eager == "on",
+        prefix_caching=settings.prefix_caching_on,
+        enforce_eager=settings.enforce_eager_on,
     )
     engine = VllmEngine(
         options,

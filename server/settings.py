@@ -28,6 +28,7 @@ ENV_PREFIX = "GCLM_"
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 ENGINES = ("transformers", "vllm")
+ON_OFF = ("on", "off")
 SWITCHES = ("auto", "on", "off")
 EXECUTOR_BACKENDS = ("mp", "ray", "uni", "external_launcher")
 REASONING_PARSERS = ("deepseek_r1", "qwen3")  # server/openai/reasoning.py PARSERS' names
@@ -77,6 +78,30 @@ def setting(
     return field(default=default, metadata=meta)
 
 
+def switch(value: str) -> bool | None:
+    """An `on`/`off`/`auto` setting as the engines take it: True, False, or None for `auto`
+    (the engine decides)."""
+    return {"on": True, "off": False, "auto": None}[value]
+
+
+def _check_choices(settings: ServerSettings) -> None:
+    """Every setting declared with `choices` holds one of them (or None, where None is its
+    default). Raises ValueError naming the setting and what it accepts."""
+    for f in fields(settings):
+        choices = f.metadata["choices"]
+        value = getattr(settings, f.name)
+        if choices is None or value in choices or (value is None and f.default is None):
+            continue
+        raise ValueError(_choice_error(f.name, choices, value))
+
+
+def _choice_error(name: str, choices: tuple[str, ...], value: object) -> str:
+    """`fast_forward must be on or off, got 'x' (--fast-forward, GCLM_FAST_FORWARD).`"""
+    *rest, last = choices
+    accepted = f"{', '.join(rest)} or {last}" if rest else last
+    return f"{name} must be {accepted}, got {value!r} ({_flag(name)}, {ENV_PREFIX}{name.upper()})."
+
+
 def check_vllm_options(options: Any) -> None:
     """Check vLLM's own options, read from `options` by name: the one check for both
     ServerSettings and the vLLM engine's VllmOptions, whose fields share these names.
@@ -94,10 +119,7 @@ def check_vllm_options(options: Any) -> None:
         )
     backend = options.distributed_executor_backend
     if backend not in (None, *EXECUTOR_BACKENDS):
-        raise ValueError(
-            f"distributed_executor_backend must be one of {', '.join(EXECUTOR_BACKENDS)}, "
-            f"got {backend!r}."
-        )
+        raise ValueError(_choice_error("distributed_executor_backend", EXECUTOR_BACKENDS, backend))
 
 
 @dataclass(frozen=True)
@@ -175,7 +197,7 @@ class ServerSettings:
         metavar="FILE",
     )
     public_metrics: str = setting(
-        "off", AUTH, "`on`: `/metrics` needs no key (for a scraper)", choices=("on", "off")
+        "off", AUTH, "`on`: `/metrics` needs no key (for a scraper)", choices=ON_OFF
     )
     # --- engine: which model, on what, and how it batches ---
     engine: str = setting(
@@ -212,7 +234,7 @@ class ServerSettings:
         ENGINE,
         "feed the text a constraint forces as drafts checked in one forward pass "
         "(masking/drafts.py)",
-        choices=("on", "off"),
+        choices=ON_OFF,
     )
     queue_size: int = setting(
         64,
@@ -362,6 +384,7 @@ class ServerSettings:
     )
 
     def __post_init__(self) -> None:
+        _check_choices(self)
         if not self.host:
             raise ValueError("host must be a non-empty hostname or IP address, e.g. 127.0.0.1.")
         if not 0 <= self.port <= 65535:
@@ -370,15 +393,13 @@ class ServerSettings:
             raise ValueError("model must be a model id or path; leave it unset for the default.")
         if not _DEVICE.fullmatch(self.device):
             raise ValueError(f"device must be auto, cpu, mps, cuda or cuda:N, got {self.device!r}.")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}.")
+        if self.dtype not in DTYPES:  # not a flag's choices: `--dtype` keeps its own metavar
+            raise ValueError(_choice_error("dtype", DTYPES, self.dtype))
         for name in ("max_batch", "kv_memory"):
             if getattr(self, name) < 0:
                 raise ValueError(
                     f"{name} must be 0 (from the free memory) or more, got {getattr(self, name)}."
                 )
-        if self.public_metrics not in ("on", "off"):
-            raise ValueError(f"public_metrics must be on or off, got {self.public_metrics!r}.")
         if self.max_num_batched_tokens < 0:
             raise ValueError(
                 "max_num_batched_tokens must be 0 (the device's default) or more, got "
@@ -388,21 +409,6 @@ class ServerSettings:
             raise ValueError(
                 f"max_step_seconds must be 0 (off) or more, got {self.max_step_seconds}."
             )
-        if self.prefill_thread not in ("auto", "on", "off"):
-            raise ValueError(
-                f"prefill_thread must be auto, on or off, got {self.prefill_thread!r}."
-            )
-        if self.first_mask not in ("lazy", "lazy-outlines", "whole"):
-            raise ValueError(
-                f"first_mask must be lazy, lazy-outlines or whole, got {self.first_mask!r}."
-            )
-        if self.additional_properties not in ADDITIONAL_PROPERTIES:
-            raise ValueError(
-                f"additional_properties must be one of {', '.join(ADDITIONAL_PROPERTIES)}, "
-                f"got {self.additional_properties!r}."
-            )
-        if self.fast_forward not in ("on", "off"):
-            raise ValueError(f"fast_forward must be on or off, got {self.fast_forward!r}.")
         for name in (
             "queue_size",
             "compile_queue",
@@ -439,19 +445,9 @@ class ServerSettings:
             raise ValueError(
                 f"cache_disk must be 0 (no disk cache) or more MiB, got {self.cache_disk}."
             )
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}.")
-        for name in ("prefix_caching", "enforce_eager"):
-            if getattr(self, name) not in SWITCHES:
-                raise ValueError(f"{name} must be auto, on or off, got {getattr(self, name)!r}.")
         check_vllm_options(self)
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("api_key must not be blank; leave it unset to disable authentication.")
-        if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
-            raise ValueError(
-                f"reasoning_parser must be one of {', '.join(REASONING_PARSERS)}, "
-                f"got {self.reasoning_parser!r}."
-            )
         _check_responses(self)
         if self.chat_template is not None:
             object.__setattr__(self, "chat_template", Path(self.chat_template).expanduser())
@@ -467,6 +463,33 @@ class ServerSettings:
     def allowed_host_list(self) -> tuple[str, ...]:
         """The Host names accepted (empty: any)."""
         return _items(self.allowed_hosts)
+
+    # The on/off/auto settings as the server's parts take them: the strings stay what the
+    # flags, the variables and the docs say; these are their values.
+    @property
+    def public_metrics_on(self) -> bool:
+        """`/metrics` needs no key."""
+        return bool(switch(self.public_metrics))
+
+    @property
+    def fast_forward_on(self) -> bool:
+        """Forced text is fed as drafts."""
+        return bool(switch(self.fast_forward))
+
+    @property
+    def prefill_thread_on(self) -> bool | None:
+        """Long prompts prefill on a thread of their own (None: `auto`, the engine decides)."""
+        return switch(self.prefill_thread)
+
+    @property
+    def prefix_caching_on(self) -> bool | None:
+        """vLLM's prefix caching (None: `auto`, vLLM's default)."""
+        return switch(self.prefix_caching)
+
+    @property
+    def enforce_eager_on(self) -> bool:
+        """vLLM runs without torch.compile and CUDA graphs (`auto`: vLLM's default, off)."""
+        return bool(switch(self.enforce_eager))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ServerSettings:

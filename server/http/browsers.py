@@ -40,7 +40,7 @@ def install_browser_guards(
     whose POST body is read."""
     on_rejection = metrics.reject
     app.add_middleware(RequireJson, paths=json_paths, on_rejection=on_rejection)
-    public = {"/health"} | ({"/metrics"} if settings.public_metrics == "on" else set())
+    public = {"/health"} | ({"/metrics"} if settings.public_metrics_on else set())
     app.add_middleware(ApiKeys, keys=keys, metrics=metrics, public=public)
     if settings.cors_origin_list:
         app.add_middleware(

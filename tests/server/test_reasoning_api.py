@@ -252,7 +252,7 @@ def test_parser_named() -> None:
 
 
 def test_settings_validate_the_parser(tmp_path) -> None:
-    with pytest.raises(ValueError, match="reasoning_parser must be one of"):
+    with pytest.raises(ValueError, match="reasoning_parser must be deepseek_r1 or qwen3"):
         ServerSettings(cache_dir=tmp_path, reasoning_parser="nope")
     assert ServerSettings(cache_dir=tmp_path, reasoning_parser="qwen3").reasoning_parser == "qwen3"
     on_vllm = ServerSettings(cache_dir=tmp_path, reasoning_parser="qwen3", engine="vllm")

@@ -1,12 +1,16 @@
-"""ServerSettings: defaults, GCLM_* variables, overrides, and clear errors."""
+"""ServerSettings: defaults, GCLM_* variables, overrides, clear errors, and the on/off/auto
+settings' values."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-from gclm.server.settings import ServerSettings
+from gclm.server.settings import ON_OFF, SWITCHES, ServerSettings, switch
+
+CHOICES = {f.name: f.metadata["choices"] for f in fields(ServerSettings) if f.metadata["choices"]}
 
 
 def test_defaults() -> None:
@@ -45,7 +49,7 @@ def test_overrides_win_and_none_falls_through() -> None:
     [
         ({"port": 70000}, "port must be between 0 and 65535"),
         ({"device": "gpu"}, "device must be auto, cpu, mps, cuda or cuda:N"),
-        ({"dtype": "int4"}, "dtype must be one of"),
+        ({"dtype": "int4"}, "dtype must be auto, float32, float16 or bfloat16"),
         ({"max_batch": -1}, "max_batch must be 0"),
         ({"kv_memory": -5}, "kv_memory must be 0"),
         ({"max_num_batched_tokens": -1}, "max_num_batched_tokens must be 0"),
@@ -67,6 +71,67 @@ def test_overrides_win_and_none_falls_through() -> None:
 def test_invalid_values(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ServerSettings(**kwargs)
+
+
+def test_a_bad_choice_says_the_flag_the_variable_and_what_they_accept() -> None:
+    with pytest.raises(ValueError) as raised:
+        ServerSettings(fast_forward="maybe")
+    assert str(raised.value) == (
+        "fast_forward must be on or off, got 'maybe' (--fast-forward, GCLM_FAST_FORWARD)."
+    )
+    with pytest.raises(ValueError, match="first_mask must be lazy, lazy-outlines or whole"):
+        ServerSettings.from_env({"GCLM_FIRST_MASK": "eager"})
+
+
+@pytest.mark.parametrize("name", sorted(CHOICES))
+def test_every_setting_with_choices_refuses_others(name: str) -> None:
+    for accepted in CHOICES[name]:
+        assert getattr(ServerSettings(**{name: accepted}), name) == accepted
+    with pytest.raises(ValueError) as raised:
+        ServerSettings(**{name: "nope"})
+    message = str(raised.value)
+    assert message.startswith(f"{name} must be ") and "got 'nope'" in message
+    assert all(accepted in message for accepted in CHOICES[name])
+    assert f"--{name.replace('_', '-')}, GCLM_{name.upper()}" in message
+
+
+def test_none_only_where_it_is_the_default() -> None:
+    assert ServerSettings(reasoning_parser=None).reasoning_parser is None
+    assert ServerSettings(distributed_executor_backend=None).distributed_executor_backend is None
+    with pytest.raises(ValueError, match="fast_forward must be on or off, got None"):
+        ServerSettings(fast_forward=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("value", "expected"), [("on", True), ("off", False), ("auto", None)])
+def test_switch(value: str, expected: bool | None) -> None:
+    assert switch(value) is expected
+
+
+def test_switches_read_as_values() -> None:
+    def values(s: ServerSettings) -> tuple[bool | None, ...]:
+        return (
+            s.public_metrics_on,
+            s.fast_forward_on,
+            s.prefill_thread_on,
+            s.prefix_caching_on,
+            s.enforce_eager_on,
+        )
+
+    assert values(ServerSettings()) == (False, True, None, None, False)
+    names = ("public_metrics", "fast_forward", "prefill_thread", "prefix_caching", "enforce_eager")
+    assert values(ServerSettings(**dict.fromkeys(names, "on"))) == (True,) * 5
+    assert values(ServerSettings(**dict.fromkeys(names, "off"))) == (False,) * 5
+    # `auto` is None where the engine decides, and the engine's default where it takes a bool.
+    assert values(ServerSettings(enforce_eager="auto"))[-1] is False
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n, accepted in CHOICES.items() if accepted in (ON_OFF, SWITCHES))
+)
+def test_every_switch_has_its_value(name: str) -> None:
+    for value in CHOICES[name]:
+        got = getattr(ServerSettings(**{name: value}), f"{name}_on")
+        assert got is switch(value) or (value == "auto" and got is False)
 
 
 def test_unparsable_variable_names_it() -> None:
