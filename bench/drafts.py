@@ -37,7 +37,13 @@ from gclm.compiler.service.cache import TableCache
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
 from gclm.compiler.whole.compile import compile_constraint
 from gclm.server.engine.model_loader import load_model
-from gclm.server.engine.protocol import FinishEvent, GenerationRequest, SamplingParams, TokenEvent
+from gclm.server.engine.protocol import (
+    FinishEvent,
+    GenerationRequest,
+    PreparedConstraint,
+    SamplingParams,
+    TokenEvent,
+)
 from gclm.server.engine.transformers.engine import DRAFT_TOKENS, BatchEngine
 
 STR = {"type": "string", "maxLength": 40}
@@ -140,7 +146,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             request = GenerationRequest(
                 prompt_ids=tokenizer.encode(text),
                 params=SamplingParams(max_tokens=args.max_tokens, temperature=0.0),
-                table=table,
+                constraint=PreparedConstraint.of(table),
             )
             runs: dict[str, list[dict[str, Any]]] = {arm: [] for arm in arms}
             for engine in arms.values():  # warm-up: prefix reuse, mask rows, drafts cache

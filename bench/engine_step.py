@@ -137,6 +137,7 @@ class Gclm:
             ErrorEvent,
             FinishEvent,
             GenerationRequest,
+            PreparedConstraint,
             SamplingParams,
             TokenEvent,
         )
@@ -152,7 +153,7 @@ class Gclm:
             request = GenerationRequest(
                 prompt,
                 SamplingParams(max_tokens=steps, temperature=0.0),
-                table=self.table if constrained else None,
+                constraint=PreparedConstraint.of(self.table) if constrained else None,
             )
             handle = engine.submit(request)
             first = True

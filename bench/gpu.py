@@ -61,6 +61,7 @@ from gclm.server.engine.protocol import (
     ErrorEvent,
     FinishEvent,
     GenerationRequest,
+    PreparedConstraint,
     SamplingParams,
     TokenEvent,
 )
@@ -190,8 +191,7 @@ async def run_arm(
             request = GenerationRequest(
                 prompt,
                 SamplingParams(max_tokens=max_tokens, temperature=0.0),
-                table=table,
-                policy=None if table is None else policy,
+                constraint=None if table is None else PreparedConstraint.of(table, policy=policy),
             )
             started = time.perf_counter()
             handle = engine.submit(request)

@@ -79,7 +79,7 @@ def fill_bitmask(
         ValueError: the buffer was allocated for another vocabulary size.
     """
     buf = _as_array(bitmask)
-    masks = seq.mask_table
+    masks = seq.masks
     if buf.shape[1] != masks.width:
         raise ValueError(
             f"The bitmask has {buf.shape[1]} words per row but the table's vocabulary needs "

@@ -21,7 +21,7 @@ import numpy as np
 from gclm.masking.state import ConstraintState
 
 if TYPE_CHECKING:
-    from gclm.masking.masks import Masks
+    from gclm.masking.source import MaskSource
 
 # A state allowing more tokens than this is not forced (the test unpacks its row).
 MAX_CHAIN_TOKENS = 64
@@ -33,14 +33,16 @@ class Drafter:
 
     def __init__(self, token_bytes: Sequence[bytes | None]) -> None:
         self.token_bytes = token_bytes
-        self._chains: weakref.WeakKeyDictionary[Masks, dict[int, int]] = weakref.WeakKeyDictionary()
+        self._chains: weakref.WeakKeyDictionary[MaskSource, dict[int, int]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def draft(self, state: ConstraintState, tokens_left: int, limit: int) -> list[int]:
         """Up to `limit` tokens the constraint forces after `state`, each leaving enough of
         the `tokens_left` budget (counting the first draft) to finish."""
         if state.thinking:  # free text: nothing is forced (a forced close is one token a step)
             return []
-        masks, s = state.mask_table, state.state
+        masks, s = state.masks, state.state
         out: list[int] = []
         left = tokens_left if state.budget_aware else 1 << 30
         while len(out) < limit and left > 0 and not state.finished:
@@ -54,7 +56,7 @@ class Drafter:
             s, left = nxt, left - 1
         return out
 
-    def chain_token(self, masks: Masks, state: int) -> int:
+    def chain_token(self, masks: MaskSource, state: int) -> int:
         """The longest token allowed from `state` when every allowed token spells a prefix of
         it (EOS not allowed), else -1."""
         chains = self._chains.get(masks)
@@ -65,7 +67,7 @@ class Drafter:
             token = chains[state] = self._chain(masks, state)
         return token
 
-    def _chain(self, masks: Masks, state: int) -> int:
+    def _chain(self, masks: MaskSource, state: int) -> int:
         if masks.is_accepting(state):  # EOS competes with every token
             return _NONE
         row = masks.forward_row(state)

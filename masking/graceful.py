@@ -82,7 +82,7 @@ from gclm.masking.graceful_plan import BLANK, TablePlan, Where, on
 from gclm.masking.state import ConstraintState
 
 if TYPE_CHECKING:
-    from gclm.compiler import LazyTable
+    from gclm.masking.source import MaskSource
 
 # Policy names a request may ask for (structured_outputs.budget_policy); the first is the default.
 POLICY_NAMES = ("graceful", "none")
@@ -249,14 +249,14 @@ class GracefulPolicy:
         unspent = self._unspent(avail, plan.ahead[state])
         return self.empty_penalty * unspent if unspent > 0 else 0.0
 
-    def serves_lazily(self, table: LazyTable, budget: int) -> bool:
+    def serves_lazily(self, source: MaskSource, budget: int) -> bool:
         """Whether the request is generous, so that no rule acts and no whole table is
         needed: every rule acts only in a request with fewer than `generous` spare tokens
         (budget - d0, see penalties), and an upper bound on the start state's distance
         proves most requests generous without the exact d0."""
-        if budget - table.spelled_upper(table.initial) >= self.generous:
+        if budget - source.upper_bound(source.initial) >= self.generous:
             return True
-        d0 = table.request_minimum()
+        d0 = source.request_minimum()
         return d0 <= 0 or budget - d0 >= self.generous
 
     def adjust(
@@ -270,13 +270,13 @@ class GracefulPolicy:
         if state.thinking:  # free text before the constraint: nothing to pace yet
             return
         table = state.table
-        if not isinstance(table, CompiledTable):
-            if self.serves_lazily(table, budget):
+        if table is None:
+            if self.serves_lazily(state.masks, budget):
                 return
             raise TypeError(
-                f"Graceful closure of a tight budget ({budget - table.min_tokens} spare "
-                f"tokens, under {self.generous:g}) plans over a whole compiled table; this "
-                "sequence masks with a LazyTable. Compile the constraint with "
+                f"Graceful closure of a tight budget ({budget - state.masks.request_minimum()} "
+                f"spare tokens, under {self.generous:g}) plans over a whole compiled table; "
+                "this sequence masks with a lazy source. Compile the constraint with "
                 "compile_constraint."
             )
         sets, pens, blanks, empty = self.penalties(table, state.state, tokens_left, budget)

@@ -17,7 +17,8 @@ may be sampled. Two kinds of row exist:
   get every ladder when their MaskTable is built, so sampling never builds a row.
 
 `mask_table(table)` returns the table's `MaskTable`, built on first use and cached beside the
-table for as long as the table lives.
+table for as long as the table lives; a MaskTable is a MaskSource (masking/source.py), and
+`mask_source(table)` gives the source of a whole table or a lazy one alike.
 """
 
 from __future__ import annotations
@@ -26,16 +27,13 @@ import itertools
 import sys
 import weakref
 from bisect import bisect_right
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any
 
 import numpy as np
-from typing_extensions import TypeIs
 
 from gclm.compiler import CompiledTable, TokenSets, scalars, words_for
 from gclm.errors import InternalError
-
-if TYPE_CHECKING:
-    from gclm.compiler import LazyTable
+from gclm.masking.source import MaskSource
 
 # Tight rows kept per table before the cache is dropped and rebuilt on demand.
 DEFAULT_TIGHT_CACHE_BYTES = 256 << 20
@@ -109,6 +107,8 @@ class MaskTable:
             )
         self.vocab_size = table.vocab_size
         self.eos_token_id = table.eos_token_id
+        self.initial = table.initial
+        self.min_tokens = table.min_tokens
         self.width = num_words(table.vocab_size)
         if table.token_sets.vocab_size != self.vocab_size:
             raise ValueError(
@@ -291,18 +291,15 @@ class MaskTable:
         """Whether `state` can reach acceptance in at most `k` tokens."""
         return self._dist_list[state] <= k
 
+    def upper_bound(self, state: int) -> int:
+        """The distance itself: every state's is known."""
+        return self._dist_list[state]
 
-# What a sequence masks with: a whole table's MaskTable, or a LazyTable (its own masks).
-if TYPE_CHECKING:
-    Masks = MaskTable | LazyTable
+    def request_fits(self, budget: int) -> bool:
+        return self.min_tokens <= budget
 
-
-def is_lazy(table: object) -> TypeIs[LazyTable]:
-    """Whether `table` is a LazyTable, without importing the lazy compiler: it brings numba,
-    which vLLM's workers must not have loaded when they start (gclm.masking loads there).
-    A table made by it means its module is loaded."""
-    module = sys.modules.get("gclm.compiler.grown.lazy_table")
-    return module is not None and isinstance(table, module.LazyTable)
+    def request_minimum(self) -> int:
+        return self.min_tokens
 
 
 _CACHE: weakref.WeakKeyDictionary[CompiledTable, MaskTable] = weakref.WeakKeyDictionary()
@@ -314,20 +311,25 @@ def table_memory(table: CompiledTable) -> int:
     return table.nbytes + mask_table(table).nbytes
 
 
-@overload
-def mask_table(table: CompiledTable) -> MaskTable: ...
-@overload
-def mask_table(table: LazyTable) -> LazyTable: ...
-def mask_table(table: CompiledTable | LazyTable) -> MaskTable | LazyTable:
-    """The table's MaskTable, built on first use and cached while the table lives (a
-    LazyTable is its own: it walks and masks states as they are reached).
+def mask_source(table: CompiledTable | MaskSource) -> MaskSource:
+    """What a sequence on `table` masks with: a whole table's MaskTable (`mask_table`), or
+    the source itself (a LazyTable walks and masks states as they are reached)."""
+    return mask_table(table) if isinstance(table, CompiledTable) else table
+
+
+def whole_table(table: CompiledTable | MaskSource) -> CompiledTable | None:
+    """The whole compiled table behind `table`, or None for a source without one (a
+    LazyTable: no plan over every state, no thinking phase)."""
+    return table if isinstance(table, CompiledTable) else None
+
+
+def mask_table(table: CompiledTable) -> MaskTable:
+    """The table's MaskTable, built on first use and cached while the table lives.
 
     The build is O(G + U*W) (groups, distinct forward rows times words) plus the eager tight
     rows: a few milliseconds for a JSON schema. Call it when the table is compiled, to keep
     the build off the sampling hot path.
     """
-    if is_lazy(table):
-        return table
     masks = _CACHE.get(table)
     if masks is None:
         masks = _CACHE[table] = MaskTable(table)

@@ -3,19 +3,17 @@
 A `BudgetPolicy` reweights the logits of one constrained row after the mask is applied. It
 may only add finite amounts to finite logits: a masked token (-inf) stays masked and an
 allowed one stays allowed, so validity and the budget guarantee remain the mask's.
-`masking/slack.py`'s `SlackPolicy` is one.
+masking/graceful.py's `GracefulPolicy` is the one gclm serves.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
 
+from gclm.masking.source import MaskSource
 from gclm.masking.state import ConstraintState
-
-if TYPE_CHECKING:
-    from gclm.compiler import LazyTable
 
 
 class BudgetPolicy(Protocol):
@@ -32,8 +30,8 @@ class BudgetPolicy(Protocol):
         """
         ...
 
-    def serves_lazily(self, table: LazyTable, budget: int) -> bool:
+    def serves_lazily(self, source: MaskSource, budget: int) -> bool:
         """Whether it can adjust the rows of a request of `budget` tokens that masks with
-        `table`, a LazyTable (no whole table to plan over): else the request waits for the
-        whole table (compiler/service/first_mask.py)."""
+        `source` alone, without a whole table to plan over (a lazy source): else the request
+        waits for the whole table (compiler/service/first_mask.py)."""
         ...

@@ -147,7 +147,7 @@ class ReasoningState(ConstraintState):
         self.matched = 0  # marker tokens the thinking ends with
         self.thinking_tokens = 0
         self._fail = _failure(spec.end_ids)
-        self._row = np.zeros(self.mask_table.width, dtype=np.int32)
+        self._row = np.zeros(self.masks.width, dtype=np.int32)
 
     def __repr__(self) -> str:
         if not self.thinking:
@@ -166,7 +166,7 @@ class ReasoningState(ConstraintState):
         """Fewest further tokens that reach acceptance: while thinking, the rest of the
         marker plus the answer's minimum."""
         if self.thinking:
-            return len(self.spec.end_ids) - self.matched + self.table.min_tokens
+            return len(self.spec.end_ids) - self.matched + self.masks.request_minimum()
         return super().dist
 
     def must_stop(self, tokens_left: int) -> bool:
@@ -182,7 +182,7 @@ class ReasoningState(ConstraintState):
         ends = len(self.spec.end_ids)
         limit = ends  # nothing binds: any token
         if self.budget_aware and tokens_left is not None:
-            limit = min(limit, tokens_left - 1 - self.table.min_tokens)
+            limit = min(limit, tokens_left - 1 - self.masks.request_minimum())
         if self.spec.cap is not None:
             limit = min(limit, self.spec.cap + ends - self.thinking_tokens - 1)
         return limit
@@ -193,7 +193,7 @@ class ReasoningState(ConstraintState):
         ends = len(self.spec.end_ids)
         slack = self.slack(tokens_left)
         if slack >= ends:
-            return _free_row(self.table.vocab_size, self.banned)
+            return _free_row(self.masks.vocab_size, self.banned)
         # Only marker tokens can shorten the close: allow those that leave it within slack.
         row = self._row
         row.fill(0)
@@ -204,7 +204,7 @@ class ReasoningState(ConstraintState):
             raise InternalError(
                 f"No token is allowed while thinking: {tokens_left} tokens left cannot hold "
                 f"the end marker's last {ends - self.matched} tokens and the answer's "
-                f"{self.table.min_tokens}: check_budget(..., thinking=...) did not run."
+                f"{self.masks.request_minimum()}: check_budget(..., thinking=...) did not run."
             )
         return row
 
@@ -212,7 +212,7 @@ class ReasoningState(ConstraintState):
         if not self.thinking:
             super().advance(token_id, tokens_left)
             return
-        if token_id in self.banned or not 0 <= token_id < self.table.vocab_size:
+        if token_id in self.banned or not 0 <= token_id < self.masks.vocab_size:
             raise InternalError(f"Token {token_id} sampled while thinking: the mask bans it.")
         nxt = self.after(token_id)
         if len(self.spec.end_ids) - nxt > self.slack(tokens_left):

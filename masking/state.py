@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from gclm.compiler import CompiledTable
 from gclm.errors import BudgetTooSmallError, InternalError
-from gclm.masking.masks import is_lazy, mask_table
-
-if TYPE_CHECKING:
-    from gclm.compiler import LazyTable
-    from gclm.masking.masks import Masks
+from gclm.masking.masks import mask_source, whole_table
+from gclm.masking.source import MaskSource
 
 
 class Prelude(Protocol):
@@ -24,7 +21,7 @@ class Prelude(Protocol):
 
 
 def check_budget(
-    table: CompiledTable | LazyTable,
+    table: CompiledTable | MaskSource,
     budget: int,
     param: str = "max_tokens",
     thinking: Prelude | None = None,
@@ -32,21 +29,25 @@ def check_budget(
     """Refuse a request up front when `budget` tokens cannot complete the constraint (after
     closing its thinking, for a request that thinks first: masking/reasoning.py).
 
-    A LazyTable answers from its bounds when the budget is at least the start state's upper
-    bound, and finds the exact minimum only when it is below, so that the error names it.
+    A lazy source answers from its bounds when the budget is at least the start state's
+    upper bound, and finds the exact minimum only when it is below, so that the error names
+    it.
 
     Raises:
         BudgetTooSmallError: `budget` is below the minimum; the message names `param`.
+        ValueError: a thinking prelude without a whole table to plan it over.
     """
-    if is_lazy(table):
-        if thinking is not None:
-            raise ValueError("A thinking prelude needs the whole table (compile_constraint).")
-        if not table.request_fits(budget):
-            raise BudgetTooSmallError(table.request_minimum(), budget, param=param)
+    whole = whole_table(table)
+    if whole is not None:
+        need = whole.min_tokens if thinking is None else thinking.min_tokens(whole)
+        if budget < need:
+            raise BudgetTooSmallError(need, budget, param=param)
         return
-    need = table.min_tokens if thinking is None else thinking.min_tokens(table)
-    if budget < need:
-        raise BudgetTooSmallError(need, budget, param=param)
+    if thinking is not None:
+        raise ValueError("A thinking prelude needs the whole table (compile_constraint).")
+    source = mask_source(table)
+    if not source.request_fits(budget):
+        raise BudgetTooSmallError(source.request_minimum(), budget, param=param)
 
 
 class ConstraintState:
@@ -58,13 +59,15 @@ class ConstraintState:
     `budget_aware` only requires that `delta(s, v)` exists.
     """
 
-    __slots__ = ("table", "mask_table", "budget_aware", "state", "finished", "num_tokens")
+    __slots__ = ("table", "masks", "budget_aware", "state", "finished", "num_tokens")
 
-    def __init__(self, table: CompiledTable | LazyTable, budget_aware: bool = True) -> None:
-        self.table = table
-        self.mask_table: Masks = mask_table(table)
+    def __init__(self, table: CompiledTable | MaskSource, budget_aware: bool = True) -> None:
+        # The whole table where the sequence has one (a policy plans over it), and what
+        # its rows are masked with, whole or lazy.
+        self.table: CompiledTable | None = whole_table(table)
+        self.masks: MaskSource = mask_source(table)
         self.budget_aware = budget_aware
-        self.state = table.initial
+        self.state = self.masks.initial
         self.finished = False  # EOS consumed
         self.num_tokens = 0  # non-EOS tokens consumed
 
@@ -83,12 +86,12 @@ class ConstraintState:
     @property
     def is_accepting(self) -> bool:
         """Whether the text so far is a complete output of the constraint."""
-        return self.mask_table.is_accepting(self.state)
+        return self.masks.is_accepting(self.state)
 
     @property
     def dist(self) -> int:
         """Fewest further tokens that reach acceptance (0 when accepting)."""
-        return self.mask_table.dist(self.state)
+        return self.masks.dist(self.state)
 
     def must_stop(self, tokens_left: int) -> bool:
         """True when the sequence has to end now: EOS consumed, or accepting with no budget
@@ -97,7 +100,7 @@ class ConstraintState:
             return True
         if not self.is_accepting:
             return False
-        return tokens_left <= 0 or not self.mask_table.has_tokens(self.state)
+        return tokens_left <= 0 or not self.masks.has_tokens(self.state)
 
     def allowed_row(self, tokens_left: int | None) -> np.ndarray:
         """int32 [W]: the tokens this sequence may sample next, with `tokens_left` left
@@ -108,10 +111,10 @@ class ConstraintState:
             ValueError: a budget-aware sequence without tokens_left.
         """
         if not self.budget_aware:
-            return self.mask_table.forward_row(self.state)
+            return self.masks.forward_row(self.state)
         if tokens_left is None:
             raise ValueError("A budget-aware sequence needs tokens_left.")
-        return self.mask_table.row(self.state, tokens_left)
+        return self.masks.row(self.state, tokens_left)
 
     def advance(self, token_id: int, tokens_left: int | None = None) -> None:
         """Consume one sampled token: one gather over the state's successor groups.
@@ -126,25 +129,24 @@ class ConstraintState:
         """
         if self.finished:
             raise InternalError(f"Token {token_id} sampled after EOS; the sequence had ended.")
-        table = self.table
-        if token_id == table.eos_token_id:
+        if token_id == self.masks.eos_token_id:
             if not self.is_accepting:
                 raise InternalError(
                     f"EOS sampled in non-accepting state {self.state}: the mask allowed it."
                 )
             self.finished = True
             return
-        nxt = self.mask_table.next_state(self.state, token_id)
+        nxt = self.masks.next_state(self.state, token_id)
         if nxt < 0:
             raise InternalError(
                 f"Token {token_id} is not allowed in state {self.state}: it was sampled "
                 "outside the mask."
             )
         if self.budget_aware and tokens_left is not None:
-            if not self.mask_table.fits(nxt, tokens_left - 1):
+            if not self.masks.fits(nxt, tokens_left - 1):
                 raise InternalError(
                     f"Token {token_id} leads to state {nxt}, which needs "
-                    f"{self.mask_table.dist(nxt)} more tokens, but only {tokens_left - 1} are left."
+                    f"{self.masks.dist(nxt)} more tokens, but only {tokens_left - 1} are left."
                 )
         self.state = nxt
         self.num_tokens += 1

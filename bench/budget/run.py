@@ -274,6 +274,7 @@ async def run_job(
         ErrorEvent,
         FinishEvent,
         GenerationRequest,
+        PreparedConstraint,
         SamplingParams,
         TokenEvent,
     )
@@ -281,9 +282,13 @@ async def run_job(
     request = GenerationRequest(
         prompt_ids=job.prompt_ids,
         params=SamplingParams(max_tokens=job.budget, temperature=job.temperature, seed=job.seed),
-        table=None if job.arm == "vanilla" else job.table,
-        budget_aware=job.arm != "forward-only",
-        policy=policy if job.arm == "graceful" else None,
+        constraint=None
+        if job.arm == "vanilla"
+        else PreparedConstraint.of(
+            job.table,
+            budget_aware=job.arm != "forward-only",
+            policy=policy if job.arm == "graceful" else None,
+        ),
     )
     parts = []
     try:

@@ -131,9 +131,10 @@ class Walked:
 class LazyTable:
     """Masks of one constraint over one vocabulary, walked state by state on demand.
 
-    Answers what masking/ asks of a MaskTable: `forward_row`, `row(state, tokens_left)`,
-    `next_state`, `is_accepting`, `has_tokens`, `dist`; plus `fits(state, k)` (can `state`
-    reach acceptance in `k` tokens?) and `min_tokens`, found exactly when asked.
+    A mask source (masking/source.py's MaskSource, as a whole table's MaskTable is):
+    `forward_row`, `row(state, tokens_left)`, `next_state`, `is_accepting`, `has_tokens`,
+    `fits(state, k)` (can `state` reach acceptance in `k` tokens?), `dist`, `upper_bound`
+    and the request's `request_fits` and `request_minimum`, found exactly when asked.
     """
 
     upper: np.ndarray | array.array[int]  # by state: the token distance is at most this
@@ -427,6 +428,10 @@ class LazyTable:
                     found = fewest_tokens(spelled, self._trie)
             self._spelled[state] = found
         return found
+
+    def upper_bound(self, state: int) -> int:
+        """masking.source.MaskSource's cheap bound: `spelled_upper`."""
+        return self.spelled_upper(state)
 
     def _shortest_path(self, state: int) -> np.ndarray:
         """uint8 [upper[state]]: the bytes of a shortest path from `state` to acceptance

@@ -1,6 +1,7 @@
 """The engine's constraint service: one per engine, for both engines.
 
-It holds what turns a request's constraint into what its rows mask with: the table cache
+It holds what turns a request's constraint into what its rows mask with (`prepare`,
+server/engine/prepare.py, over `compile` here): the table cache
 (compiler/service/cache.py) and the compile pool behind it, the threads that look tables
 up and build their mask rows off the event loop and off the engine's thread, and the budget
 policies of the vocabulary: it implements gclm.server.engine.protocol.ConstraintService. An engine's
@@ -21,8 +22,8 @@ from gclm.compiler import CompiledTable, CompilerPool, Constraint, TableCache, T
 from gclm.errors import CompilerBusyError
 from gclm.masking import mask_table
 from gclm.masking.graceful import GracefulPolicy
-from gclm.masking.masks import is_lazy
 from gclm.masking.policy import BudgetPolicy
+from gclm.server.engine.prepare import PreparesConstraints
 
 if TYPE_CHECKING:
     from gclm.compiler import LazyTable
@@ -33,8 +34,9 @@ _WAIT_GRACE_S = 1.0
 _GROW_RETRY_S = 5.0  # a grown first mask's NFA is bounded (compiler/service/first_mask.py): seconds
 
 
-class Constraints:
-    """Tables for one vocabulary: looked up, compiled, their mask rows built.
+class Constraints(PreparesConstraints):
+    """Tables for one vocabulary: looked up, compiled, their mask rows built, and a
+    request's constraint prepared over them (`prepare`).
 
     Args:
         vocab: the engine's vocabulary.
@@ -84,7 +86,7 @@ class Constraints:
             table = future.result()
         else:
             table = await self._wait(future, deadline)
-        if not is_lazy(table):
+        if isinstance(table, CompiledTable):
             # Build the mask rows here, not on the engine thread's first step (a cache that
             # measures with masking.masks.table_memory has built them already).
             await loop.run_in_executor(self._lookups, mask_table, table)

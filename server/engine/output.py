@@ -25,7 +25,6 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 
 from gclm.errors import GclmError, InternalError
 from gclm.masking import ConstraintState
-from gclm.masking.masks import is_lazy
 from gclm.masking.reasoning import ReasoningState, ThinkingWatch
 from gclm.server.engine.detokenize import TextStream
 from gclm.server.engine.protocol import (
@@ -64,17 +63,19 @@ class OutputTracker:
         self.constraint_state: ConstraintState | None = None
         # A thinking request's phase: its ReasoningState, or a ThinkingWatch without a constraint.
         self.thinking: ReasoningState | ThinkingWatch | None = None
-        table, thinking = request.table, request.thinking
-        if table is not None and thinking is not None:
-            if is_lazy(table):
-                raise InternalError("A thinking phase plans over the whole table (serving.py).")
-            state = ReasoningState(table, thinking, request.budget_aware)
+        constraint, thinking = request.constraint, request.thinking
+        if constraint is not None and thinking is not None:
+            if constraint.table is None:
+                raise InternalError("A thinking phase plans over the whole table (prepare.py).")
+            state = ReasoningState(constraint.table, thinking, constraint.budget_aware)
             self.constraint_state = self.thinking = state
-        elif table is not None:
-            self.constraint_state = ConstraintState(table, budget_aware=request.budget_aware)
+        elif constraint is not None:
+            self.constraint_state = ConstraintState(
+                constraint.source, budget_aware=constraint.budget_aware
+            )
         elif thinking is not None:
             self.thinking = ThinkingWatch(thinking.end_ids)
-        self.text = TextStream(token_bytes, () if table is not None else request.params.stop)
+        self.text = TextStream(token_bytes, () if constraint is not None else request.params.stop)
         self.generated = 0  # tokens sampled, the one that ended the output included
         self.output_ids: list[int] = []  # the output's tokens (EOS and stop tokens left out)
         self.cached_tokens = 0  # prompt tokens whose KV the engine reused

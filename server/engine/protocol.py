@@ -1,7 +1,8 @@
 """The narrow seam between HTTP and generation: start, submit, stream, cancel, health, shutdown.
 
-`server/app.py` talks only to an `Engine`. The real ones (`engine/transformers/engine.py`,
-`engine/vllm.py`) batch sequences on a model; tests use a scripted fake with the same methods.
+The HTTP layer (server/openai/serving.py) talks only to an `Engine`. The real ones
+(`engine/transformers/engine.py`, `engine/vllm.py`) batch sequences on a model; tests use a
+scripted fake with the same methods.
 The engine owns its lifecycle: `server/launch.py` awaits `start()` on the serving loop and
 calls `shutdown()` at exit, and `check_health()` is how the app learns that it died.
 """
@@ -13,11 +14,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from gclm.compiler import CompiledTable, Constraint
+from gclm.masking import MaskSource, mask_source, whole_table
 from gclm.masking.policy import BudgetPolicy
 from gclm.masking.reasoning import ThinkingSpec
 
 if TYPE_CHECKING:
-    from gclm.compiler import LazyTable
+    from gclm.server.engine.prepare import BudgetAsk, PrepareReport
 
 
 @dataclass(frozen=True)
@@ -59,22 +61,53 @@ class SamplingParams:
         )
 
 
+@dataclass(frozen=True)
+class PreparedConstraint:
+    """A request's constraint, ready for an engine: what its rows mask with, and how.
+
+    Made in one place, the engine's ConstraintService.prepare (server/engine/prepare.py),
+    which decides between first masks and the whole table and checks the budget once.
+    """
+
+    masks: MaskSource  # a whole table's MaskTable, or first masks (a LazyTable)
+    # The whole table, where the request holds one: a thinking phase and a policy's plan
+    # need it, and vLLM's processes mask with it. None on first masks.
+    table: CompiledTable | None = None
+    budget_aware: bool = True  # False: forward-only DFA mask (comparisons only)
+    policy: BudgetPolicy | None = None  # reweights a budget-aware row's masked logits
+    # What it was compiled from: vLLM's engine core compiles it again from this.
+    compiled_from: Constraint | None = None
+
+    @classmethod
+    def of(
+        cls,
+        table: CompiledTable | MaskSource,
+        *,
+        budget_aware: bool = True,
+        policy: BudgetPolicy | None = None,
+        compiled_from: Constraint | None = None,
+    ) -> PreparedConstraint:
+        """A whole table's (or a mask source's) constraint as it stands, for code that
+        compiled it itself (tests, benchmarks): no budget is checked here."""
+        return cls(mask_source(table), whole_table(table), budget_aware, policy, compiled_from)
+
+    @property
+    def source(self) -> CompiledTable | MaskSource:
+        """What a sequence's state is made of: the whole table where there is one."""
+        return self.table if self.table is not None else self.masks
+
+
 @dataclass
 class GenerationRequest:
     """One sequence to generate. `n > 1` is n requests sharing a prompt."""
 
     prompt_ids: list[int]
     params: SamplingParams
-    # None: unconstrained. A LazyTable (a constraint still compiling) never with a thinking
-    # phase, and with a policy only where it serves lazily (BudgetPolicy.serves_lazily).
-    table: CompiledTable | LazyTable | None = None
-    budget_aware: bool = True  # False: forward-only DFA mask (comparisons only)
+    constraint: PreparedConstraint | None = None  # None: unconstrained
     request_id: str = ""
-    policy: BudgetPolicy | None = None  # reweights a budget-aware row's masked logits
-    # A reasoning phase before the output (masking/reasoning.py); None: no thinking.
+    # A reasoning phase before the output (masking/reasoning.py); None: no thinking. With a
+    # constraint, its `table` is the whole table.
     thinking: ThinkingSpec | None = None
-    # What `table` was compiled from: vLLM's engine core compiles it again from this.
-    constraint: Constraint | None = None
 
 
 @dataclass(frozen=True)
@@ -182,20 +215,21 @@ class ConstraintService(Protocol):
     """The engine's tables and budget policies, for its vocabulary
     (server/engine/constraints.py)."""
 
-    async def compile(
-        self, constraint: Constraint, *, first_mask: bool = False, deadline: float | None = None
-    ) -> CompiledTable | LazyTable:
-        """Compile (or fetch from cache) a constraint for this engine's tokenizer.
-        Raises ConstraintError; never blocks the event loop. With `first_mask` (the request
-        needs no whole table) it may answer a constraint still compiling with its
-        LazyTable (compiler/service/first_mask.py); an engine that cannot serve one never does.
-        Past `deadline` (time.monotonic(); None: the compile timeout from now) a
-        CompilerBusyError (429), while the compile goes on."""
-        ...
-
-    def budget_policy(self, name: str) -> BudgetPolicy | None:
-        """The BudgetPolicy called `name` (masking.graceful.POLICY_NAMES) for this engine's
-        vocabulary; None for "none"."""
+    async def prepare(
+        self,
+        constraint: Constraint,
+        budget: BudgetAsk,
+        *,
+        budget_aware: bool = True,
+        policy: str = "none",
+        thinking: ThinkingSpec | None = None,
+        deadline: float | None = None,
+        report: PrepareReport | None = None,
+    ) -> tuple[PreparedConstraint, int]:
+        """The constraint ready to mask, and the request's max_tokens
+        (server/engine/prepare.py). Raises ConstraintError, BudgetTooSmallError, and past
+        `deadline` CompilerBusyError (429) while the compile goes on; never blocks the
+        event loop."""
         ...
 
 

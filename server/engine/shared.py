@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 from gclm.compiler import TokenVocabulary
 from gclm.errors import InvalidRequestError
-from gclm.masking import check_budget
 from gclm.masking.state import ConstraintState
 from gclm.server.engine.chat_template import encode_chat, render_chat, renders_tools
 from gclm.server.engine.constraints import Constraints
@@ -36,7 +35,7 @@ def out_of_budget(state: ConstraintState | None) -> tuple[str, bool]:
     exactly at its end), else "length"; cut unless the constraint allowed nothing more."""
     if state is None:
         return "length", True
-    return ("stop" if state.is_accepting else "length"), state.mask_table.has_tokens(state.state)
+    return ("stop" if state.is_accepting else "length"), state.masks.has_tokens(state.state)
 
 
 class QueuedHandle(Protocol):
@@ -135,8 +134,9 @@ class TokenizerEngine:
 
     def check_admissible(self, request: GenerationRequest) -> None:
         """Refuse (400) a request no engine could serve: an empty prompt, a token id outside
-        the vocabulary, a prompt plus max_tokens past the context, a budget below the
-        constraint's minimum."""
+        the vocabulary, a prompt plus max_tokens past the context. (A budget below the
+        constraint's minimum was refused where the constraint was prepared:
+        server/engine/prepare.py.)"""
         ids, size, max_tokens = request.prompt_ids, self.vocab.size, request.params.max_tokens
         if not ids:
             raise InvalidRequestError("The prompt is empty.", param="prompt")
@@ -147,8 +147,6 @@ class TokenizerEngine:
                 "lower max_tokens.",
                 param="max_tokens",
             )
-        if request.table is not None and request.budget_aware:
-            check_budget(request.table, max_tokens, thinking=request.thinking)
         if max(ids) >= size or min(ids) < 0:
             raise InvalidRequestError(f"Prompt token ids must be in [0, {size}).", param="prompt")
         for token, _ in request.params.logit_bias:

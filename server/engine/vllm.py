@@ -39,7 +39,6 @@ from gclm.errors import (
     QueueFullError,
     cut,
 )
-from gclm.masking.masks import is_lazy
 from gclm.server.engine.constraints import Constraints
 from gclm.server.engine.logprobs import from_vllm
 from gclm.server.engine.output import OutputTracker
@@ -183,9 +182,9 @@ class VllmEngine(TokenizerEngine):
     def submit(self, request: GenerationRequest) -> VllmRequest:
         self.check_health()
         self.check_admissible(request)
-        table = request.table
-        if is_lazy(table):  # compile() never answers one
-            raise InternalError("vLLM's processes mask with whole tables, not a LazyTable.")
+        if request.constraint is not None and request.constraint.table is None:
+            # prepare() never answers first masks here (Constraints(first_masks=False)).
+            raise InternalError("vLLM's processes mask with whole tables, not first masks.")
         if len(self._active) >= self.options.max_num_seqs + self.queue_size:
             raise QueueFullError(self.queue_size, retry_after=1.0)
         handle = VllmRequest(
@@ -226,15 +225,15 @@ class VllmEngine(TokenizerEngine):
 
         p = request.params
         extra: dict[str, Any] | None = None
-        table = request.table
-        if table is not None and not is_lazy(table):  # submit refuses a LazyTable
-            if request.constraint is None:
+        constraint = request.constraint
+        if constraint is not None:  # a whole table: submit refuses first masks
+            if constraint.compiled_from is None:
                 raise InternalError("A constrained request reached vLLM without its constraint.")
             extra = {
-                **sampling_extra_args(request.constraint, request.thinking),
-                BUDGET_AWARE_KEY: int(request.budget_aware),
+                **sampling_extra_args(constraint.compiled_from, request.thinking),
+                BUDGET_AWARE_KEY: int(constraint.budget_aware),
                 # The app asks for the policy by name; the processor has its own copy.
-                POLICY_KEY: "graceful" if request.policy is not None else "none",
+                POLICY_KEY: "graceful" if constraint.policy is not None else "none",
             }
         # Penalties and bias change finite logits only: a token the mask sets to -inf stays
         # there, so vLLM's own implementations keep the guarantee.
@@ -249,7 +248,7 @@ class VllmEngine(TokenizerEngine):
             logit_bias=dict(getattr(p, "logit_bias", ())) or None,
             logprobs=p.logprobs,
             # A constrained output ends where its constraint does; stop strings would cut it.
-            stop=list(p.stop) if request.table is None else None,
+            stop=list(p.stop) if constraint is None else None,
             extra_args=extra,
             output_kind=RequestOutputKind.DELTA,
         )

@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -248,20 +247,6 @@ def charge(request: Request, *, tokens: int = 0, compile_seconds: float = 0.0) -
     meter = request.scope.get("state", {}).get(METER)
     if meter is not None:
         meter.charge(tokens, compile_seconds)
-
-
-class CompileCharges:
-    """Which compiled tables (or compile errors) were charged already: their compile seconds
-    go to the first request that gets them; requests that find them cached pay nothing."""
-
-    def __init__(self) -> None:
-        self._charged: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
-
-    def first_time(self, table: Any) -> bool:
-        if self._charged.get(id(table)) is table:
-            return False
-        self._charged[id(table)] = table
-        return True
 
 
 def owner(request: Request) -> str:

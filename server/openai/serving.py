@@ -14,40 +14,35 @@ disconnects, streaming or not, has its sequences cancelled at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncGenerator
-from concurrent.futures import Future
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from fastapi import Request, Response
 
-from gclm.compiler import CompiledTable, OutOfTime, SearchTooLarge, request_deadline, work_deadline
+from gclm.compiler import OutOfTime, work_deadline
 from gclm.errors import (
     CompileLimitError,
-    CompilerBusyError,
     ConstraintError,
     GclmError,
     InvalidRequestError,
     ModelNotFoundError,
 )
-from gclm.masking import check_budget
-from gclm.masking.masks import is_lazy
-from gclm.masking.policy import BudgetPolicy
 from gclm.masking.reasoning import ThinkingSpec
+from gclm.server.engine.prepare import BudgetAsk
 from gclm.server.engine.protocol import (
     Engine,
     FinishEvent,
     GenerationRequest,
     Handle,
+    PreparedConstraint,
     StreamEvent,
     TokenEvent,
     TokenLogprob,
 )
 from gclm.server.http.errors import CLIENT_CLOSED, as_gclm_error
-from gclm.server.http.keys import CompileCharges, charge
+from gclm.server.http.keys import charge
 from gclm.server.http.metrics import Metrics
 from gclm.server.http.streaming import (
     Choices,
@@ -62,9 +57,6 @@ from gclm.server.openai.reasoning import ReasoningParser, ThinkingControls
 from gclm.server.openai.render import ChoiceOutput, Renderer, Usage
 from gclm.server.openai.tools.prompt import ToolPlan
 from gclm.server.settings import ServerSettings
-
-if TYPE_CHECKING:
-    from gclm.compiler import LazyTable
 
 
 def serving_of(request: Request) -> Serving:
@@ -88,7 +80,6 @@ class Serving:
         self.settings = settings
         self.metrics = metrics
         self.reasoning = reasoning
-        self.compile_charges = CompileCharges()
         self.started = int(time.time())  # the model cards' `created`
 
     def thinks(self, body: GenerationBody) -> bool:
@@ -174,23 +165,17 @@ class Serving:
         parser = self.reasoning if self.thinks(body) else None
         started = time.perf_counter()
         try:
-            table, max_tokens, thinking, policy = await self.constrain(request, body, spec, parser)
+            constraint, max_tokens, thinking = await self.constrain(request, body, spec, parser)
         finally:
             if spec is not None:  # once a request, whichever tables it waited for
                 self.metrics.compile_seconds.observe(time.perf_counter() - started)
-        budget_aware = spec.budget_aware if spec is not None else True
-        if is_lazy(table):
-            self.metrics.first_masks.inc()
         requests = tuple(
             GenerationRequest(
                 prompt_ids=prompt,
                 params=body.sampling_params(max_tokens, sample=i),
-                table=table,
-                budget_aware=budget_aware,
-                policy=policy,
+                constraint=constraint,
                 thinking=thinking,
                 request_id=f"{request_id}-{p * body.n + i}",
-                constraint=spec.constraint if spec is not None else None,
             )
             for p, prompt in enumerate(prompts)
             for i in range(body.n)
@@ -214,41 +199,39 @@ class Serving:
         body: GenerationBody,
         spec: ConstraintSpec | None,
         parser: ReasoningParser | None,
-    ) -> tuple[CompiledTable | LazyTable | None, int, ThinkingSpec | None, BudgetPolicy | None]:
-        """The request's table (first masks, or the whole table where its budget needs it),
-        its max_tokens, its thinking spec and its budget policy."""
-        # A thinking phase plans over the whole table; the rest may start on first masks
-        # (where the engine's cache makes them: --first-mask lazy, server/launch.py). One
-        # wait for every table the request asks for: its first masks, then maybe the whole.
-        deadline = time.monotonic() + self.settings.compile_timeout + 1.0
-        table = (
-            await self.compile(spec, request, parser is None, deadline)
-            if spec is not None
-            else None
-        )
-        budget_aware = spec.budget_aware if spec is not None else True
+    ) -> tuple[PreparedConstraint | None, int, ThinkingSpec | None]:
+        """The request's constraint prepared by the engine (server/engine/prepare.py), its
+        max_tokens and its thinking spec."""
+        requested, param = body.budget_request()
+        s = self.settings
         marker = ThinkingSpec(parser.end_ids) if parser is not None else None
-        policy = (
-            self.engine.constraints.budget_policy(spec.budget_policy)
-            if spec and budget_aware
-            else None
-        )
-        if spec is not None and is_lazy(table):
-            # A LazyTable may search its exact minimum: off the event loop, and bounded. A
-            # tight budget is paced over the whole table, as is a minimum past the bound.
-            lazily = await asyncio.to_thread(
-                self.lazy_budget, body, table, budget_aware, policy, deadline
+        constraint = None
+        if spec is None:
+            max_tokens = requested if requested is not None else s.default_max_tokens
+        else:
+            # One wait for every table the request asks for: its first masks, then maybe
+            # the whole.
+            deadline = time.monotonic() + s.compile_timeout + 1.0
+            budget = BudgetAsk(
+                requested, param, s.constrained_max_tokens_floor, s.constrained_max_tokens_factor
             )
-            if lazily is None:
-                table = await self.compile(spec, request, deadline=deadline)  # the whole
-            else:
-                return table, lazily, None, policy
-        max_tokens = self.budget(body, table, budget_aware, marker)
+            try:
+                constraint, max_tokens = await self.engine.constraints.prepare(
+                    spec.constraint,
+                    budget,
+                    budget_aware=spec.budget_aware,
+                    policy=spec.budget_policy,
+                    thinking=marker,
+                    deadline=deadline,
+                    report=_Report(request, self.metrics),
+                )
+            except ConstraintError as e:
+                raise with_param(e, spec.param) from None
         thinking = None
         if parser is not None and isinstance(body, ThinkingControls):
-            assert not is_lazy(table)  # no first masks for a thinking request
+            table = constraint.table if constraint is not None else None
             thinking = parser.thinking(body, table, max_tokens)
-        return table, max_tokens, thinking, policy
+        return constraint, max_tokens, thinking
 
     def read_constraint(self, body: GenerationBody) -> ConstraintSpec | None:
         """`constraint_spec`, within --compile-timeout: the tools' regex is written here, in
@@ -266,27 +249,6 @@ class Serving:
             error.param = "tools"
             raise error from None
 
-    def lazy_budget(
-        self,
-        body: GenerationBody,
-        table: LazyTable,
-        budget_aware: bool,
-        policy: BudgetPolicy | None,
-        deadline: float,
-    ) -> int | None:
-        """max_tokens of a request on first masks, or None where it needs the whole table:
-        its budget is tight (a policy paces it), or its minimum is past the bounded search
-        (compiler/grown/lazy_table.py's REQUEST_SEARCH_STATES, or the request's `deadline`: then
-        the whole table's wait answers, at once). Raises as `budget`."""
-        try:
-            with request_deadline(deadline):
-                max_tokens = self.budget(body, table, budget_aware)
-                if policy is not None and not policy.serves_lazily(table, max_tokens):
-                    return None
-        except SearchTooLarge:
-            return None
-        return max_tokens
-
     def check_admissible(self, body: GenerationBody, prompts: int) -> None:
         """A 400 for a request that no amount of waiting lets in: more choices (n x prompts)
         than the whole queue holds. A 429 would have its client retry forever."""
@@ -299,96 +261,6 @@ class Serving:
                 param="n",
                 code="too_many_choices",
             )
-
-    async def compile(
-        self,
-        spec: ConstraintSpec,
-        request: Request,
-        first_mask: bool = False,
-        deadline: float | None = None,
-    ) -> CompiledTable | LazyTable:
-        """The compiled table (with `first_mask`, a LazyTable where the constraint's table is
-        not compiled); a ConstraintError names the parameter the constraint came from.
-
-        The compile time goes to the API key of the first request that gets the table (or
-        the LazyTable), or the error of a compile stopped at its CPU limit (a cached one
-        costs nothing)."""
-        try:
-            table = await self.engine.constraints.compile(
-                spec.constraint, first_mask=first_mask, deadline=deadline
-            )
-        except ConstraintError as e:
-            self._charge_compile(request, e)
-            raise with_param(e, spec.param) from None
-        if not is_lazy(table):
-            self._charge_compile(request, table)
-        elif table.compiled is None:  # its own compile, of the byte DFA alone
-            if self.compile_charges.first_time(table):
-                charge(request, compile_seconds=table.compile_seconds)
-        elif self.compile_charges.first_time(table):
-            # The first request on first masks pays for the compile when it ends.
-            loop = asyncio.get_running_loop()
-            table.compiled.add_done_callback(
-                lambda done: _on_loop(loop, self._charge_compiled, request, done)
-            )
-        return table
-
-    def _charge_compile(self, request: Request, outcome: CompiledTable | BaseException) -> None:
-        """Charge `request` the seconds of a table, or of a compile stopped at its CPU
-        limit, unless another request was charged them already."""
-        if isinstance(outcome, CompiledTable | CompileLimitError):
-            if self.compile_charges.first_time(outcome):
-                charge(request, compile_seconds=outcome.compile_seconds)
-
-    def _charge_compiled(self, request: Request, compiled: Future[CompiledTable]) -> None:
-        """`_charge_compile` for the compile a request's first masks stood in for (on the
-        event loop)."""
-        if compiled.cancelled():
-            return
-        error = compiled.exception()
-        if isinstance(error, CompilerBusyError) and error.compiling is not None:
-            # Past the pool's deadline the compile went on in the background; the request,
-            # already served, pays for it when it ends.
-            loop = asyncio.get_running_loop()
-            error.compiling.add_done_callback(
-                lambda done: _on_loop(loop, self._charge_compiled, request, done)
-            )
-            return
-        self._charge_compile(request, error or compiled.result())
-
-    def budget(
-        self,
-        body: GenerationBody,
-        table: CompiledTable | LazyTable | None,
-        budget_aware: bool,
-        thinking: ThinkingSpec | None = None,
-    ) -> int:
-        """max_tokens for every choice: the user's, or a default that fits the constraint
-        (after the end of thinking, for a request that thinks first).
-
-        Raises BudgetTooSmallError when a budget-aware constraint cannot finish within the
-        user's budget. budget_aware=False skips the check: that mode exists to show what
-        happens when the budget runs out.
-        """
-        requested, param = body.budget_request()
-        s = self.settings
-        if requested is None:
-            if table is None:
-                return s.default_max_tokens
-            floor, factor = s.constrained_max_tokens_floor, s.constrained_max_tokens_factor
-            if is_lazy(table) and factor * table.spelled_upper(table.initial) <= floor:
-                return floor  # what the exact minimum gives too, without its search
-            if is_lazy(table):
-                need = table.request_minimum()
-            elif thinking is None:
-                need = table.min_tokens
-            else:  # a thinking request has the whole table (to_plan)
-                assert not is_lazy(table)
-                need = thinking.min_tokens(table)
-            return max(floor, factor * need)
-        if table is not None and budget_aware:
-            check_budget(table, requested, param, thinking=thinking)
-        return requested
 
     def submit_all(self, requests: list[GenerationRequest]) -> list[Handle]:
         """Submit every choice, or none: on QueueFullError the ones queued are cancelled."""
@@ -540,7 +412,16 @@ class EventFold:
         return usage.with_reasoning_tokens(self.reasoning_tokens)
 
 
-def _on_loop(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:
-    """Run `fn(*args)` on `loop` from another thread; not at all once the loop is closed."""
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(fn, *args)
+@dataclass(frozen=True)
+class _Report:
+    """A request's PrepareReport (server/engine/prepare.py): the compile seconds go to its
+    API key, first masks to /metrics."""
+
+    request: Request
+    metrics: Metrics
+
+    def compile_seconds(self, seconds: float) -> None:
+        charge(self.request, compile_seconds=seconds)
+
+    def first_masks(self) -> None:
+        self.metrics.first_masks.inc()

@@ -23,6 +23,7 @@ import numpy as np
 from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.whole.tables import CompiledTable, build_table
 from gclm.errors import ConstraintError, EngineDeadError, QueueFullError
+from gclm.server.engine.prepare import PreparesConstraints
 from gclm.server.engine.protocol import (
     EngineStats,
     ErrorEvent,
@@ -54,7 +55,7 @@ def fake_token_logprob(i: int, text: str, top: int) -> TokenLogprob:
 
 
 def default_script(request: GenerationRequest) -> Sequence[str | Exception]:
-    return JSON_TEXT if request.table is not None else FREE_TEXT
+    return JSON_TEXT if request.constraint is not None else FREE_TEXT
 
 
 def tiny_table(min_tokens: int = 3, vocab_size: int = 8, eos_token_id: int = 0) -> CompiledTable:
@@ -100,7 +101,7 @@ class FakeHandle:
     cached_tokens: int = 0
 
 
-class FakeEngine:
+class FakeEngine(PreparesConstraints):
     """Implements gclm.server.engine.protocol.Engine from a script, and its Prompts and
     ConstraintService itself (`prompts` and `constraints` are the engine).
 
@@ -215,7 +216,7 @@ class FakeEngine:
                 if emitted == request.params.max_tokens:
                     # As the real engines: a budget-aware constrained output is complete
                     # whenever it is cut, so "stop", with the cut reported apart.
-                    complete = request.table is not None and request.budget_aware
+                    complete = request.constraint is not None and request.constraint.budget_aware
                     reason, cut = ("stop" if complete else "length"), True
                     break
                 await asyncio.sleep(self.token_delay)

@@ -62,7 +62,8 @@ async def test_constraint_sources(
     assert [c.kind for c in engine.compiles] == [kind, kind]
     if spec is not None:
         assert engine.compiles[0].spec == spec
-    assert all(r.table is not None and r.table.min_tokens == 3 for r in engine.submits)
+    tables = [r.constraint.table for r in engine.submits if r.constraint is not None]
+    assert len(tables) == 2 and all(t is not None and t.min_tokens == 3 for t in tables)
     assert (engine.cache_misses, engine.cache_hits) == (1, 1)
 
 
@@ -83,7 +84,8 @@ async def test_budget_policy_defaults_to_graceful(
 ) -> None:
     await chat(app, extra_body=extra)
     [submitted] = engine.submits
-    assert (submitted.policy and submitted.policy.name) == policy
+    policy_given = submitted.constraint and submitted.constraint.policy
+    assert (policy_given and policy_given.name) == policy
 
 
 async def test_unknown_budget_policy_is_a_400(app: FastAPI, engine: FakeEngine) -> None:
@@ -99,7 +101,7 @@ async def test_budget_aware_can_be_switched_off(app: FastAPI, engine: FakeEngine
     extra = {"structured_outputs": {"regex": "a+", "budget_aware": False}}
     await chat(app, max_tokens=1, extra_body=extra)
     [submitted] = engine.submits
-    assert not submitted.budget_aware
+    assert submitted.constraint is not None and not submitted.constraint.budget_aware
     assert submitted.params.max_tokens == 1
 
 

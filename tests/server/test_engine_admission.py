@@ -12,7 +12,12 @@ from pass_spy import Packed
 
 from bench.drafts import generate
 from gclm.compiler.front.constraint import Constraint
-from gclm.server.engine.protocol import GenerationRequest, SamplingParams, TokenEvent
+from gclm.server.engine.protocol import (
+    GenerationRequest,
+    PreparedConstraint,
+    SamplingParams,
+    TokenEvent,
+)
 from gclm.server.engine.transformers.engine import BatchEngine
 
 SCHEMA = {
@@ -34,7 +39,9 @@ def request(engine: BatchEngine, content: str) -> GenerationRequest:
     return GenerationRequest(
         prompt_ids=engine.tokenizer.encode(text),
         params=SamplingParams(max_tokens=40, temperature=0.0),
-        table=engine.constraints.cache.get(Constraint.json_schema(SCHEMA)),
+        constraint=PreparedConstraint.of(
+            engine.constraints.cache.get(Constraint.json_schema(SCHEMA))
+        ),
     )
 
 

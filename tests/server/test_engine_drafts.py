@@ -10,7 +10,7 @@ import torch
 
 from bench.drafts import generate
 from gclm.compiler.front.constraint import Constraint
-from gclm.server.engine.protocol import GenerationRequest, SamplingParams
+from gclm.server.engine.protocol import GenerationRequest, PreparedConstraint, SamplingParams
 from gclm.server.engine.transformers.engine import BatchEngine
 
 SCHEMA = {
@@ -57,7 +57,7 @@ def requests(tokenizer, table, seeds: list[int | None], max_tokens: int = 80):
                 temperature=0.0 if seed is None else 0.8,
                 seed=seed,
             ),
-            table=table,
+            constraint=PreparedConstraint.of(table),
         )
         for seed in seeds
     ]

@@ -15,7 +15,7 @@ from engine_runs import ids_of
 from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.service.cache import TableCache
 from gclm.compiler.whole.compile import compile_constraint
-from gclm.server.engine.protocol import GenerationRequest, SamplingParams
+from gclm.server.engine.protocol import GenerationRequest, PreparedConstraint, SamplingParams
 from gclm.server.engine.transformers.engine import BatchEngine
 
 SCHEMA = {
@@ -58,7 +58,11 @@ def requests(vocab) -> list[GenerationRequest]:
     tables = [None, regex, schema, None, schema, regex]
     budgets = [20, 16, 30, 25, 24, 10]
     return [
-        GenerationRequest(p, SamplingParams(max_tokens=n, temperature=0.0), table=t)
+        GenerationRequest(
+            p,
+            SamplingParams(max_tokens=n, temperature=0.0),
+            constraint=None if t is None else PreparedConstraint.of(t),
+        )
         for p, t, n in zip(prompts, tables, budgets, strict=True)
     ]
 

@@ -13,7 +13,13 @@ import torch
 
 from gclm.compiler.front.constraint import Constraint
 from gclm.masking.state import ConstraintState
-from gclm.server.engine.protocol import FinishEvent, GenerationRequest, SamplingParams, TokenEvent
+from gclm.server.engine.protocol import (
+    FinishEvent,
+    GenerationRequest,
+    PreparedConstraint,
+    SamplingParams,
+    TokenEvent,
+)
 from gclm.server.engine.transformers.engine import BatchEngine
 
 
@@ -63,8 +69,7 @@ def test_policy_steers_inside_the_mask(engine, embedded_tokenizer) -> None:
         request = GenerationRequest(
             prompt_ids=prompt,
             params=SamplingParams(max_tokens=8, temperature=0.0),
-            table=table,
-            policy=policy,
+            constraint=PreparedConstraint.of(table, policy=policy),
         )
         text, reason = generate(engine, request)
         assert (text, reason) == (word, "stop")
@@ -81,13 +86,12 @@ def test_policy_cannot_unmask_and_is_skipped_without_a_budget(engine, embedded_t
     request = GenerationRequest(
         prompt_ids=embedded_tokenizer.encode("Two digits:"),
         params=SamplingParams(max_tokens=4, temperature=0.0),
-        table=table,
-        policy=policy,
+        constraint=PreparedConstraint.of(table, policy=policy),
     )
     text, reason = generate(engine, request)
     assert len(text) == 2 and text.isdigit() and reason == "stop"
     assert policy.calls
     unaware = Prefer(letter)
-    request.budget_aware, request.policy = False, unaware
+    request.constraint = PreparedConstraint.of(table, budget_aware=False, policy=unaware)
     generate(engine, request)
     assert unaware.calls == []

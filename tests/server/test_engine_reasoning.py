@@ -24,6 +24,7 @@ from gclm.server.engine.protocol import (
     ErrorEvent,
     FinishEvent,
     GenerationRequest,
+    PreparedConstraint,
     SamplingParams,
     TokenEvent,
 )
@@ -80,7 +81,12 @@ def test_single_token_markers_think_then_answer_at_every_budget(thinking_engine)
 
     async def run(budget: int, seed: int) -> tuple[str, str, FinishEvent]:
         params = SamplingParams(max_tokens=budget, temperature=1.0, seed=seed)
-        return await generate(engine, GenerationRequest(prompt, params, table, thinking=spec))
+        return await generate(
+            engine,
+            GenerationRequest(
+                prompt, params, constraint=PreparedConstraint.of(table), thinking=spec
+            ),
+        )
 
     for budget in range(minimum, minimum + 12):
         thought, answer, finish = asyncio.run(run(budget, seed=budget))

@@ -15,6 +15,7 @@ from gclm.server.engine.protocol import (
     ErrorEvent,
     FinishEvent,
     GenerationRequest,
+    PreparedConstraint,
     SamplingParams,
     StreamEvent,
     TokenEvent,
@@ -69,7 +70,14 @@ def tracker(
 ) -> tuple[OutputTracker, list[StreamEvent]]:
     params = SamplingParams(max_tokens=max_tokens, stop=stop)
     spec = ThinkingSpec(MARKER) if thinking else None
-    request = GenerationRequest([1, 1], params, table, budget_aware, thinking=spec)
+    request = GenerationRequest(
+        [1, 1],
+        params,
+        constraint=None
+        if table is None
+        else PreparedConstraint.of(table, budget_aware=budget_aware),
+        thinking=spec,
+    )
     sent: list[StreamEvent] = []
     return OutputTracker(request, BYTES, sent.append), sent
 

@@ -41,7 +41,7 @@ async def test_chat_completion_shape(app: FastAPI, engine: FakeEngine) -> None:
     assert (usage.prompt_tokens, usage.completion_tokens) == (prompt_tokens, len(FREE_TEXT))
     assert usage.total_tokens == prompt_tokens + len(FREE_TEXT)
     [submitted] = engine.submits
-    assert submitted.table is None
+    assert submitted.constraint is None
     assert submitted.request_id == f"{completion.id}-0"
 
 
@@ -113,7 +113,7 @@ async def test_parse_with_a_pydantic_model(app: FastAPI, engine: FakeEngine) -> 
     assert constraint.kind == "json_schema"
     assert json.loads(constraint.spec)["required"] == ["name", "age"]
     [submitted] = engine.submits
-    assert submitted.table is not None and submitted.budget_aware
+    assert submitted.constraint is not None and submitted.constraint.budget_aware
 
 
 async def test_default_budgets(engine: FakeEngine, tmp_path) -> None:

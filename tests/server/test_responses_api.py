@@ -57,7 +57,7 @@ async def test_create_shape(app: FastAPI, engine: FakeEngine) -> None:
     assert (response.instructions, response.temperature) == ("Be brief.", 0.5)
     [submitted] = engine.submits
     assert submitted.prompt_ids == list(prompt)
-    assert submitted.table is None
+    assert submitted.constraint is None
     assert submitted.params.temperature == 0.5
 
 
@@ -113,7 +113,7 @@ async def test_json_object_and_text_formats(app: FastAPI, engine: FakeEngine) ->
             model="gclm-fake", input="Hi", text={"format": {"type": "text"}}
         )
     assert engine.compiles == [Constraint.json_object()]
-    assert engine.submits[1].table is None
+    assert engine.submits[1].constraint is None
 
 
 async def test_parse_returns_the_model(app: FastAPI) -> None:

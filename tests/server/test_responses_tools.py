@@ -52,7 +52,7 @@ async def test_create_returns_function_call_items() -> None:
     assert [t.name for t in response.tools] == ["get_weather", "now"]
     # The same constraint as chat: gclm's call format over these functions, in the prompt too.
     [submitted] = engine.submits
-    assert submitted.table is not None
+    assert submitted.constraint is not None
     prompt = bytes(submitted.prompt_ids).decode()
     assert "<tools>" in prompt and '"name": "get_weather"' in prompt
 
@@ -161,7 +161,7 @@ async def test_tool_choice_none_and_named() -> None:
             tools=TOOLS,
             tool_choice={"type": "function", "name": "now"},
         )
-    assert plain.output_text == "".join(TEXT_SCRIPT) and engine.submits[0].table is None
+    assert plain.output_text == "".join(TEXT_SCRIPT) and engine.submits[0].constraint is None
     assert "Do not call a function now" in bytes(engine.submits[0].prompt_ids).decode()
     [call] = named.output
     assert call.name == "now" and named.tool_choice.name == "now"
@@ -214,7 +214,7 @@ async def test_text_cut_by_the_budget_is_incomplete(choice: str | None) -> None:
         whole = await client.responses.create(
             model="gclm-fake", input="Hi", max_output_tokens=3, **kwargs
         )
-    assert (engine.submits[0].table is not None) is (choice == "auto")
+    assert (engine.submits[0].constraint is not None) is (choice == "auto")
     assert cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens"
     assert cut.output_text == "<b>Sunny"
     assert events[-1].type == "response.incomplete"

@@ -14,6 +14,7 @@ from gclm.masking.reasoning import ThinkingSpec
 from gclm.server.engine.protocol import (
     FinishEvent,
     GenerationRequest,
+    PreparedConstraint,
     SamplingParams,
     StreamEvent,
     TokenEvent,
@@ -86,7 +87,11 @@ def loop_table(loop: bool) -> CompiledTable:
 
 async def finish_of(table: CompiledTable | None, tokens: list[int], max_tokens: int) -> FinishEvent:
     seq = Sequence(
-        request=GenerationRequest([1], SamplingParams(max_tokens=max_tokens), table=table),
+        request=GenerationRequest(
+            [1],
+            SamplingParams(max_tokens=max_tokens),
+            constraint=None if table is None else PreparedConstraint.of(table),
+        ),
         request_id="r",
         loop=asyncio.get_running_loop(),
         vocab=VOCAB,
@@ -135,7 +140,7 @@ async def thinking_events(tokens: list[int], constrained: bool) -> list[StreamEv
     request = GenerationRequest(
         prompt_ids=[1],
         params=SamplingParams(max_tokens=12),
-        table=table,
+        constraint=None if table is None else PreparedConstraint.of(table),
         thinking=ThinkingSpec(END_IDS),
     )
     seq = Sequence(

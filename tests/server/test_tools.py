@@ -180,11 +180,11 @@ def test_auto_opener_only_while_a_call_still_fits() -> None:
     for token in head:
         state.advance(token, None)
     assert state.is_accepting  # "<tool_call" is still text
-    after = state.mask_table.next_state(state.state, last)
-    need = state.mask_table.dist(after)  # the call's tokens after the opener
+    after = state.masks.next_state(state.state, last)
+    need = state.masks.dist(after)  # the call's tokens after the opener
     assert need > 5
     for tokens_left in range(1, need + 4):
-        row = state.mask_table.row(state.state, tokens_left)
+        row = state.masks.row(state.state, tokens_left)
         allowed = bool(row[last // 32] >> (last % 32) & 1)
         assert allowed is (tokens_left - 1 >= need), tokens_left
 
@@ -310,7 +310,7 @@ async def test_free_text_cut_by_the_budget_is_length(tmp_path, choice: str | Non
         ended = await client.chat.completions.create(
             model="gclm-fake", messages=messages, max_tokens=5, **kwargs
         )
-    assert (engine.submits[0].table is not None) is (choice == "auto")
+    assert (engine.submits[0].constraint is not None) is (choice == "auto")
     assert done.choices[0].finish_reason == "length"
     assert done.choices[0].message.content == "Sunny"
     assert reasons[-1] == "length"

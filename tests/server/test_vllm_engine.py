@@ -21,6 +21,7 @@ from gclm.server.engine.protocol import (
     ErrorEvent,
     FinishEvent,
     GenerationRequest,
+    PreparedConstraint,
     SamplingParams,
     TokenEvent,
 )
@@ -82,7 +83,11 @@ def digits_table(embedded_vocab):
 
 def finish_reason(table, tokens: list[int], vllm_reason: str, budget_aware: bool = True) -> str:
     """The finish_reason gclm reports when vLLM ends the output `tokens` with `vllm_reason`."""
-    request = GenerationRequest([1, 2], SamplingParams(max_tokens=2), table, budget_aware)
+    request = GenerationRequest(
+        [1, 2],
+        SamplingParams(max_tokens=2),
+        constraint=PreparedConstraint.of(table, budget_aware=budget_aware),
+    )
     sent: list = []
     output = OutputTracker(request, (), sent.append)
     output.take(tokens)
@@ -163,7 +168,9 @@ def test_constrained_request_cut_at_the_budget_finishes_stop(engine, embedded_vo
         digits = Constraint.regex("[0-9]{2}")
         table = await engine.constraints.compile(digits)
         params = SamplingParams(max_tokens=2, stop=("7",))
-        request = GenerationRequest([1, 2], params, table, constraint=digits)
+        request = GenerationRequest(
+            [1, 2], params, constraint=PreparedConstraint.of(table, compiled_from=digits)
+        )
         return await events(engine, engine.submit(request))
 
     got = asyncio.run(run())
@@ -183,7 +190,9 @@ def test_a_token_outside_the_constraint_fails_the_request(engine, embedded_vocab
     async def run() -> list:
         digits = Constraint.regex("[0-9]{2}")
         table = await engine.constraints.compile(digits)
-        request = GenerationRequest([1], SamplingParams(2), table, constraint=digits)
+        request = GenerationRequest(
+            [1], SamplingParams(2), constraint=PreparedConstraint.of(table, compiled_from=digits)
+        )
         return await events(engine, engine.submit(request))
 
     got = asyncio.run(run())
@@ -243,9 +252,7 @@ def test_penalties_bias_logprobs_and_the_policy_pass_through(engine) -> None:
         request = GenerationRequest(
             [1],
             params,  # type: ignore[arg-type]
-            table,
-            policy=policy,
-            constraint=digits,
+            constraint=PreparedConstraint.of(table, policy=policy, compiled_from=digits),
         )
         sent = engine._sampling_params(request)
         assert sent.logprobs == 2 and sent.extra_args["gclm_budget_policy"] == name
@@ -326,7 +333,10 @@ def thinking_request(engine, tokenizer, table, max_tokens: int, stop: tuple[str,
     params = SamplingParams(max_tokens=max_tokens, stop=stop)
     digits = Constraint.regex("[0-9]{2}") if table is not None else None  # what `table` is
     return GenerationRequest(
-        [1, 2], params, table, thinking=ThinkingSpec(marker), constraint=digits
+        [1, 2],
+        params,
+        constraint=PreparedConstraint.of(table, compiled_from=digits),
+        thinking=ThinkingSpec(marker),
     )
 
 

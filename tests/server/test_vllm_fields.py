@@ -42,7 +42,7 @@ async def test_guided_grammar_is_structured_outputs_grammar(
 ) -> None:
     await both(app, extra)
     assert [(c.kind, c.spec) for c in engine.compiles] == [("grammar", lark)] * 2
-    assert all(r.table is not None for r in engine.submits)
+    assert all(r.constraint is not None for r in engine.submits)
 
 
 @pytest.mark.parametrize(

@@ -454,7 +454,7 @@ class BatchEngine(TokenizerEngine):
                 seq.constraint_state,
                 seq.tokens_left,
                 seq.request.params.max_tokens,
-                seq.request.policy,
+                seq.request.constraint.policy if seq.request.constraint else None,
             )
             for seq in seqs
         ]
