@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel
 
 from gclm.server.engine.protocol import TokenLogprob
 from gclm.server.http.streaming import DONE, sse, sse_error
-from gclm.server.openai.output import PLAIN, Delta, Finished, OutputSpec
+from gclm.server.openai.output import PLAIN, Delta, Finished, OutputSpec, Read
+from gclm.server.openai.tools.calls import Call
 
 
 class PromptTokensDetails(BaseModel):
@@ -56,13 +57,16 @@ class Usage(BaseModel):
 
 @dataclass
 class ChoiceOutput:
-    """One choice's whole output, collected from its events."""
+    """One choice's whole output, collected from its events, and what its output parsers
+    read in it (output.py), once."""
 
     text: str = ""
     finish_reason: str = "stop"
     logprobs: list[TokenLogprob] | None = None  # None: not asked for
     reasoning: str = ""  # a thinking request's thinking (server/openai/reasoning.py)
     reasoning_tokens: int = 0
+    read: Read = field(default_factory=Read)  # the answer and thinking as read
+    calls: list[Call] = field(default_factory=list)  # the calls read (none: the answer is text)
 
 
 class TopLogprob(BaseModel):

@@ -527,17 +527,23 @@ class EventFold:
             raise as_gclm_error(event.error)
 
     def outputs(self) -> list[ChoiceOutput]:
-        """Every choice's whole output."""
-        return [
-            ChoiceOutput(
-                text="".join(self._text[i]),
+        """Every choice's whole output, read once by its output parsers (output.py)."""
+        outputs = []
+        for i in range(self.plan.choices):
+            text, thought = "".join(self._text[i]), "".join(self._thought[i])
+            reader = self.plan.output.reader()
+            read = reader.read_all(text, thought)
+            out = ChoiceOutput(
+                text=text,
                 finish_reason=self.finish_reasons[i],
                 logprobs=self._logprobs[i] if self.plan.with_logprobs else None,
-                reasoning="".join(self._thought[i]),
+                reasoning=thought,
                 reasoning_tokens=self._reasoning[i],
+                read=read,
+                calls=reader.calls,
             )
-            for i in range(self.plan.choices)
-        ]
+            outputs.append(out)
+        return outputs
 
     def usage(self) -> Usage:
         usage = Usage.of(self.plan.prompt_tokens, self.completion_tokens, self.cached_tokens)

@@ -174,14 +174,12 @@ class ChatRenderer(Renderer):
     def final(self, outputs: list[ChoiceOutput], usage: Usage) -> BaseModel:
         choices = []
         for i, out in enumerate(outputs):
-            reader = self.output.reader()
-            read = reader.read_all(out.text, out.reasoning)
             choices.append(
                 ChatChoice(
                     index=i,
-                    message=self.message(read, reader.calls),
+                    message=self.message(out.read, out.calls),
                     logprobs=ChatLogprobs.of(out.logprobs),
-                    finish_reason="tool_calls" if reader.calls else out.finish_reason,
+                    finish_reason="tool_calls" if out.calls else out.finish_reason,
                 )
             )
         return ChatCompletion(

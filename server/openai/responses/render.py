@@ -400,10 +400,8 @@ class ResponsesRenderer(Renderer):
 
     def final(self, outputs: list[ChoiceOutput], usage: Usage) -> ResponseBody:
         [out] = outputs
-        reader = self.output.reader()
-        reader.read_all(out.text, "")
-        if reader.calls:
-            return self._with_calls(reader.calls, out.reasoning, usage)
+        if out.calls:
+            return self._with_calls(out.calls, out.reasoning, usage)
         return self._answer(out.finish_reason, out.text, out.logprobs or (), out.reasoning, usage)
 
     def _answer(
