@@ -4,8 +4,11 @@ The plan of a request (serving.py) names what its output holds (`OutputSpec`): p
 thinking request's thinking (`Thinking`: its start marker stripped, or the text left out); an
 answer that tools allow to be calls (`ToolCalls`: text or calls, read by tools/calls.py's
 `CallReader`). "Reasoning and tool calls" is a list of those two parsers, not a renderer
-class: each API's renderer (chat/render.py, responses/render.py) feeds a choice's text through
-its `ChoiceReader` and writes what comes out (`Read`) in that API's shapes.
+class. The serving pipeline reads each choice once, through its `ChoiceReader`: a stream piece
+by piece (`StreamReader`: a `Delta` per piece of answer, a `Finished` per choice's end), a
+collected answer whole (`ChoiceReader.read_all`); each API's renderer (chat/render.py,
+completions/render.py, responses/render.py) is handed what was read and writes it in that
+API's shapes, without reading anything again.
 
 A new kind of output is one more parser here, added by `OutputSpec.parsers`, and its shape in
 the renderers. OpenAI's "custom" tools (free-form or grammar input) are read by `ToolCalls`
@@ -15,10 +18,11 @@ and each renderer writes it in its API's custom-call shape.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gclm.server.engine.protocol import FinishEvent
+from gclm.server.engine.protocol import FinishEvent, TokenLogprob
 from gclm.server.openai.tools.calls import Call, CallReader
 
 if TYPE_CHECKING:
@@ -165,3 +169,48 @@ class ChoiceReader:
     def _seen(self, read: Read) -> Read:
         self.calls += [event[2] for event in read.calls if event[0] == "call"]
         return read
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A piece of one choice's answer as its parsers read it: what the API's renderer writes
+    for it (chat: one chunk; responses: its events), streamed."""
+
+    index: int  # the choice
+    content: str  # answer text ("" while a call reader holds text back)
+    calls: list[CallEvent]  # calls begun and argument fragments, as `Read.calls`
+    called: list[Call]  # every call of the choice read so far: `calls`' second items index it
+    logprobs: Sequence[TokenLogprob] | None  # one per token of the piece; None: not asked for
+
+
+@dataclass(frozen=True)
+class Finished:
+    """One choice's end as its parsers read it, streamed."""
+
+    index: int  # the choice
+    content: str  # text held back to the end (an answer that began like a call)
+    calls: list[Call]  # every call the choice made (none: the answer is text)
+    finish_reason: str  # the request's fold's (OutputSpec.finish_reason)
+
+
+class StreamReader:
+    """A streamed request's choices, each read once as its events come, by one ChoiceReader
+    per choice: what a piece of thinking, a piece of answer and an end read as."""
+
+    def __init__(self, output: OutputSpec, choices: int) -> None:
+        self._readers = [output.reader() for _ in range(choices)]
+
+    def thought(self, index: int, text: str) -> str:
+        """The thinking text a piece reads as ("": nothing to send, e.g. left out)."""
+        return self._readers[index].feed(reasoning=text).reasoning
+
+    def delta(self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None) -> Delta:
+        """A piece of answer text (`logprobs`: one per token in it, None when not asked for)."""
+        reader = self._readers[index]
+        read = reader.feed(content=text)
+        return Delta(index, read.content, read.calls, reader.calls, logprobs)
+
+    def finish(self, index: int, finish_reason: str) -> Finished:
+        """The choice's end: what its parsers still held, and every call it made."""
+        reader = self._readers[index]
+        return Finished(index, reader.flush().content, reader.calls, finish_reason)

@@ -2,23 +2,24 @@
 model list, and the `Renderer` interface (chat/render.py, completions/render.py,
 responses/render.py implement it).
 
-A `Renderer` knows one endpoint's shapes. The serving pipeline (serving.py) feeds it engine
-events and sends what it returns, framed by the renderer (`frame`, `failure`, `done`).
+A `Renderer` knows one endpoint's shapes. The serving pipeline (serving.py) reads each engine
+event once (output.py), hands the renderer what it read, and sends the bodies it returns,
+framed by the renderer (`frame`, `failure`, `done`).
 """
 
 from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel
 
 from gclm.server.engine.protocol import TokenLogprob
 from gclm.server.http.streaming import DONE, sse, sse_error
-from gclm.server.openai.output import PLAIN, OutputSpec
+from gclm.server.openai.output import PLAIN, Delta, Finished, OutputSpec, Read
+from gclm.server.openai.tools.calls import Call
 
 
 class PromptTokensDetails(BaseModel):
@@ -56,13 +57,16 @@ class Usage(BaseModel):
 
 @dataclass
 class ChoiceOutput:
-    """One choice's whole output, collected from its events."""
+    """One choice's whole output, collected from its events, and what its output parsers
+    read in it (output.py), once."""
 
     text: str = ""
     finish_reason: str = "stop"
     logprobs: list[TokenLogprob] | None = None  # None: not asked for
     reasoning: str = ""  # a thinking request's thinking (server/openai/reasoning.py)
     reasoning_tokens: int = 0
+    read: Read = field(default_factory=Read)  # the answer and thinking as read
+    calls: list[Call] = field(default_factory=list)  # the calls read (none: the answer is text)
 
 
 class TopLogprob(BaseModel):
@@ -94,10 +98,12 @@ class ModelList(BaseModel):
 class Renderer:
     """Builds one response's bodies; subclasses fix the endpoint's shapes.
 
-    A stream is: `opening`, then `delta` per text piece and `finish` per choice as they
-    come, then `closing` (and `settle`, before it is sent); each body is sent with `frame`,
-    and `done` (if any) ends it. An error mid-stream sends `failure` instead and ends the
-    stream.
+    A stream is: `opening`; then, as each choice's events come, read once by its output
+    parsers (output.py's StreamReader), `reasoning_delta` per piece of thinking, `delta` per
+    piece of answer (a `Delta`) and `finish` per choice's end (a `Finished`); then `closing`
+    (and `settle`, before it is sent). Each returns the bodies its step sends, written once
+    here from what it is handed; each body is sent with `frame`, and `done` (if any) ends the
+    stream. An error mid-stream sends `failure` instead and ends the stream.
     """
 
     id_prefix = ""
@@ -120,33 +126,21 @@ class Renderer:
         """Chunks sent before any text (chat: the role of each choice)."""
         return []
 
-    def delta(
-        self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None
-    ) -> BaseModel | None:
-        """A piece of text (logprobs: one per token in it, None when not asked for); None
-        when there is nothing to send yet (a tool call's text held back)."""
+    def reasoning_delta(self, index: int, text: str) -> list[BaseModel]:
+        """A piece of choice `index`'s thinking, as read (never empty); none: not sent."""
+        return []
+
+    def delta(self, piece: Delta) -> list[BaseModel]:
+        """A piece of a choice's answer, as read: none when there is nothing to send yet (a
+        tool call's text held back); a renderer that announces items as they come, several."""
         raise NotImplementedError
 
-    def deltas(
-        self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None
-    ) -> list[BaseModel]:
-        """What a piece of text sends: `delta`'s body, if any (a renderer that announces
-        output items as it reads them sends several)."""
-        chunk = self.delta(index, text, logprobs)
-        return [] if chunk is None else [chunk]
-
-    def reasoning_delta(self, index: int, text: str) -> BaseModel | None:
-        """A piece of thinking text (server/openai/reasoning.py); None: not sent."""
-        return None
-
-    def finish(self, index: int, finish_reason: str) -> list[BaseModel]:
+    def finish(self, end: Finished) -> list[BaseModel]:
+        """A choice's end, as read: what was held back, then its finish."""
         raise NotImplementedError
 
     def closing(self, usage: Usage, include_usage: bool) -> list[BaseModel]:
         """After every choice finished: a usage-only chunk when stream_options asks for it."""
-        return [self.usage(usage)] if include_usage else []
-
-    def usage(self, usage: Usage) -> BaseModel:
         raise NotImplementedError
 
     def final(self, outputs: list[ChoiceOutput], usage: Usage) -> BaseModel:

@@ -20,6 +20,7 @@ from contextlib import aclosing
 from dataclasses import dataclass
 
 from fastapi import Request, Response
+from pydantic import BaseModel
 
 from gclm.compiler import OutOfTime, work_deadline
 from gclm.errors import (
@@ -51,7 +52,7 @@ from gclm.server.http.streaming import (
     until_disconnected,
 )
 from gclm.server.openai.constraint_spec import ConstraintSpec, constraint_spec, with_param
-from gclm.server.openai.output import PLAIN, OutputSpec
+from gclm.server.openai.output import PLAIN, OutputSpec, StreamReader
 from gclm.server.openai.protocol import GenerationBody
 from gclm.server.openai.reasoning import ReasoningParser, ThinkingControls
 from gclm.server.openai.render import ChoiceOutput, Renderer, Usage
@@ -284,13 +285,14 @@ class Serving:
     async def stream(
         self, request: Request, sequences: Choices, fold: EventFold
     ) -> AsyncGenerator[bytes, None]:
-        """SSE body: opening chunks, deltas and finishes as they come, closing (usage), and
-        the renderer's end marker ([DONE]).
+        """SSE body: opening chunks; each event folded, read once by the output parsers
+        (output.py's StreamReader) and written once by the renderer, as it comes; closing
+        (usage), and the renderer's end marker ([DONE]).
 
         An error from any choice ends the stream with the renderer's failure events.
         """
         renderer, plan = fold.renderer, fold.plan
-        frame = renderer.frame
+        frame, reader = renderer.frame, StreamReader(plan.output, plan.choices)
         for chunk in renderer.opening(len(sequences.handles)):
             yield frame(chunk)
         async with aclosing(sequences.events()) as events:
@@ -302,20 +304,20 @@ class Serving:
                     for line in renderer.failure(error):
                         yield line
                     return
+                chunks: list[BaseModel] = []
                 if isinstance(event, TokenEvent) and event.reasoning:
-                    chunk = renderer.reasoning_delta(index, event.text)
-                    if chunk is not None:
-                        yield frame(chunk)
+                    if text := reader.thought(index, event.text):
+                        chunks = renderer.reasoning_delta(index, text)
                 elif isinstance(event, TokenEvent):
                     # A token that completes no character yet sends nothing (its logprob
                     # goes with the text that completes it).
                     if event.text or (plan.with_logprobs and event.logprobs):
                         logprobs = event.logprobs if plan.with_logprobs else None
-                        for chunk in renderer.deltas(index, event.text, logprobs):
-                            yield frame(chunk)
+                        chunks = renderer.delta(reader.delta(index, event.text, logprobs))
                 elif isinstance(event, FinishEvent):
-                    for chunk in renderer.finish(index, fold.finish_reasons[index]):
-                        yield frame(chunk)
+                    chunks = renderer.finish(reader.finish(index, fold.finish_reasons[index]))
+                for chunk in chunks:
+                    yield frame(chunk)
         usage = self.charged_usage(request, fold)
         closing = renderer.closing(usage, plan.include_usage)
         try:
@@ -395,17 +397,23 @@ class EventFold:
             raise as_gclm_error(event.error)
 
     def outputs(self) -> list[ChoiceOutput]:
-        """Every choice's whole output."""
-        return [
-            ChoiceOutput(
-                text="".join(self._text[i]),
+        """Every choice's whole output, read once by its output parsers (output.py)."""
+        outputs = []
+        for i in range(self.plan.choices):
+            text, thought = "".join(self._text[i]), "".join(self._thought[i])
+            reader = self.plan.output.reader()
+            read = reader.read_all(text, thought)
+            out = ChoiceOutput(
+                text=text,
                 finish_reason=self.finish_reasons[i],
                 logprobs=self._logprobs[i] if self.plan.with_logprobs else None,
-                reasoning="".join(self._thought[i]),
+                reasoning=thought,
                 reasoning_tokens=self._reasoning[i],
+                read=read,
+                calls=reader.calls,
             )
-            for i in range(self.plan.choices)
-        ]
+            outputs.append(out)
+        return outputs
 
     def usage(self) -> Usage:
         usage = Usage.of(self.plan.prompt_tokens, self.completion_tokens, self.cached_tokens)

@@ -1,10 +1,11 @@
 """Output parsers (server/openai/output.py): a choice's output read as thinking, answer text
-and tool calls by a list of parsers, piece by piece or whole, with the same result."""
+and tool calls by a list of parsers, piece by piece or whole, with the same result; a stream's
+choices read once each, as their pieces come (StreamReader)."""
 
 from __future__ import annotations
 
 from gclm.server.engine.protocol import FinishEvent
-from gclm.server.openai.output import PLAIN, OutputSpec, Read
+from gclm.server.openai.output import PLAIN, Finished, OutputSpec, Read, StreamReader
 from gclm.server.openai.reasoning import ReasoningParser
 
 THINK = ReasoningParser("qwen3", "<think>", "</think>", (7,))
@@ -61,3 +62,18 @@ def test_finish_reason_a_budget_cut_is_length_only_where_calls_may_come() -> Non
     assert PLAIN.finish_reason(cut) == "stop"  # a constrained output cut so is complete
     assert OutputSpec(thinking=THINK).finish_reason(cut) == "stop"
     assert OutputSpec(tool_calls=True).finish_reason(cut) == "length"
+
+
+def test_a_stream_reads_each_choice_once_and_hands_on_what_it_read() -> None:
+    reader = StreamReader(OutputSpec(thinking=THINK, tool_calls=True), choices=2)
+    assert reader.thought(0, "<think>hm") == "hm"
+    opened = reader.delta(0, '<tool_call>[{"name": "f", ', None)
+    [call] = opened.called
+    assert (opened.index, opened.content, opened.calls) == (0, "", [("call", 0, call)])
+    args = reader.delta(0, '"arguments": {"x": 1}}]', None)
+    assert (args.content, args.calls, args.called) == ("", [("args", 0, '{"x": 1}')], [call])
+    held = reader.delta(1, "<tool", ())  # choice 1: text that began like a call
+    assert (held.index, held.content, held.calls, held.logprobs) == (1, "", [], ())
+    assert reader.finish(1, "stop") == Finished(1, "<tool", [], "stop")
+    assert reader.finish(0, "stop") == Finished(0, "", [call], "stop")
+    assert (call.name, call.arguments) == ("f", '{"x": 1}')

@@ -232,6 +232,30 @@ async def test_http_shapes_over_the_fake_engine(tmp_path) -> None:
         assert "<tools>" in bytes(engine.submits[0].prompt_ids).decode()
 
 
+async def test_text_held_back_as_a_call_is_streamed_at_its_end(tmp_path) -> None:
+    """Under "auto", text that begins like the opener is held back until it cannot be a
+    call; an answer that ends so is sent as content before the finish, not as a call."""
+    engine = FakeEngine(lambda request: ("<tool", "_ca"), min_tokens=1)
+    app = create_app(engine, ServerSettings(cache_dir=tmp_path))
+    tools = [t.model_dump(exclude_none=True) for t in TOOLS]
+    messages = [{"role": "user", "content": "Weather?"}]
+    async with openai_client(app) as client:
+        stream = await client.chat.completions.create(
+            model="gclm-fake", messages=messages, tools=tools, stream=True
+        )
+        deltas = [c.choices[0] async for c in stream if c.choices]
+        done = await client.chat.completions.create(
+            model="gclm-fake", messages=messages, tools=tools
+        )
+    assert [(d.delta.content, d.finish_reason) for d in deltas] == [
+        (None, None),  # the role alone: the answer may still be a call
+        ("<tool_ca", None),
+        (None, "stop"),
+    ]
+    assert not any(d.delta.tool_calls for d in deltas)
+    assert (done.choices[0].message.content, done.choices[0].finish_reason) == ("<tool_ca", "stop")
+
+
 @pytest.mark.parametrize(
     ("kwargs", "param"),
     [

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, SerializeAsAny
 
 from gclm.server.engine.protocol import TokenLogprob
-from gclm.server.openai.output import PLAIN, CallEvent, ChoiceReader, OutputSpec, Read
+from gclm.server.openai.output import CallEvent, Delta, Finished, Read
 from gclm.server.openai.render import ChoiceOutput, Renderer, TopLogprob, Usage, token_bytes
 from gclm.server.openai.tools.calls import Call
 
@@ -129,15 +129,6 @@ class ChatRenderer(Renderer):
 
     id_prefix = "chatcmpl-"
 
-    def __init__(self, model: str, output: OutputSpec = PLAIN) -> None:
-        super().__init__(model, output)
-        self._readers: dict[int, ChoiceReader] = {}
-
-    def _reader(self, index: int) -> ChoiceReader:
-        if index not in self._readers:
-            self._readers[index] = self.output.reader()
-        return self._readers[index]
-
     def _chunk(self, choices: list[ChatChunkChoice], usage: Usage | None = None) -> BaseModel:
         return ChatCompletionChunk(
             id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
@@ -152,52 +143,43 @@ class ChatRenderer(Renderer):
         )
         return [self._chunk([ChatChunkChoice(index=i, delta=dict(delta))]) for i in range(n)]
 
-    def reasoning_delta(self, index: int, text: str) -> BaseModel | None:
-        read = self._reader(index).feed(reasoning=text)
-        if not read.reasoning:
-            return None
-        return self._chunk([ChatChunkChoice(index=index, delta=reasoning_delta(read.reasoning))])
+    def reasoning_delta(self, index: int, text: str) -> list[BaseModel]:
+        return [self._chunk([ChatChunkChoice(index=index, delta=reasoning_delta(text))])]
 
-    def delta(
-        self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None
-    ) -> BaseModel | None:
-        read = self._reader(index).feed(content=text)
+    def delta(self, piece: Delta) -> list[BaseModel]:
         delta: dict[str, Any] = {}
-        if read.content or not self.output.tool_calls:
-            delta["content"] = read.content
-        if read.calls:
-            calls = self._reader(index).calls
-            delta["tool_calls"] = [_call_delta(e, calls[e[1]]) for e in read.calls]
-        if not delta and not logprobs:
-            return None  # text a call reader holds back
-        choice = ChatChunkChoice(index=index, delta=delta, logprobs=ChatLogprobs.of(logprobs))
-        return self._chunk([choice])
+        if piece.content or not self.output.tool_calls:
+            delta["content"] = piece.content
+        if piece.calls:
+            delta["tool_calls"] = [_call_delta(e, piece.called[e[1]]) for e in piece.calls]
+        if not delta and not piece.logprobs:
+            return []  # text a call reader holds back
+        logprobs = ChatLogprobs.of(piece.logprobs)
+        return [self._chunk([ChatChunkChoice(index=piece.index, delta=delta, logprobs=logprobs)])]
 
-    def finish(self, index: int, finish_reason: str) -> list[BaseModel]:
-        reader = self._reader(index)
+    def finish(self, end: Finished) -> list[BaseModel]:
         chunks: list[BaseModel] = []
-        rest = reader.flush()
-        if rest.content:
-            delta = {"content": rest.content}
-            chunks.append(self._chunk([ChatChunkChoice(index=index, delta=delta)]))
-        reason = "tool_calls" if reader.calls else finish_reason
-        chunks.append(self._chunk([ChatChunkChoice(index=index, delta={}, finish_reason=reason)]))
+        if end.content:
+            delta = {"content": end.content}
+            chunks.append(self._chunk([ChatChunkChoice(index=end.index, delta=delta)]))
+        reason = "tool_calls" if end.calls else end.finish_reason
+        chunks.append(
+            self._chunk([ChatChunkChoice(index=end.index, delta={}, finish_reason=reason)])
+        )
         return chunks
 
-    def usage(self, usage: Usage) -> BaseModel:
-        return self._chunk([], usage)
+    def closing(self, usage: Usage, include_usage: bool) -> list[BaseModel]:
+        return [self._chunk([], usage)] if include_usage else []
 
     def final(self, outputs: list[ChoiceOutput], usage: Usage) -> BaseModel:
         choices = []
         for i, out in enumerate(outputs):
-            reader = self.output.reader()
-            read = reader.read_all(out.text, out.reasoning)
             choices.append(
                 ChatChoice(
                     index=i,
-                    message=self.message(read, reader.calls),
+                    message=self.message(out.read, out.calls),
                     logprobs=ChatLogprobs.of(out.logprobs),
-                    finish_reason="tool_calls" if reader.calls else out.finish_reason,
+                    finish_reason="tool_calls" if out.calls else out.finish_reason,
                 )
             )
         return ChatCompletion(

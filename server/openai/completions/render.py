@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from gclm.server.engine.protocol import TokenLogprob
+from gclm.server.openai.output import Delta, Finished
 from gclm.server.openai.render import ChoiceOutput, Renderer, Usage
 
 
@@ -68,17 +69,19 @@ class CompletionRenderer(Renderer):
             id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
         )
 
-    def delta(self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None) -> BaseModel:
+    def delta(self, piece: Delta) -> list[BaseModel]:
+        index, text = piece.index, piece.content  # plain text: read as it came
         start = self._sent.get(index, 0)
         self._sent[index] = start + len(text)
-        lp = None if logprobs is None else CompletionLogprobs.of(logprobs, start)
-        return self._body([CompletionChoice(index=index, text=text, logprobs=lp)])
+        lp = None if piece.logprobs is None else CompletionLogprobs.of(piece.logprobs, start)
+        return [self._body([CompletionChoice(index=index, text=text, logprobs=lp)])]
 
-    def finish(self, index: int, finish_reason: str) -> list[BaseModel]:
-        return [self._body([CompletionChoice(index=index, text="", finish_reason=finish_reason)])]
+    def finish(self, end: Finished) -> list[BaseModel]:
+        choice = CompletionChoice(index=end.index, text="", finish_reason=end.finish_reason)
+        return [self._body([choice])]
 
-    def usage(self, usage: Usage) -> BaseModel:
-        return self._body([], usage)
+    def closing(self, usage: Usage, include_usage: bool) -> list[BaseModel]:
+        return [self._body([], usage)] if include_usage else []
 
     def final(self, outputs: list[ChoiceOutput], usage: Usage) -> BaseModel:
         choices = [

@@ -1,6 +1,6 @@
 """The Responses API's output when tools allow calls: `function_call` (or `custom_tool_call`)
 items or a message (ResponsesRenderer writes them, from what output.py's ToolCalls parser
-reads).
+read, handed to it by the serving pipeline).
 
 The output is read by chat's `CallReader` (server/openai/tools/calls.py): under tool_choice
 "auto" it is either text (one assistant message) or calls (one `function_call` item each,

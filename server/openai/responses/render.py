@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict
 
 from gclm.server.engine.protocol import TokenLogprob
 from gclm.server.http.errors import as_gclm_error
-from gclm.server.openai.output import PLAIN, OutputSpec, Read
+from gclm.server.openai.output import PLAIN, Delta, Finished, OutputSpec
 from gclm.server.openai.render import ChoiceOutput, Renderer, TopLogprob, Usage
 from gclm.server.openai.responses.function_calls import (
     CustomToolCallItem,
@@ -170,8 +170,8 @@ class ResponsesRenderer(Renderer):
         self._text: list[str] = []
         self._logprobs: list[TokenLogprob] = []
         self._finish_reason = "stop"
+        self._calls: list[Call] = []  # streamed: the calls the answer made, once finished
         self._announced = False  # the message item's added events are sent
-        self._reader = output.reader()
         self._held: list[TokenLogprob] = []  # logprobs of text a call reader holds back
         # A thinking request's reasoning item comes first; the answer's items after it.
         self.parser = output.thinking
@@ -216,20 +216,19 @@ class ResponsesRenderer(Renderer):
             out.append(ResponseEvent(type="response.output_item.added", output_index=0, item=item))
         return out
 
-    def reasoning_delta(self, index: int, text: str) -> BaseModel | None:
+    def reasoning_delta(self, index: int, text: str) -> list[BaseModel]:
         if self.parser is None:
-            return None
-        text = self._reader.feed(reasoning=text).reasoning
-        if not text:
-            return None
+            return []
         self._thought.append(text)
-        return ResponseEvent(
-            type="response.reasoning_text.delta",
-            item_id=self.reasoning_id,
-            output_index=0,
-            content_index=0,
-            delta=text,
-        )
+        return [
+            ResponseEvent(
+                type="response.reasoning_text.delta",
+                item_id=self.reasoning_id,
+                output_index=0,
+                content_index=0,
+                delta=text,
+            )
+        ]
 
     def _end_reasoning(self) -> list[BaseModel]:
         """The reasoning item's done events, once, before the answer's first item."""
@@ -266,16 +265,17 @@ class ResponsesRenderer(Renderer):
             ]
         return out
 
-    def deltas(
-        self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None
-    ) -> list[BaseModel]:
+    def delta(self, piece: Delta) -> list[BaseModel]:
         if not self.output.tool_calls:
-            return [*self._announce_message(), self.delta(index, text, logprobs)]
-        read = self._reader.feed(content=text)
-        self._held.extend(logprobs or ())
-        return [*self._end_reasoning(), *self._text_events(read.content), *self._call_events(read)]
+            return [*self._announce_message(), self._text_delta(piece.content, piece.logprobs)]
+        self._held.extend(piece.logprobs or ())
+        return [
+            *self._end_reasoning(),
+            *self._text_events(piece.content),
+            *self._call_events(piece),
+        ]
 
-    def delta(self, index: int, text: str, logprobs: Sequence[TokenLogprob] | None) -> BaseModel:
+    def _text_delta(self, text: str, logprobs: Sequence[TokenLogprob] | None) -> BaseModel:
         self._text.append(text)
         self._logprobs.extend(logprobs or ())
         return ResponseEvent(
@@ -287,18 +287,16 @@ class ResponsesRenderer(Renderer):
             logprobs=[OutputTokenLogprob.of(lp) for lp in logprobs or ()],
         )
 
-    def finish(self, index: int, finish_reason: str) -> list[BaseModel]:
-        rest = self._reader.flush()
+    def finish(self, end: Finished) -> list[BaseModel]:
         out: list[BaseModel] = self._end_reasoning()
         if self.output.tool_calls:
-            out += self._text_events(rest.content)
-        calls = self._reader.calls
-        if calls:
-            self._finish_reason = finish_reason
-            return out + [e for i, call in enumerate(calls) for e in self._call_done(i, call)]
+            out += self._text_events(end.content)
+        if end.calls:
+            self._finish_reason, self._calls = end.finish_reason, end.calls
+            return out + [e for i, call in enumerate(end.calls) for e in self._call_done(i, call)]
         if self.output.tool_calls and not self._announced:
             out += self._text_events("", announce=True)  # an empty answer is an empty message
-        return out + self._message_done(finish_reason)
+        return out + self._message_done(end.finish_reason)
 
     def _message_done(self, finish_reason: str) -> list[BaseModel]:
         self._finish_reason = finish_reason
@@ -331,14 +329,14 @@ class ResponsesRenderer(Renderer):
         if content:
             logprobs, self._held = self._held, []
             with_logprobs = self.request.logprobs_count is not None
-            out.append(self.delta(0, content, logprobs if with_logprobs else None))
+            out.append(self._text_delta(content, logprobs if with_logprobs else None))
         return out
 
-    def _call_events(self, read: Read) -> list[BaseModel]:
+    def _call_events(self, piece: Delta) -> list[BaseModel]:
         """A call's item once its name is read, then its arguments' deltas."""
         out: list[BaseModel] = []
-        for event in read.calls:
-            call = self._reader.calls[event[1]]
+        for event in piece.calls:
+            call = piece.called[event[1]]
             if event[0] == "call":
                 self._held.clear()  # the opener's tokens are no text
                 out.append(
@@ -384,10 +382,13 @@ class ResponsesRenderer(Renderer):
         ]
 
     def closing(self, usage: Usage, include_usage: bool) -> list[BaseModel]:
-        if self._reader.calls:
-            final = self._with_calls(self._reader.calls, self._streamed(), usage)
+        """response.completed (or .incomplete): the whole response, as the stream sent it."""
+        thought = "".join(self._thought)
+        if self._calls:
+            final = self._with_calls(self._calls, thought, usage)
             return [ResponseEvent(type="response.completed", response=final)]
-        final = self.final([self._streamed()], usage)
+        text = "".join(self._text)
+        final = self._answer(self._finish_reason, text, self._logprobs, thought, usage)
         kind = "response.completed" if final.status == "completed" else "response.incomplete"
         return [ResponseEvent(type=kind, response=final)]
 
@@ -397,32 +398,35 @@ class ResponsesRenderer(Renderer):
 
     # --- the response object ---
 
-    def _streamed(self) -> ChoiceOutput:
-        """The output the stream sent, whole (its thinking already without the start marker)."""
-        out = ChoiceOutput("".join(self._text), self._finish_reason, self._logprobs)
-        out.reasoning = "".join(self._thought)
-        return out
-
     def final(self, outputs: list[ChoiceOutput], usage: Usage) -> ResponseBody:
         [out] = outputs
-        reader = self.output.reader()
-        reader.read_all(out.text, "")
-        if reader.calls:
-            return self._with_calls(reader.calls, out, usage)
-        status = self._status(out.finish_reason)
-        message = self._message(status, out.text, out.logprobs or ())
-        return self._response(status, [*self._reasoning_output(out), message], usage)
+        if out.calls:
+            return self._with_calls(out.calls, out.reasoning, usage)
+        return self._answer(out.finish_reason, out.text, out.logprobs or (), out.reasoning, usage)
 
-    def _with_calls(self, calls: list[Call], out: ChoiceOutput, usage: Usage) -> ResponseBody:
+    def _answer(
+        self,
+        finish_reason: str,
+        text: str,
+        logprobs: Sequence[TokenLogprob],
+        thought: str,
+        usage: Usage,
+    ) -> ResponseBody:
+        """The response whose answer is text: a message, after a thinking request's thought."""
+        status = self._status(finish_reason)
+        message = self._message(status, text, logprobs)
+        return self._response(status, [*self._reasoning_output(thought), message], usage)
+
+    def _with_calls(self, calls: list[Call], thought: str, usage: Usage) -> ResponseBody:
         # A call always completes: the constraint closes it within the budget.
         items = [call_item(c, "completed") for c in calls]
-        return self._response("completed", [*self._reasoning_output(out), *items], usage)
+        return self._response("completed", [*self._reasoning_output(thought), *items], usage)
 
-    def _reasoning_output(self, out: ChoiceOutput) -> list[ReasoningItem]:
+    def _reasoning_output(self, thought: str) -> list[ReasoningItem]:
         """The reasoning item of a thinking request's output (none for another)."""
         if self.parser is None:
             return []
-        return [self._reasoning_item("completed", self.parser.strip_start(out.reasoning))]
+        return [self._reasoning_item("completed", self.parser.strip_start(thought))]
 
     def _reasoning_item(
         self, status: Literal["in_progress", "completed"], text: str
