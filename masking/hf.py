@@ -1,13 +1,15 @@
 """Constrained, budget-aware generation with Hugging Face `model.generate()`.
 
     c = create_constraint(tokenizer, {"type": "json_object"}, max_new_tokens=64)
-    out = model.generate(**inputs, max_new_tokens=64, logits_processor=c.logits_processor,
-                         stopping_criteria=c.stopping_criteria)
+    out = c.generate(model, **inputs)  # or model.generate(**inputs, max_new_tokens=64,
+    #     logits_processor=c.logits_processor, stopping_criteria=c.stopping_criteria)
 
 Every row's output is accepted by the constraint and at most `max_new_tokens` tokens long
 (EOS excluded), whether decoding is greedy or sampled. Rows are independent; left padding is
 fine. Beam search is refused: beams are reordered between steps and dead beams sample tokens
-the mask forbids.
+the mask forbids. `c.generate` refuses it (and a generate() budget below the constraint's)
+before generating; a processor handed to generate() directly sees only the tokens, and
+refuses beams once they are reordered.
 
 Budget: HF counts EOS against `max_new_tokens`, gclm does not, so the processor gives a row
 `max_new_tokens - k` tokens after `k` generated ones; at the last step only tokens that reach
@@ -16,10 +18,8 @@ acceptance (or EOS, when accepting) remain, and the row ends valid either way.
 
 from __future__ import annotations
 
-import sys
 import weakref
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import Any
 
 import torch
@@ -128,35 +128,59 @@ class HFConstraint:
         """Forget the current generation; the next call starts a new one."""
         self.rows.reset()
 
+    def generate(self, model: Any, **kwargs: Any) -> Any:
+        """`model.generate(**kwargs)` under this constraint: its processor and stopping
+        criterion after any the caller passes, `max_new_tokens` the constraint's budget.
+        Returns what generate() returns.
 
-def _caller_generation_config() -> Any | None:
-    """The `generation_config` of the generate() loop calling us, if there is one.
+        Raises:
+            ValueError: beam search (num_beams > 1), or a max_new_tokens below the
+                constraint's (outputs could be cut off mid-constraint).
+        """
+        config = kwargs.get("generation_config")
+        beams = kwargs.get("num_beams", getattr(config, "num_beams", 1))
+        if beams is not None and beams > 1:
+            raise ValueError(BEAM_SEARCH)
+        budget = kwargs.pop("max_new_tokens", None)
+        if budget is None and config is not None:
+            budget = getattr(config, "max_new_tokens", None)
+        if budget is not None and budget < self.max_new_tokens:
+            raise ValueError(
+                f"generate(max_new_tokens={budget}) is below the constraint's budget "
+                f"({self.max_new_tokens}): outputs could be cut off mid-constraint. Pass "
+                "the same max_new_tokens to create_constraint and to generate()."
+            )
+        processors = LogitsProcessorList(
+            [*(kwargs.pop("logits_processor", None) or ()), *self.logits_processor]
+        )
+        criteria = StoppingCriteriaList(
+            [*(kwargs.pop("stopping_criteria", None) or ()), *self.stopping_criteria]
+        )
+        self.reset()
+        return model.generate(
+            **kwargs,
+            max_new_tokens=self.max_new_tokens if budget is None else budget,
+            logits_processor=processors,
+            stopping_criteria=criteria,
+        )
 
-    generate() deep-copies its config per call, so the object's identity tells one call from
-    the next, and it says whether beam search is on. Only frames whose code has such a local
-    are materialised, so this costs a few microseconds.
-    """
-    try:
-        frame: FrameType | None = sys._getframe(2)
-    except ValueError:  # called from the top of the stack
-        return None
-    for _ in range(6):
-        if frame is None:
-            return None
-        if "generation_config" in frame.f_code.co_varnames:
-            return frame.f_locals.get("generation_config")
-        frame = frame.f_back
-    return None
+
+BEAM_SEARCH = (
+    "Beam search (num_beams > 1) is not supported with a gclm constraint: beams are "
+    "reordered between steps. Use greedy decoding or sampling."
+)
 
 
 class RowStates:
     """Per-row DFA state for one generate() call, synced from the tokens actually appended.
 
-    A new generate() call is detected when (a) the calling loop's `generation_config` is a
-    different object from the last call's, or, outside generate(), (b) the batch size
+    The tokens alone tell one generate() call from the next: a call starts anew once the
+    stopping criterion has ended every row (generate() stops there), or when the batch size
     changed, or the length is not the last one seen (or one more), or the rows' tokens up to
-    the last seen length differ. Then the prompt length is taken afresh: the current length
-    for the processor, one less for the stopping criterion (it sees the first new token).
+    the last seen length are other tokens. Then the prompt length is taken afresh: the
+    current length for the processor, one less for the stopping criterion (it sees the first
+    new token). Beams are refused: rows whose tokens so far are the tracked rows reordered,
+    or a criterion shown more rows than the processor masked in the same step.
     """
 
     def __init__(self, table: CompiledTable, max_new_tokens: int, pad_token_id: int):
@@ -171,40 +195,35 @@ class RowStates:
         self.prompt_len = 0
         self.length = 0  # input_ids length synced so far
         self._ids: torch.Tensor | None = None
-        self._config: weakref.ref[Any] | None = None
         self._bitmask: torch.Tensor | None = None
+        self.stopped = False  # the stopping criterion ended every row: generate() stops
 
-    def _is_new_call(self, input_ids: torch.Tensor, config: Any | None) -> bool:
-        if not self.seqs:
+    def _is_new_call(self, input_ids: torch.Tensor, appended: bool) -> bool:
+        if not self.seqs or self.stopped:
             return True
-        if config is not None:
-            return self._config is None or self._config() is not config
         batch, length = input_ids.shape
+        if appended and batch != len(self.seqs) and length == self.length + 1:
+            # The criterion judging other rows than the processor masked, one token on:
+            # generate()'s beam search hands it every beam's candidates.
+            raise ValueError(BEAM_SEARCH)
         if batch != len(self.seqs) or not self.length <= length <= self.length + 1:
             return True
         assert self._ids is not None
-        return not torch.equal(input_ids[:, : self.length], self._ids[:, : self.length])
+        before, seen = input_ids[:, : self.length], self._ids[:, : self.length]
+        if torch.equal(before, seen):
+            return False
+        if batch > 1 and all(any(torch.equal(row, old) for old in seen) for row in before):
+            # Every row is one of the tracked rows, moved: beams reordered mid-generation.
+            raise ValueError(BEAM_SEARCH)
+        return True
 
-    def _start(self, input_ids: torch.Tensor, appended: bool, config: Any | None) -> None:
-        if config is not None:
-            if getattr(config, "num_beams", 1) > 1:
-                raise ValueError(
-                    "Beam search (num_beams > 1) is not supported with a gclm constraint: "
-                    "beams are reordered between steps. Use greedy decoding or sampling."
-                )
-            budget = getattr(config, "max_new_tokens", None)
-            if budget is not None and budget < self.max_new_tokens:
-                raise ValueError(
-                    f"generate(max_new_tokens={budget}) is below the constraint's budget "
-                    f"({self.max_new_tokens}): outputs could be cut off mid-constraint. Pass "
-                    "the same max_new_tokens to create_constraint and to generate()."
-                )
+    def _start(self, input_ids: torch.Tensor, appended: bool) -> None:
         batch, length = input_ids.shape
         self.seqs = [ConstraintState(self.table) for _ in range(batch)]
         self.abandoned = [False] * batch
         self.prompt_len = length - 1 if appended else length
         self.length = self.prompt_len
-        self._config = weakref.ref(config) if config is not None else None
+        self.stopped = False
 
     def sync(self, input_ids: torch.Tensor, appended: bool) -> None:
         """Advance every live row through the tokens appended since the last call.
@@ -212,9 +231,8 @@ class RowStates:
         `appended` is True for the stopping criterion, which runs after the step's token was
         added. Raises InternalError when a token the mask forbade was appended.
         """
-        config = _caller_generation_config()
-        if self._is_new_call(input_ids, config):
-            self._start(input_ids, appended, config)
+        if self._is_new_call(input_ids, appended):
+            self._start(input_ids, appended)
         batch, length = input_ids.shape
         if batch != len(self.seqs):
             raise InternalError(
@@ -314,4 +332,5 @@ class ConstraintStoppingCriteria(StoppingCriteria):
         rows = self.rows
         rows.sync(input_ids, appended=True)
         done = [rows.done(b) for b in range(len(rows.seqs))]
+        rows.stopped = all(done)
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)

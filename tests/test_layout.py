@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -209,3 +210,34 @@ def test_the_layering_check_catches_a_wrong_import(tmp_path: Path) -> None:
         "gclm.compiler.bad -> gclm.server.settings",
     ]
     assert layering_violations({"gclm.server.bad": bad}) == []
+
+
+def test_no_module_walks_stack_frames_or_sniffs_sys_modules() -> None:
+    """The package asks its callers and its tables nothing behind their backs: no frame
+    walks (sys._getframe, inspect.currentframe/stack) and no sys.modules lookups to tell
+    one kind of object from another."""
+    banned = ("sys._getframe", "inspect.currentframe", "inspect.stack", "sys.modules")
+    found = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in _modules().values()
+        for name in banned
+        if name in path.read_text()
+    ]
+    assert found == []
+
+
+def test_only_the_builders_ask_which_table_they_hold() -> None:
+    """Whole table or first masks is decided where mask sources are made (masking/masks.py)
+    and where a request's constraint is prepared (server/engine/prepare.py, and the
+    constraint service that builds mask rows for whole tables); everything else reads the
+    MaskSource protocol (masking/source.py)."""
+    allowed = {"masking/masks.py", "server/engine/prepare.py", "server/engine/constraints.py"}
+    asking = re.compile(r"isinstance\([^)]*\b(CompiledTable|LazyTable|MaskTable)\b")
+    found = sorted(
+        str(path.relative_to(ROOT))
+        for path in _modules().values()
+        if path.parts[len(ROOT.parts)] in ("server", "masking")
+        and str(path.relative_to(ROOT)) not in allowed
+        and asking.search(path.read_text())
+    )
+    assert found == []

@@ -24,42 +24,18 @@ import asyncio
 import contextlib
 import weakref
 from concurrent.futures import Future
-from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from gclm.compiler import CompiledTable, Constraint, SearchTooLarge, request_deadline
 from gclm.errors import CompileLimitError, CompilerBusyError, ConstraintError
 from gclm.masking import MaskSource, check_budget, mask_source
 from gclm.masking.policy import BudgetPolicy
 from gclm.masking.reasoning import ThinkingSpec
-from gclm.server.engine.protocol import PreparedConstraint
+from gclm.server.engine.protocol import BudgetAsk, PreparedConstraint, PrepareReport
 
 if TYPE_CHECKING:
     from gclm.compiler import LazyTable
-
-
-@dataclass(frozen=True)
-class BudgetAsk:
-    """The budget a request asks for, and how a default is made when it asks for none."""
-
-    requested: int | None  # the request's max_tokens; None: a default that fits
-    param: str = "max_tokens"  # the parameter it came from, named by a 400
-    floor: int = 256  # a default is at least this many tokens,
-    factor: int = 4  # and at least this many times the constraint's minimum
-
-
-class PrepareReport(Protocol):
-    """What a request is told while its constraint is prepared (on the event loop)."""
-
-    def compile_seconds(self, seconds: float) -> None:
-        """The seconds of the compile this request is the first to receive (or of a
-        compile stopped at its CPU limit)."""
-        ...
-
-    def first_masks(self) -> None:
-        """The request starts on first masks while its constraint compiles."""
-        ...
 
 
 class CompileCharges:

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from gclm.compiler import CompiledTable, Constraint
 from gclm.masking import MaskSource, mask_source, whole_table
 from gclm.masking.policy import BudgetPolicy
 from gclm.masking.reasoning import ThinkingSpec
-
-if TYPE_CHECKING:
-    from gclm.server.engine.prepare import BudgetAsk, PrepareReport
 
 
 @dataclass(frozen=True)
@@ -59,6 +56,29 @@ class SamplingParams:
             or self.repetition_penalty != 1.0
             or self.logit_bias
         )
+
+
+@dataclass(frozen=True)
+class BudgetAsk:
+    """The budget a request asks for, and how a default is made when it asks for none."""
+
+    requested: int | None  # the request's max_tokens; None: a default that fits
+    param: str = "max_tokens"  # the parameter it came from, named by a 400
+    floor: int = 256  # a default is at least this many tokens,
+    factor: int = 4  # and at least this many times the constraint's minimum
+
+
+class PrepareReport(Protocol):
+    """What a request is told while its constraint is prepared (on the event loop)."""
+
+    def compile_seconds(self, seconds: float) -> None:
+        """The seconds of the compile this request is the first to receive (or of a
+        compile stopped at its CPU limit)."""
+        ...
+
+    def first_masks(self) -> None:
+        """The request starts on first masks while its constraint compiles."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ from gclm.errors import (
     ModelNotFoundError,
 )
 from gclm.masking.reasoning import ThinkingSpec
-from gclm.server.engine.prepare import BudgetAsk
 from gclm.server.engine.protocol import (
+    BudgetAsk,
     Engine,
     FinishEvent,
     GenerationRequest,

@@ -29,7 +29,7 @@ def allowed_columns(scores):
 
 def test_new_generation_is_detected_without_generate():
     # Language "ab" over a=0, b=1, EOS=2; prompts use id 3. Called by hand, as a custom
-    # decoding loop would: no generate() frame to read the config from.
+    # decoding loop would: the tokens alone tell one generation from the next.
     from dfa_strategies import table_from_edges
 
     c = HFConstraint.from_table(table_from_edges(4, 2, 3, [2], [(0, 0, 1), (1, 1, 2)]), 3)
@@ -48,6 +48,36 @@ def test_new_generation_is_detected_without_generate():
     # Same shape as the last call but other tokens: a new prompt, not a continuation.
     assert allowed_columns(proc(torch.full((1, 6), 3), torch.zeros(1, 4))) == [[0]]
     assert c.rows.prompt_len == 6
+
+
+def test_a_generation_the_criterion_ended_is_not_continued():
+    # The next call's prompt is the last one's output, one token longer: a continuation in
+    # shape, but the criterion ended every row, so generate() had stopped.
+    from dfa_strategies import table_from_edges
+
+    c = HFConstraint.from_table(table_from_edges(4, 2, 3, [2], [(0, 0, 1), (1, 1, 2)]), 3)
+    proc, crit = c.logits_processor, c.stopping_criteria
+    ids = torch.full((1, 2), 3)
+    for token in (0, 1):
+        proc(ids, torch.zeros(1, 4))
+        ids = torch.cat([ids, torch.full((1, 1), token)], dim=1)
+        crit(ids, None)
+    assert c.rows.stopped
+    assert allowed_columns(proc(ids, torch.zeros(1, 4))) == [[0]]  # "ab" again, from the start
+    assert c.rows.prompt_len == 4 and not c.rows.stopped
+
+
+def test_beams_reordered_mid_generation_are_refused():
+    from dfa_strategies import table_from_edges
+
+    c = HFConstraint.from_table(table_from_edges(4, 2, 3, [2], [(0, 0, 1), (1, 1, 2)]), 3)
+    proc, crit = c.logits_processor, c.stopping_criteria
+    ids = torch.tensor([[3, 3], [3, 2]])  # two rows, two prompts
+    proc(ids, torch.zeros(2, 4))
+    ids = torch.cat([ids, torch.zeros(2, 1, dtype=torch.long)], dim=1)
+    crit(ids, None)
+    with pytest.raises(ValueError, match="Beam search"):
+        proc(ids[[1, 0]], torch.zeros(2, 4))  # the same rows, swapped
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -190,14 +220,39 @@ def test_processor_alone_still_ends_valid(model, tokenizer, vocab):
 
 def test_beam_search_is_refused(model, tokenizer, schema_table):
     c = HFConstraint.from_table(schema_table, 20, pad_token_id=tokenizer.pad_token_id)
+    inputs = tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    with pytest.raises(ValueError, match="Beam search"):
+        c.generate(model, **inputs, num_beams=2)
+    config = transformers.GenerationConfig(num_beams=3, max_new_tokens=20)
+    with pytest.raises(ValueError, match="Beam search"):
+        c.generate(model, **inputs, generation_config=config)
+    # Handed to generate() directly, the processor and criterion see beams by their tokens
+    # (reordered rows, or the criterion shown every beam's candidates), at the second step.
     with pytest.raises(ValueError, match="Beam search"):
         generate(model, tokenizer, PROMPTS, c, 20, num_beams=2)
+    processor_only = HFConstraint.from_table(schema_table, 20, tokenizer.pad_token_id)
+    processor_only.stopping_criteria = transformers.StoppingCriteriaList()
+    with pytest.raises(ValueError, match="Beam search"):
+        generate(model, tokenizer, PROMPTS, processor_only, 20, num_beams=2)
 
 
 def test_generate_budget_below_constraint_budget_is_refused(model, tokenizer, schema_table):
     c = HFConstraint.from_table(schema_table, 30, pad_token_id=tokenizer.pad_token_id)
+    inputs = tokenizer(PROMPTS, return_tensors="pt", padding=True)
     with pytest.raises(ValueError, match="Pass the same max_new_tokens"):
-        generate(model, tokenizer, PROMPTS, c, 20)
+        c.generate(model, **inputs, max_new_tokens=20)
+
+
+def test_generate_through_the_constraint(model, tokenizer, vocab, schema_table):
+    c = HFConstraint.from_table(schema_table, 20, pad_token_id=tokenizer.pad_token_id)
+    inputs = tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    for _ in range(2):  # reused, as generate() calls are
+        with torch.no_grad():
+            out = c.generate(model, **inputs, do_sample=True, pad_token_id=tokenizer.pad_token_id)
+        for row in out[:, inputs["input_ids"].shape[1] :].tolist():
+            eos = row.index(tokenizer.eos_token_id) if tokenizer.eos_token_id in row else len(row)
+            assert eos <= 20
+            jsonschema.validate(json.loads(decode(vocab, row[:eos])), SCHEMA)
 
 
 @pytest.mark.parametrize("sampling", [False, True])

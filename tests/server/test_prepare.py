@@ -15,7 +15,8 @@ from gclm.compiler.vocab.vocabulary import TokenVocabulary
 from gclm.compiler.whole.byte_dfa import byte_dfa
 from gclm.errors import BudgetTooSmallError, CompileLimitError, ConstraintError
 from gclm.masking.reasoning import ThinkingSpec
-from gclm.server.engine.prepare import BudgetAsk, PreparesConstraints
+from gclm.server.engine.prepare import PreparesConstraints
+from gclm.server.engine.protocol import BudgetAsk
 
 pytestmark = pytest.mark.anyio
 
