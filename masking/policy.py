@@ -3,7 +3,7 @@
 A `BudgetPolicy` reweights the logits of one constrained row after the mask is applied. It
 may only add finite amounts to finite logits: a masked token (-inf) stays masked and an
 allowed one stays allowed, so validity and the budget guarantee remain the mask's.
-`masking/slack.py`'s `SlackPolicy` is one.
+`masking/graceful.py`'s `GracefulPolicy` is one.
 """
 
 from __future__ import annotations
