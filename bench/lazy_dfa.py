@@ -284,7 +284,7 @@ def trie_lists(trie: Any) -> tuple[list[int], ...]:
 
 def first_tokens(dfa: LazyDfa, trie: tuple[list[int], ...]) -> set[int]:
     """Token ids allowed at the start state (the successor live: every state of a LazyDfa
-    is), walking the trie (`trie_lists`) in preorder as compiler/grown/lazy_table._walk_state
+    is), walking the trie (`trie_lists`) in preorder as compiler/grown/state_walk.walk_trie
     does."""
     byte, depth, skip, lo, ids, (max_depth,) = trie
     allowed: set[int] = set()

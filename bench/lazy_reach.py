@@ -43,7 +43,7 @@ from bench.jsonschemabench import DEFAULT_DIR
 @nb.njit(cache=True, nogil=True)
 def _touch(trans, columns, state, node_byte, node_depth, node_skip, max_depth, seen):
     """Mark in `seen` every DFA state the trie's preorder walk from `state` passes through
-    (as compiler/grown/lazy_table._walk_state walks it); returns how many were new."""
+    (as compiler/grown/state_walk.walk_trie walks it); returns how many were new."""
     path = np.empty(max_depth + 1, dtype=np.int64)
     path[0] = state
     new = 0

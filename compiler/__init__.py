@@ -4,7 +4,7 @@ Read the folders in order:
 
 - front/: what a request asks for (a Constraint) written as one regex: JSON Schema
   (json_schema/), Lark grammars (grammar/), users' regexes, choices.
-- vocab/: the tokenizer's tokens as bytes, and the JSON-text slice of them.
+- vocab/: the tokenizer's tokens as bytes, and as a byte trie.
 - whole/: outlines-core's whole byte DFA walked by every token into a CompiledTable
   (the compile workers' path).
 - grown/: our regex -> NFA -> byte DFA grown where walks go -> LazyTable (the server's

@@ -54,7 +54,7 @@ RUN python3 -m pip install --no-deps . \
 WORKDIR /home/gclm
 USER 10001:10001
 # numba's compiled functions, as in the main image (the compile workers use them).
-RUN python3 -m gclm.compiler.warm
+RUN python3 -m gclm.compiler.service.warm
 VOLUME /cache
 EXPOSE 8000
 

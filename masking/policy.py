@@ -3,7 +3,7 @@
 A `BudgetPolicy` reweights the logits of one constrained row after the mask is applied. It
 may only add finite amounts to finite logits: a masked token (-inf) stays masked and an
 allowed one stays allowed, so validity and the budget guarantee remain the mask's.
-masking/graceful.py's `GracefulPolicy` is the one gclm serves.
+`masking/graceful.py`'s `GracefulPolicy` is one.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ GrowingDfa (the LazyTable's resumable walk, which stops at a row not built yet);
 and budgets are a whole table's (tests/compiler/grown/test_lazy_dfa.py walks them beside
 compile_constraint's).
 
-State 0 is the start state, as in compiler/whole/token_walk.py's DFAs; ids otherwise follow the
+State 0 is the start state, as in compiler/whole/byte_dfa.py's DFAs; ids otherwise follow the
 order walks made them, so they differ from outlines-core's.
 """
 

@@ -27,7 +27,7 @@ them. So every mask is the one
 the whole table gives: `row(s, r)` allows `v` iff `dist(delta(s, v)) <= r - 1`, EOS iff `s`
 accepts (tests/compiler/grown/test_lazy_table.py checks both against compile_constraint).
 
-State ids are the byte DFA's own (compiler/whole/token_walk.py: 0 is the start state). Walks share
+State ids are the byte DFA's own (compiler/whole/byte_dfa.py: 0 is the start state). Walks share
 scratch arrays, so they run under a lock; the compiled walk releases the GIL.
 """
 

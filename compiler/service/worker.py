@@ -57,7 +57,7 @@ except (AttributeError, ValueError, OSError):
 class SentDfa(NamedTuple):
     """What a FIRST compile sends when a LazyTable can serve the constraint."""
 
-    next: np.ndarray  # int32 [S, K]: compiler/whole/token_walk.py's ByteDfa, compact
+    next: np.ndarray  # int32 [S, K]: compiler/whole/byte_dfa.py's ByteDfa, compact
     accepting: np.ndarray  # bool [S]
     classes: np.ndarray  # uint8 [256]: each byte's column of `next`
     seconds: float  # the compile's wall time in the worker

@@ -4,7 +4,7 @@ outlines-core builds the regex's DFA over a 256-token vocabulary (one token per 
 256): cheap, 256 steps a state. `Index.__reduce__()` hands the result back as the Rust struct
 serialised with bincode, which one compiled pass (numba) reads into a dense table
 (`read_byte_index`), and `byte_dfa` makes the ByteDfa the later stages walk: the token walk
-here (compiler/whole/token_walk.py) and the grown path's LazyTable over outlines-core's DFA
+(compiler/whole/token_walk.py) and the grown path's LazyTable over outlines-core's DFA
 (compiler/grown/lazy_table.py).
 
 Layout for outlines-core 0.2.14 (bincode, standard config: little-endian, variable-length

@@ -3,8 +3,9 @@
 outlines-core builds the regex's DFA, compiler/whole/minimize.py makes it minimal (every later
 stage costs per state), compiler/whole/token_walk.py walks the vocabulary through it
 (what outlines-core's token Index does, about 30x faster on string-heavy schemas), and
-compiler/whole/tables.py computes distances and prunes. `table_from_index` still reads an
-outlines-core token Index, for tests and benchmarks that compare the two.
+compiler/whole/tables.py computes distances and prunes. `table_from_index`
+(bench/outlines_index.py) reads an outlines-core token Index, for tests and benchmarks that
+compare the two.
 
 The server does not call this on its own threads: compiler/service/worker.py runs it in a worker
 process with a timeout and a memory limit, and compiler/service/cache.py keeps the results.

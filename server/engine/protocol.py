@@ -1,8 +1,8 @@
 """The narrow seam between HTTP and generation: start, submit, stream, cancel, health, shutdown.
 
-The HTTP layer (server/openai/serving.py) talks only to an `Engine`. The real ones
-(`engine/transformers/engine.py`, `engine/vllm.py`) batch sequences on a model; tests use a
-scripted fake with the same methods.
+The HTTP layer (`server/app.py`, `server/openai/serving.py`) talks only to an `Engine`. The
+real ones (`engine/transformers/engine.py`, `engine/vllm.py`) batch sequences on a model;
+tests use a scripted fake with the same methods.
 The engine owns its lifecycle: `server/launch.py` awaits `start()` on the serving loop and
 calls `shutdown()` at exit, and `check_health()` is how the app learns that it died.
 """

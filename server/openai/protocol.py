@@ -119,7 +119,7 @@ def _nullable(schema: dict[str, Any]) -> None:
 
 
 class GenerationBody(Protocol):
-    """What the shared generation path (app.py) reads from a parsed request, whichever the
+    """What the shared generation path (serving.py) reads from a parsed request, whichever the
     endpoint: chat and text completions (OpenAIRequest) and the Responses API."""
 
     model: str | None
@@ -137,7 +137,7 @@ class GenerationBody(Protocol):
     def logprobs_count(self) -> int | None: ...
 
     def constraint_sources(self) -> dict[str, Any]:
-        """Request field -> the constraint it sets (None where unset); see constraints.py."""
+        """Request field -> the constraint it sets (None where unset); see constraint_spec.py."""
         ...
 
     def budget_request(self) -> tuple[int | None, str]: ...

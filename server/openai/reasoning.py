@@ -18,7 +18,7 @@ What comes back: `message.reasoning` (and `reasoning_content`, its older name) b
 answer in `content`; stream deltas of each; `usage.completion_tokens_details.
 reasoning_tokens`. `include_reasoning: false` leaves the thinking text out. On
 /v1/responses, a `reasoning` output item (responses/render.py). Chat's bodies:
-chat/reasoning.py.
+chat/render.py.
 """
 
 from __future__ import annotations

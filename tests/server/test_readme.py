@@ -1,5 +1,5 @@
-"""Every Python block in README.md and docs/**/*.md runs, and every repository path they name
-exists, so the documentation cannot drift from the code.
+"""Every Python block in README.md and docs/**/*.md runs, so the documentation cannot drift
+from the code (tests/test_docs_paths.py checks the paths they name).
 
 The SDK blocks talk to a real `gclm serve` of the embedded model (their base URL is pointed
 at the test server); the transformers block loads the embedded model itself. One test per
@@ -37,20 +37,6 @@ BLOCKS = {
 def test_the_readme_and_the_docs_have_python_blocks() -> None:
     assert python_blocks(ROOT / "README.md"), "the README shows the SDK at work"
     assert len(BLOCKS) >= 4, sorted(BLOCKS)
-
-
-# A file or folder of the repository named in the text: `server/engine/protocol.py`,
-# `bench/results/`. Links (`../bench/...`) are checked by `make docs`.
-REPOSITORY_PATH = re.compile(
-    r"(?<![\w./-])(?:server|compiler|masking|gclm|tests|bench|docker)/[\w./-]*"
-)
-
-
-@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.relative_to(ROOT).as_posix())
-def test_every_path_a_page_names_exists(page: Path) -> None:
-    named = {path.rstrip(".") for path in REPOSITORY_PATH.findall(page.read_text())}
-    missing = sorted(p for p in named if "__pycache__" not in p and not (ROOT / p).exists())
-    assert not missing, f"{page.name} names paths that are not in the repository: {missing}"
 
 
 THINK_TEMPLATE = Path(__file__).parent / "templates" / "think.jinja"

@@ -4,9 +4,9 @@
     messages = body.messages()               # instructions + input, for the chat template
 
 It shares everything else with chat completions: the sampling fields (`SamplingFields`),
-the constraint reader (`text.format`, in constraints.py), the budget check (naming
-`max_output_tokens`) and the generation path in app.py. Its bodies and stream events are
-built by `ResponsesRenderer` (responses_render.py).
+the constraint reader (`text.format`, in constraint_spec.py), the budget check (naming
+`max_output_tokens`) and the generation path in serving.py. Its bodies and stream events are
+built by `ResponsesRenderer` (responses/render.py).
 
 Function tools (`tools`, `tool_choice`, `parallel_tool_calls`) are chat's tool calling
 (server/openai/tools/): the Responses shapes are turned into chat's `ToolDef` and tool_choice,
@@ -311,7 +311,7 @@ class ResponsesRequest(SamplingFields):
     def _reasoning(cls, v: Any) -> Any:
         """None or {"effort": ..., "summary": ...}, an empty value meaning unset (clients
         send {"effort": None} for "no options"); a server without a reasoning model refuses
-        an effort other than none (app.py, check_reasoning)."""
+        an effort other than none (server/openai/reasoning.py's `check_reasoning`)."""
         if v is None:
             return v
         if not isinstance(v, dict):

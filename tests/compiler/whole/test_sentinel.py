@@ -1,4 +1,4 @@
-"""Byte DFAs built behind the 0x01 sentinel (token_walk.byte_dfa): the same language as
+"""Byte DFAs built behind the 0x01 sentinel (compiler/whole/byte_dfa.py): the same language as
 outlines-core's token Index of the plain regex, and no exponential DFA build for regexes
 whose first characters recur inside them."""
 
