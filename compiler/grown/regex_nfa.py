@@ -177,10 +177,9 @@ def _emit(k, at, kind, p0, p1, kids_lo, kids_hi, kids, seq_lo, seq_hi, rng_at, r
     the same state, entered only through it, so a path through the shared states reads a
     word that one copy alone reads too (tests/compiler/grown/test_lazy_dfa.py checks the DFAs
     made of it against outlines-core's, over every byte). Without `shape` (empty), every
-    node is written where it occurs,
-    each alternative from a state of its own, in the same order of states as
-    bench.lazy_dfa's Python NFA. (One function, not two calling each other: numba's cache
-    does not load mutually recursive functions safely.)"""
+    node is written where it occurs, each alternative from a state of its own, left to
+    right. (One function, not two calling each other: numba's cache does not load mutually
+    recursive functions safely.)"""
     t = kind[k]
     share = shape.shape[0] > 0
     key = np.int64(0)

@@ -63,8 +63,9 @@ def _utf8_bytes(cp, out):
 
 @nb.njit(cache=True, nogil=True)
 def _emit_class(iv_lo, iv_hi, count, b, ranges_at, rng_lo, rng_hi, todo_lo, todo_hi, a, z):
-    """Append the UTF-8 byte-range sequences of intervals [0, count) (split as
-    bench.lazy_dfa.utf8_sequences splits them); b = [sequences, ranges] written so far.
+    """Append the UTF-8 byte-range sequences of intervals [0, count) (each interval
+    split until every piece is one sequence of byte ranges); b = [sequences, ranges] written
+    so far.
     Scratch: todo_lo and todo_hi [64], a and z [4] (allocated once per parse: the parser
     calls this for every character)."""
     for i in range(count):
