@@ -180,7 +180,7 @@ class Engine:
         """gclm: bytes the compiled table and its mask table hold (the cache's charge);
         gclm-lazy, gclm-grown: what its LazyTable holds so far."""
         if self.name in ("gclm-lazy", "gclm-grown"):
-            return int(matcher.table.nbytes)
+            return int(matcher.masks.nbytes)
         if self.name != "gclm":
             return None
         from gclm.masking.masks import table_memory

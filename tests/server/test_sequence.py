@@ -4,6 +4,7 @@ token that completes it; EOS sends no token; the finish tells a budget cut from 
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import numpy as np
 import pytest
@@ -218,3 +219,25 @@ async def test_an_outbox_hands_a_steps_events_over_in_one_call(monkeypatch) -> N
     assert len(calls) == 2
     await asyncio.sleep(0)
     assert seqs[0].events.get_nowait() == FinishEvent("stop", 1, 3)
+
+
+def test_an_outbox_drops_the_events_of_a_closed_loop() -> None:
+    """A request whose event loop ended (a client's asyncio.run returned) has nobody to read
+    its events: they are dropped, and the engine's thread goes on (it used to die of the
+    closed loop's RuntimeError, taking every other request with it)."""
+    from gclm.server.engine.transformers.sequence import Outbox
+
+    closed, open_loop = asyncio.new_event_loop(), asyncio.new_event_loop()
+    closed.close()
+    try:
+        outbox = Outbox()  # no owner: events go at once, as from a thread not the engine's
+        queue: asyncio.Queue = asyncio.Queue()
+        outbox.send(closed, queue, "lost")  # no raise
+        outbox.owner = threading.get_ident()
+        outbox.send(closed, queue, "lost too")
+        outbox.send(open_loop, queue, "kept")
+        outbox.flush()  # no raise: the closed loop's batch is dropped, the other delivered
+        open_loop.run_until_complete(asyncio.sleep(0))
+        assert queue.get_nowait() == "kept" and queue.empty()
+    finally:
+        open_loop.close()

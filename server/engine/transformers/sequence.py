@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +34,7 @@ class Outbox:
         self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[StreamEvent], event: Any
     ) -> None:
         if threading.get_ident() != self.owner:
-            loop.call_soon_threadsafe(queue.put_nowait, event)
+            _hand(loop, queue.put_nowait, event)
             return
         self._pending.setdefault(loop, []).append((queue, event))
 
@@ -41,7 +42,14 @@ class Outbox:
         """Hand every event held to its loop, one call per loop, in the order sent."""
         pending, self._pending = self._pending, {}
         for loop, items in pending.items():
-            loop.call_soon_threadsafe(_deliver, items)
+            _hand(loop, _deliver, items)
+
+
+def _hand(loop: asyncio.AbstractEventLoop, fn: Any, arg: Any) -> None:
+    """`fn(arg)` on `loop`; nothing once the loop is closed (nobody is left to read the
+    events of a request whose loop ended, and the engine thread must not die of it)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(fn, arg)
 
 
 def _deliver(items: list[tuple[asyncio.Queue, Any]]) -> None:
