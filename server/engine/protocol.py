@@ -109,6 +109,8 @@ class PreparedConstraint:
     ) -> PreparedConstraint:
         """A whole table's (or a mask source's) constraint as it stands, for code that
         compiled it itself (tests, benchmarks): no budget is checked here."""
+        if table is None:  # an unconstrained request has no PreparedConstraint at all
+            raise TypeError("PreparedConstraint.of needs a table; pass constraint=None instead.")
         return cls(mask_source(table), whole_table(table), budget_aware, policy, compiled_from)
 
     @property

@@ -335,7 +335,7 @@ def thinking_request(engine, tokenizer, table, max_tokens: int, stop: tuple[str,
     return GenerationRequest(
         [1, 2],
         params,
-        constraint=PreparedConstraint.of(table, compiled_from=digits),
+        constraint=None if table is None else PreparedConstraint.of(table, compiled_from=digits),
         thinking=ThinkingSpec(marker),
     )
 
