@@ -21,6 +21,8 @@ import pytest
 from e2e_server import GclmServer
 from pydantic import BaseModel, Field
 
+from gclm.server.engine.model_loader import load_tokenizer
+
 pytestmark = pytest.mark.e2e
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -293,11 +295,16 @@ def metric(base_url: str, name: str) -> float:
 
 def test_disconnect_mid_stream_frees_slot(client: openai.OpenAI, gclm_server: GclmServer) -> None:
     disconnects = metric(gclm_server.url, "gclm_client_disconnects_total")
+    # The server writes ahead of a slow reader: a story that may end at EOS could finish
+    # before the second chunk is read (seen once under CI load on vLLM). With every special
+    # token banned the request runs its whole budget, far longer than the reader's lag.
+    never = {str(token): -100 for token in load_tokenizer(None).all_special_ids}
     stream = client.chat.completions.create(
         model=MODEL,
         messages=chat("Tell me a very long story about a dragon."),
-        max_tokens=400,
+        max_tokens=1500,
         temperature=0,
+        logit_bias=never,
         stream=True,
     )
     received = 0
