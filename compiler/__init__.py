@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from gclm.compiler.grown.lazy_table import LazyTable, SearchTooLarge, request_deadline
     from gclm.compiler.numba_cache import cache_per_version
     from gclm.compiler.service.cache import TableCache, cache_key
+    from gclm.compiler.service.compile_job import Compiling
     from gclm.compiler.service.first_mask import FirstMasks
     from gclm.compiler.service.pool import START_TIMEOUT_S, CompilerPool
     from gclm.compiler.service.worker import CompileLimits
@@ -70,6 +71,7 @@ _FACE = {
     "request_deadline": "grown.lazy_table",
     "cache_per_version": "numba_cache",
     "TableCache": "service.cache",
+    "Compiling": "service.compile_job",
     "cache_key": "service.cache",
     "FirstMasks": "service.first_mask",
     "START_TIMEOUT_S": "service.pool",
@@ -86,6 +88,7 @@ _FACE = {
 __all__ = [
     "ADDITIONAL_PROPERTIES",
     "CompileLimits",
+    "Compiling",
     "CompiledTable",
     "CompilerPool",
     "Constraint",

@@ -28,10 +28,7 @@ it with the request field the constraint came from.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from concurrent.futures import Future
+from typing import Any
 
 # Values quoted in messages are cut to this many characters: a refusal must not echo a 1 MB
 # `tools` array back to the client.
@@ -181,16 +178,14 @@ class CompilerBusyError(QueueFullError):
     """Compiles are queued past the compile queue's size, or one waited in the queue until
     its time was spent: both clear by waiting, so the answer is a 429 with Retry-After.
 
-    `compiling` is the Future of the compile when it goes on in the background (its table
-    or its failure is worth remembering), None when nothing is compiling.
+    Whether the compile goes on is the compile's business, not the error's: a request's
+    answer from the compiler (compiler/service/compile_job.py's `Compiling`) holds the
+    compile's own outcome beside it.
     """
 
-    def __init__(
-        self, message: str, retry_after: float = 1.0, compiling: Future[Any] | None = None
-    ):
+    def __init__(self, message: str, retry_after: float = 1.0):
         GclmError.__init__(self, message, code="compiler_busy")
         self.retry_after = retry_after
-        self.compiling = compiling
 
 
 class KeyLimitError(QueueFullError):

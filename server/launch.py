@@ -10,7 +10,6 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator
-from concurrent.futures import Future
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -21,6 +20,7 @@ from gclm.compiler import (
     START_TIMEOUT_S,
     CompileLimits,
     CompilerPool,
+    Compiling,
     Constraint,
     TableCache,
     TokenVocabulary,
@@ -175,11 +175,11 @@ def precompile(cache: TableCache) -> None:
         future.add_done_callback(partial(_precompiled, constraint))
 
 
-def _precompiled(constraint: Constraint, future: Future[Any]) -> None:
+def _precompiled(constraint: Constraint, future: Compiling[Any]) -> None:
     error = future.exception()
     if error is None:
         log.info("precompiled the %s constraint", constraint.kind)
-    elif isinstance(error, CompilerBusyError) and error.compiling is not None:
+    elif isinstance(error, CompilerBusyError) and not future.outcome.done():
         log.info("the %s constraint is still compiling, in the background", constraint.kind)
     else:  # not fatal: a request for it compiles it again
         log.warning("could not precompile the %s constraint: %s", constraint.kind, error)

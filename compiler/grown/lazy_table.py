@@ -187,8 +187,9 @@ class LazyTable:
         eos_only.view(np.uint32)[self.eos_token_id >> 5] |= np.uint32(1 << (self.eos_token_id & 31))
         eos_only.flags.writeable = False
         self._eos_only = eos_only
-        # The whole table's compile this LazyTable stands in for, when the table cache
-        # handed it out ahead of it (TableCache.fetch_first).
+        # The outcome of the whole table's compile this LazyTable stands in for (its table
+        # or its error, past any 429), when the table cache handed it out ahead of it
+        # (TableCache.fetch_first).
         self.compiled: Future[CompiledTable] | None = None
         # Seconds its own compile (the byte DFA alone) took, when there is no `compiled`.
         self.compile_seconds = 0.0

@@ -9,14 +9,18 @@
   and one small `failures/<key>.txt` per constraint that ran past a compile limit, keyed
   with the limits too (`limits_tag`): a restart does not pay for a compile bomb again,
   and raising a limit forgets the failures it caused.
-- Single-flight: concurrent requests for one new constraint wait on one compile.
+- Single-flight: concurrent requests for one new constraint wait on one compile. One flight
+  table (`_flights`) holds every compile in flight, a table's and a FIRST compile's alike:
+  the answer its requests share, the compile behind it (what `abandon` stops), and whether
+  it goes on in the background.
 - Negative: a constraint that failed fails again at once, for `negative_ttl_s`; one that
   ran past a compile limit (CPU seconds, memory, states: a CompileLimitError) for as long
   as it is cached, since those limits do not depend on the machine's load. A compile
   refused because the compiler was busy is not remembered: it may succeed later.
-- Background: a busy refusal whose compile goes on (`CompilerBusyError.compiling`) is
-  followed; its table lands here (and on disk), or its failure is remembered, so that the
-  retry its Retry-After asks for finds it.
+- Background: a busy refusal whose compile goes on (the `outcome` of the pool's
+  `Compiling` answer: compiler/service/compile_job.py) is followed; its table lands here
+  (and on disk), or its failure is remembered, so that the retry its Retry-After asks for
+  finds it.
 - First masks: `fetch_first` answers a request that needs no whole table with masks walked
   state by state from the constraint's byte DFA (compiler/grown/lazy_table.py): a LazyTable
   cached by key beside the tables, counted by what it has walked, from a compile of the
@@ -43,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gclm.compiler.front.constraint import Constraint
-from gclm.compiler.service.compile_job import abandoned_error
+from gclm.compiler.service.compile_job import Compiling, abandoned_error, settle
 from gclm.compiler.service.disk_cache import DiskCache
 from gclm.compiler.whole.tables import CompiledTable
 from gclm.errors import CompileLimitError, CompilerBusyError, GclmError
@@ -58,7 +62,8 @@ FORMAT_VERSION = "gclm-table-1"
 # Bytes charged for a negative entry beyond its message: the key, the exception, the node.
 _NEGATIVE_OVERHEAD = 1024
 
-# A compile function returns the table, or a Future of it (compiler/service/pool.py's `submit`).
+# A compile function returns the table, or a Future of it (compiler/service/pool.py's
+# `submit`: a Compiling, whose outcome a busy answer's compile goes on to).
 CompileFn = Callable[[Constraint], "CompiledTable | Future[CompiledTable]"]
 
 
@@ -73,7 +78,8 @@ class FirstMasksSource(Protocol):
 
     def compile(self, constraint: Constraint) -> Future[CompiledTable | LazyTable | None]:
         """A compile of `constraint`'s byte DFA alone: its LazyTable, or its whole table
-        where no LazyTable serves it, or None (then compile the whole table)."""
+        where no LazyTable serves it, or None (then compile the whole table); a Compiling
+        where the compile may go on past a busy answer."""
         ...
 
     def from_dfa(self, data: bytes) -> Future[LazyTable | None]:
@@ -121,6 +127,23 @@ class _Entry:
     error: GclmError | None
     size: int
     created: float
+
+
+@dataclass(eq=False)
+class _Flight:
+    """One key's compile in flight (a table's, or a FIRST compile's under `_first_key`)."""
+
+    # What the requests that joined it wait for; None once they were answered 429 while
+    # the compile goes on (a retry then asks the compiler again, and joins its compile).
+    answer: Compiling[Any] | None
+    # The compile behind `answer`, which `abandon` stops, until it ends or something besides
+    # the requests depends on it (`keep`).
+    source: Future[Any] | None = None
+    background: bool = False  # its compile is followed past its requests' answer
+
+    @property
+    def idle(self) -> bool:
+        return self.answer is None and not self.background
 
 
 class TableCache:
@@ -174,12 +197,8 @@ class TableCache:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._negatives = 0
         self._bytes = 0
-        self._inflight: dict[str, Future[CompiledTable]] = {}
-        self._background: set[str] = set()  # keys whose compile goes on with nobody waiting
+        self._flights: dict[str, _Flight] = {}
         self._first_masks = first_masks
-        # The compile behind each future handed out for a compile in flight, for `abandon`
-        # (until the compile ends, or something other than a request's wait depends on it).
-        self._sources: dict[Future[Any], Future[Any]] = {}
         # Finishes compiles (disk write, measuring) off the compile pool's thread.
         self._finisher = ThreadPoolExecutor(2, thread_name_prefix="gclm-cache")
 
@@ -199,7 +218,7 @@ class TableCache:
         """The table, waiting for its compile. Raises the compile's error."""
         return self.fetch(constraint).result()
 
-    def fetch(self, constraint: Constraint) -> Future[CompiledTable]:
+    def fetch(self, constraint: Constraint) -> Compiling[CompiledTable]:
         """A Future of the table: already done for a memory or disk hit or a remembered
         failure, else resolved when the (single-flight) compile ends."""
         key = self.key(constraint)
@@ -208,56 +227,49 @@ class TableCache:
             if entry is not None and entry.table is None:
                 if self._refuses(entry):
                     self.stats.negative_hits += 1
-                    return _failed(entry.error)  # type: ignore[arg-type]
+                    return Compiling.ended(entry.error)
                 self._drop(key)
                 entry = None
             if entry is not None:
                 self._entries.move_to_end(key)
                 self.stats.hits += 1
             else:
-                future = self._inflight.get(key)
-                if future is not None:
-                    return future  # single-flight: wait for the leader's compile
-                future = self._inflight[key] = Future()
+                answer, claimed = self._claim(key)
+                if not claimed:
+                    return answer  # single-flight: wait for the leader's compile
                 self.stats.misses += 1
         if entry is not None:
             self._remeasure(key, entry)
-            return _done(entry.table)  # type: ignore[arg-type]
-        assert future is not None  # set above whenever there is no entry
+            return Compiling.ended(entry.table)
         try:
             table = self._load(key)
         except CompileLimitError as e:
-            self._fail(key, future, e)
-            return future
+            self._fail(key, e)
+            return answer
         if table is not None:
-            self._finish(key, future, table)
-            return future
+            self._finish(key, table)
+            return answer
         started = time.perf_counter()
         try:
             compiled = self._compile(constraint)
         except BaseException as e:
-            self._fail(key, future, e)
-            return future
+            self._fail(key, e)
+            return answer
         if isinstance(compiled, Future):
-            self._track(future, compiled)
-            compiled.add_done_callback(
-                lambda f: self._hand_off(self._compiled, key, future, f, started)
-            )
+            self._fly(key, compiled, lambda f: self._compiled(key, f, started))
         else:
-            self._compiled(key, future, _done(compiled), started)
-        return future
+            self._compiled(key, Compiling.ended(compiled), started)
+        return answer
 
-    def fetch_first(self, constraint: Constraint) -> Future[CompiledTable | LazyTable]:
+    def fetch_first(self, constraint: Constraint) -> Compiling[Any]:
         """The table where it is known (cached, on disk or compiling), else a LazyTable of
         the constraint's byte DFA: the same masks, walked as generation reaches states (one
         walk for the first mask). A whole compile in flight answers with its DFA's LazyTable
         if that comes first. Single-flight, as `fetch`."""
         if self._first_masks is None:
-            return self.fetch(constraint)  # type: ignore[return-value]
+            return self.fetch(constraint)
         key = self.key(constraint)
         first = _first_key(key)
-        pending: Future[CompiledTable | LazyTable] | None = None
-        lazy: _Entry | None = None
         with self._lock:
             entry = self._entries.get(key)
             whole = entry is not None and entry.table is not None
@@ -265,65 +277,53 @@ class TableCache:
             # A failure remembered for the table stands, unless a LazyTable was made before
             # it: a whole compile past its CPU limit does not stop generous requests.
             refused = entry is not None and entry.table is None and self._refuses(entry)
-            known = whole or (lazy is None and (refused or key in self._inflight))
+            known = whole or (lazy is None and (refused or self._flying(key)))
             if lazy is not None:
                 self._entries.move_to_end(first)
                 self.stats.hits += 1
             elif not known:
-                if first in self._inflight:
-                    return self._inflight[first]  # type: ignore[return-value]
-                pending = self._inflight[first] = Future()  # type: ignore[assignment]
+                answer, claimed = self._claim(first)
+                if not claimed:
+                    return answer
                 self.stats.misses += 1
         if known:
             return self._first_of_whole(constraint)
         if lazy is not None:
             self._remeasure(first, lazy)
-            return _done(lazy.table)  # type: ignore[arg-type,return-value]
-        assert pending is not None  # claimed above
+            return Compiling.ended(lazy.table)
         try:
             table = self._load(key)
         except CompileLimitError as e:
-            self._fail(key, pending, e, first=True)
-            return pending
+            self._fail(first, e, remember=key)
+            return answer
         if table is not None:
-            loaded: Future[CompiledTable | LazyTable | None] = Future()
-            loaded.set_result(table)
-            self._first_compiled(key, pending, loaded, constraint, stored=True)
-            return pending
+            self._first_compiled(key, Compiling.ended(table), constraint, stored=True)
+            return answer
         stored = self.disk.load(first) if self.disk is not None else None
         if stored is not None:  # the byte DFA of a FIRST compile before a restart
             made = self._first_masks.from_dfa(stored)
-            made.add_done_callback(
-                lambda f: self._hand_off(self._first_stored, key, pending, f, constraint)
-            )
-            return pending
-        self._first_compile(key, pending, constraint)
-        return pending
+            made.add_done_callback(lambda f: self._hand_off(self._first_stored, key, f, constraint))
+            return answer
+        self._first_compile(key, constraint)
+        return answer
 
-    def _first_compile(
-        self, key: str, pending: Future[CompiledTable | LazyTable], constraint: Constraint
-    ) -> None:
-        compiled = self._first_masks.compile(constraint)  # type: ignore[union-attr]
-        self._track(pending, compiled)
-        compiled.add_done_callback(
-            lambda f: self._hand_off(self._first_compiled, key, pending, f, constraint)
-        )
+    def _first_compile(self, key: str, constraint: Constraint) -> None:
+        assert self._first_masks is not None  # only fetch_first compiles FIRST
+        compiled = self._first_masks.compile(constraint)
+        self._fly(_first_key(key), compiled, lambda f: self._first_compiled(key, f, constraint))
 
     def _first_stored(
-        self,
-        key: str,
-        pending: Future[CompiledTable | LazyTable],
-        made: Future[LazyTable | None],
-        constraint: Constraint,
+        self, key: str, made: Future[LazyTable | None], constraint: Constraint
     ) -> None:
         """A LazyTable from disk; a damaged file is dropped and the DFA compiled again."""
         if made.result() is None:
-            self.disk.discard(_first_key(key))  # type: ignore[union-attr]
-            self._first_compile(key, pending, constraint)
+            if self.disk is not None:
+                self.disk.discard(_first_key(key))
+            self._first_compile(key, constraint)
             return
         with self._lock:
             self.stats.disk_hits += 1
-        self._first_compiled(key, pending, made, constraint, stored=True)  # type: ignore[arg-type]
+        self._first_compiled(key, made, constraint, stored=True)
 
     def _refuses(self, entry: _Entry) -> bool:
         """Whether a negative entry still answers: a compile limit for as long as it is
@@ -331,14 +331,14 @@ class TableCache:
         lasting = isinstance(entry.error, CompileLimitError)
         return lasting or time.monotonic() - entry.created < self.negative_ttl_s
 
-    def _first_of_whole(self, constraint: Constraint) -> Future[CompiledTable | LazyTable]:
+    def _first_of_whole(self, constraint: Constraint) -> Compiling[Any]:
         """`fetch`'s answer, or sooner the LazyTable of the whole compile in flight."""
         whole = self.fetch(constraint)
         if whole.done() or self._first_masks is None:
-            return whole  # type: ignore[return-value]
+            return whole
         lazy = self._first_masks(constraint)
         if lazy is None:
-            return whole  # type: ignore[return-value]
+            return whole
         self.keep(whole)  # its requests are counted on the future made of it, not on it
         return _first_of(lazy, whole)
 
@@ -367,18 +367,14 @@ class TableCache:
             )
         return out
 
-    def _track(self, future: Future[Any], source: Future[Any]) -> None:
-        """Remember `source` as what `future` waits for, until it ends (`abandon`)."""
-        with self._lock:
-            self._sources[future] = source
-        source.add_done_callback(lambda f: self.keep(future))
-
     def keep(self, future: Future[Any]) -> None:
         """Never cancel the compile behind `future` (one of `fetch`'s): something besides
         the requests counted on it depends on it (a start-up precompile, a request told to
         retry, a LazyTable or a first compile's fallback that waits for it)."""
         with self._lock:
-            self._sources.pop(future, None)
+            flight = self._flight_of(future)
+            if flight is not None:
+                flight.source = None
 
     def abandon(self, future: Future[Any]) -> bool:
         """Every request that waited for `future` (one of `fetch`'s or `fetch_first`'s for
@@ -388,7 +384,10 @@ class TableCache:
         meanwhile gets that 429 and its retry compiles again. False: nothing was cancelled
         (the compile ended, or is not one this cache started)."""
         with self._lock:
-            source = self._sources.pop(future, None)
+            flight = self._flight_of(future)
+            source = None if flight is None else flight.source
+            if flight is not None:
+                flight.source = None
         return source is not None and source.cancel()
 
     def wait_warm(self, timeout: float | None = None) -> bool:
@@ -401,7 +400,7 @@ class TableCache:
     def close(self) -> None:
         self._finisher.shutdown(wait=False, cancel_futures=True)
 
-    def _hand_off(self, fn: Any, *args: Any) -> None:
+    def _hand_off(self, fn: Callable[..., None], *args: Any) -> None:
         """Run `fn(*args)` on the finisher thread; once the cache is closed (the server is
         shutting down), a compile that ends is dropped instead of raising in its callback."""
         try:
@@ -409,39 +408,165 @@ class TableCache:
         except RuntimeError:  # submitted after shutdown
             log.debug("a compile ended after the table cache closed; dropped")
 
+    # --- the flight table ---
+
+    def _claim(self, key: str) -> tuple[Compiling[Any], bool]:
+        """The answer of `key`'s compile in flight (False: join it), or a new one that the
+        caller is to compile for (True). With the lock held."""
+        flight = self._flights.get(key)
+        if flight is not None and flight.answer is not None:
+            return flight.answer, False
+        answer: Compiling[Any] = Compiling()
+        if flight is None:
+            self._flights[key] = _Flight(answer)
+        else:  # its compile goes on in the background: a retry asks the compiler again
+            flight.answer = answer
+        return answer, True
+
+    def _flying(self, key: str) -> bool:
+        """Whether requests wait for `key`'s compile now (with the lock held)."""
+        flight = self._flights.get(key)
+        return flight is not None and flight.answer is not None
+
+    def _flight_of(self, answer: Future[Any]) -> _Flight | None:
+        """The flight whose requests wait for `answer` (with the lock held)."""
+        for flight in self._flights.values():
+            if flight.answer is answer:
+                return flight
+        return None
+
+    def _fly(self, key: str, compiled: Future[Any], ended: Callable[[Future[Any]], None]) -> None:
+        """`key`'s answer waits for `compiled`: `abandon` may stop it until it ends, its
+        outcome is the compile's, and `ended(compiled)` runs on the finisher thread."""
+        with self._lock:
+            flight = self._flights[key]
+            answer = flight.answer
+            flight.source = compiled
+        assert answer is not None  # claimed by the caller
+        if isinstance(compiled, Compiling):
+            answer.follow(compiled.outcome)
+
+        def done(f: Future[Any]) -> None:
+            with self._lock:
+                if flight.answer is answer:
+                    flight.source = None
+            self._hand_off(ended, f)
+
+        compiled.add_done_callback(done)
+
+    def _answered(self, key: str) -> Compiling[Any]:
+        """Take `key`'s answer from its flight (with the lock held): its requests are
+        answered now."""
+        flight = self._flights[key]
+        answer = flight.answer
+        assert answer is not None, f"no requests wait for {key}"
+        flight.answer = flight.source = None
+        if flight.idle:
+            del self._flights[key]
+        return answer
+
+    def _fail(
+        self,
+        key: str,
+        error: BaseException,
+        compiled: Future[Any] | None = None,
+        *,
+        remember: str | None = None,
+    ) -> None:
+        """`key`'s compile failed: remember it (as `remember`'s failure: a FIRST compile's
+        is the table's too, the whole compile would fail the same way) and answer its
+        requests. A busy refusal whose compile goes on (`compiled`'s outcome) is followed
+        in the background, so that its table, LazyTable or failure is kept."""
+        if isinstance(error, CancelledError):  # `abandon`: every request left
+            error = abandoned_error()
+        goes_on = (
+            isinstance(error, CompilerBusyError)
+            and isinstance(compiled, Compiling)
+            and not _busy(compiled.outcome)
+        )
+        follow = False
+        with self._lock:
+            self._remember(remember or key, error)
+            answer = self._answered(key)
+            if goes_on:
+                flight = self._flights.setdefault(key, _Flight(None))
+                follow, flight.background = not flight.background, True
+        if follow and isinstance(compiled, Compiling):
+            outcome = compiled.outcome
+            if remember is not None:  # a FIRST compile: kept as it lands, no retry waits
+                outcome.add_done_callback(lambda f: self._hand_off(self._first_landed, remember, f))
+            else:
+                outcome.add_done_callback(lambda f: self._land(key, f))
+        if goes_on:
+            settle(answer, error)  # its outcome is the compile's
+        else:
+            answer.end(error)
+
+    def _background_done(self, key: str) -> None:
+        """`key`'s background compile landed (with the lock held)."""
+        flight = self._flights.get(key)
+        if flight is not None:
+            flight.background = False
+            if flight.idle:
+                del self._flights[key]
+
     # --- filling the cache ---
+
+    def _compiled(self, key: str, compiled: Future[CompiledTable], started: float) -> None:
+        try:
+            table = compiled.result()
+        except BaseException as e:
+            self._fail(key, e, compiled)
+            return
+        with self._lock:
+            self.stats.compiles += 1
+            self.stats.compile_seconds_total += time.perf_counter() - started
+        self._store_table(key, table)
+        self._finish(key, table)
+
+    def _finish(self, key: str, table: CompiledTable) -> None:
+        try:
+            size = self._measure(table)
+        except BaseException as e:  # measuring builds mask rows: a bad table fails here
+            self._fail(key, e)
+            return
+        with self._lock:
+            self._keep(key, table, size)
+            answer = self._answered(key)
+        answer.end(table)
 
     def _first_compiled(
         self,
         key: str,
-        pending: Future[CompiledTable | LazyTable],
-        compiled: Future[CompiledTable | LazyTable | None],
+        compiled: Future[Any],
         constraint: Constraint,
         *,
         stored: bool = False,
     ) -> None:
-        """A FIRST compile (or a disk hit, `stored`) ended: keep what it made, answer
-        `pending`."""
+        """A FIRST compile (or a disk hit, `stored`) ended: keep what it made, answer its
+        requests."""
+        first = _first_key(key)
         try:
             result = compiled.result()
         except BaseException as e:
-            self._fail(key, pending, e, first=True)
+            self._fail(first, e, compiled, remember=key)
             return
         if result is None:  # no LazyTable after all: the whole table answers
             with self._lock:
-                del self._inflight[_first_key(key)]
+                answer = self._answered(first)
             whole = self.fetch(constraint)
-            self.keep(whole)  # `pending`'s requests wait for it
-            whole.add_done_callback(lambda f: copy_outcome(f, pending))
+            self.keep(whole)  # the FIRST compile's requests wait for it
+            answer.follow(whole.outcome)
+            whole.add_done_callback(lambda f: copy_outcome(f, answer))
             return
         try:
             self._land_first(key, result, stored=stored)
         except BaseException as e:  # measuring builds mask rows: a bad table fails here
-            self._fail(key, pending, e, first=True)
+            self._fail(first, e, remember=key)
             return
         with self._lock:
-            del self._inflight[_first_key(key)]
-        pending.set_result(result)
+            answer = self._answered(first)
+        answer.end(result)
 
     def _land_first(self, key: str, result: CompiledTable | LazyTable, *, stored: bool) -> None:
         """Keep a FIRST compile's LazyTable, or the whole table it made instead."""
@@ -474,7 +599,7 @@ class TableCache:
                     self._remember(key, e)
         finally:
             with self._lock:
-                self._background.discard(_first_key(key))
+                self._background_done(_first_key(key))
 
     def _keep_first(self, key: str, lazy: LazyTable) -> None:
         """Cache a LazyTable (with the lock held), unless its table is cached already."""
@@ -502,68 +627,19 @@ class TableCache:
             self.stats.disk_hits += 1
         return table
 
-    def _compiled(
-        self, key: str, future: Future[CompiledTable], compiled: Future, started: float
-    ) -> None:
-        try:
-            table = compiled.result()
-        except BaseException as e:
-            self._fail(key, future, e)
-            return
-        with self._lock:
-            self.stats.compiles += 1
-            self.stats.compile_seconds_total += time.perf_counter() - started
-        self._store_table(key, table)
-        self._finish(key, future, table)
-
-    def _finish(self, key: str, future: Future[CompiledTable], table: CompiledTable) -> None:
-        try:
-            size = self._measure(table)
-        except BaseException as e:  # measuring builds mask rows: a bad table fails here
-            self._fail(key, future, e)
-            return
-        with self._lock:
-            self._keep(key, table, size)
-            del self._inflight[key]
-        future.set_result(table)
-
-    def _fail(
-        self, key: str, future: Future[Any], error: BaseException, *, first: bool = False
-    ) -> None:
-        """A compile failed (`first`: a FIRST compile, remembered as the table's failure too:
-        the whole compile would fail the same way); a busy one that goes on in the
-        background is followed, so that its table, LazyTable or failure is kept."""
-        if isinstance(error, CancelledError):  # `abandon`: every request left
-            error = abandoned_error()
-        compiling = error.compiling if isinstance(error, CompilerBusyError) else None
-        flight = _first_key(key) if first else key
-        with self._lock:
-            self._remember(key, error)
-            del self._inflight[flight]
-            follow = compiling is not None and flight not in self._background
-            if follow:
-                self._background.add(flight)
-        if follow:
-            compiling.add_done_callback(  # type: ignore[union-attr]
-                lambda f: (
-                    self._hand_off(self._first_landed, key, f) if first else self._land(key, f)
-                )
-            )
-        future.set_exception(error)
-
     def _land(self, key: str, compiled: Future[CompiledTable]) -> None:
         """A background compile ended. Until its table is measured and kept (seconds for a
         large one on a loaded machine), a request for it waits for that, as for any compile
         in flight, instead of starting the compile again: a retry sent at the 429's
         Retry-After arrives just then."""
         with self._lock:
-            landing: Future[CompiledTable] | None = None
-            if key not in self._inflight:  # else a request that joined the compile keeps it
-                landing = self._inflight[key] = Future()
+            landing: Compiling[Any] | None = None
+            if not self._flying(key):  # else a request that joined the compile keeps it
+                landing, _ = self._claim(key)
         self._hand_off(self._landed, key, compiled, landing)
 
     def _landed(
-        self, key: str, compiled: Future[CompiledTable], landing: Future[CompiledTable] | None
+        self, key: str, compiled: Future[CompiledTable], landing: Compiling[Any] | None
     ) -> None:
         """Keep a background compile's table or its failure, then answer `landing`."""
         outcome: object
@@ -573,24 +649,22 @@ class TableCache:
         except BaseException as e:
             outcome = e
             with self._lock:
-                self._background.discard(key)
+                self._background_done(key)
                 if key not in self._entries:  # a retry that joined it may have stored it
                     self._remember(key, e)
         else:
             outcome = table
             self._store_table(key, table)
             with self._lock:
-                self._background.discard(key)
+                self._background_done(key)
                 self.stats.compiles += 1
                 self._keep(key, table, size)
         if landing is not None:
             with self._lock:
-                if self._inflight.get(key) is landing:
-                    del self._inflight[key]
-            if isinstance(outcome, BaseException):
-                landing.set_exception(outcome)
-            else:
-                landing.set_result(outcome)
+                flight = self._flights.get(key)
+                if flight is not None and flight.answer is landing:
+                    self._answered(key)
+            landing.end(outcome)
 
     def _store_table(self, key: str, table: CompiledTable) -> None:
         """Write a whole table to disk (if the cache has one), and remove the schema's DFA
@@ -654,7 +728,9 @@ class TableCache:
 
     def _remeasure(self, key: str, entry: _Entry) -> None:
         table = entry.table
-        size = self._measure(table) if isinstance(table, CompiledTable) else table.nbytes  # type: ignore[union-attr]
+        if table is None:
+            return
+        size = self._measure(table) if isinstance(table, CompiledTable) else table.nbytes
         if size == entry.size:
             return
         with self._lock:
@@ -664,53 +740,47 @@ class TableCache:
                 self._evict()
 
 
-def _done(table: CompiledTable) -> Future[CompiledTable]:
-    future: Future[CompiledTable] = Future()
-    future.set_result(table)
-    return future
-
-
-def _failed(error: BaseException) -> Future[CompiledTable]:
-    future: Future[CompiledTable] = Future()
-    future.set_exception(error)
-    return future
+def _busy(outcome: Future[Any]) -> bool:
+    """Whether a compile's outcome is already a busy refusal: nothing goes on behind it (a
+    full queue, a server shutting down)."""
+    return (
+        outcome.done()
+        and not outcome.cancelled()
+        and isinstance(outcome.exception(), CompilerBusyError)
+    )
 
 
 def copy_outcome(source: Future[Any], target: Future[Any]) -> None:
-    """`source`'s result or exception, into `target`."""
+    """`source`'s result or exception, into `target` (unless it is answered already)."""
     try:
         target.set_result(source.result())
+    except InvalidStateError:
+        pass
     except BaseException as e:
-        target.set_exception(e)
+        settle(target, e)
 
 
 def _first_of(
-    lazy: Future[LazyTable | None], whole: Future[CompiledTable]
-) -> Future[CompiledTable | LazyTable]:
+    lazy: Future[LazyTable | None], whole: Compiling[CompiledTable]
+) -> Compiling[CompiledTable | LazyTable]:
     """The LazyTable if it comes before the table, else the table (or its error)."""
-    out: Future[CompiledTable | LazyTable] = Future()
+    out: Compiling[CompiledTable | LazyTable] = Compiling()
+    out.follow(whole.outcome)
 
-    def settle(source: Future) -> None:
+    def answer(source: Future[Any]) -> None:
         try:
             result = source.result()
         except BaseException as e:
             if source is lazy:  # no masks ahead of the table: wait for it
                 return
-            outcome: object = e
-        else:
-            if result is None:  # no LazyTable for this constraint
-                return
-            if source is lazy and result.compiled is None:
-                result.compiled = whole  # the compile it stands in for (its cost: serving.py)
-            outcome = result
-        try:
-            if isinstance(outcome, BaseException):
-                out.set_exception(outcome)
-            else:
-                out.set_result(outcome)  # type: ignore[arg-type]
-        except InvalidStateError:  # the other came first
-            pass
+            settle(out, e)
+            return
+        if result is None:  # no LazyTable for this constraint
+            return
+        if source is lazy and result.compiled is None:
+            result.compiled = whole.outcome  # the compile it stands in for (its cost: prepare.py)
+        settle(out, result)  # unless the other came first
 
-    lazy.add_done_callback(settle)
-    whole.add_done_callback(settle)
+    lazy.add_done_callback(answer)
+    whole.add_done_callback(answer)
     return out

@@ -4,8 +4,8 @@ A compile outlives the requests that wait for it. Each request is a `Waiter` wit
 deadline (the compile timeout, queue included); at that deadline it is answered 429
 `compiler_busy` with an estimate of when the compile will be over, while the `Job` goes on
 in the background until its table or its failure is known, which the table cache then
-remembers (`CompilerBusyError.compiling` is the Job's outcome). A retry of the same
-constraint joins the Job still running instead of starting another.
+remembers: a request's answer is a `Compiling`, whose `outcome` is the Job's. A retry of the
+same constraint joins the Job still running instead of starting another.
 
 The estimate is honest about what is known: a queued compile waits for the compiles ahead
 of it, each about as long as the recent ones took. A running one reports its progress
@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import math
 import time
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import CancelledError, Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -48,15 +48,56 @@ _WALK_PER_DFA = 8.0
 # CPU seconds the walk takes per state, assumed until its own rate is known: measured 290
 # and 350 us for string-heavy schemas, 68 us for 1,000 tools (few tokens fit a name).
 _CPU_PER_STATE = 300e-6
+T = TypeVar("T")
+
 # A position before any running one: queued compiles (the queue's head counts as later).
 QUEUED = -1
+
+
+class Compiling(Future[T], Generic[T]):
+    """A request's answer from a compile: its table, the compile's error, or a
+    CompilerBusyError at the request's deadline while the compile goes on.
+
+    `outcome` is the compile's own end, table or error, resolved whoever still waits (the
+    table cache keeps a table that lands after its requests were answered 429, and a
+    request served on first masks is charged the compile it stood in for). Where nothing
+    goes on (a hit, a refusal), it ends with the answer.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outcome: Future[T] = Future()
+
+    @classmethod
+    def ended(cls, outcome: object) -> Compiling[Any]:
+        """An answer and an outcome both already `outcome` (a value or an exception)."""
+        answer: Compiling[Any] = cls()
+        answer.end(outcome)
+        return answer
+
+    def end(self, outcome: object) -> None:
+        """Answer with `outcome` and end the compile with it (unless either is answered)."""
+        settle(self, outcome)
+        settle(self.outcome, outcome)
+
+    def follow(self, source: Future[Any]) -> None:
+        """End `outcome` as `source` (a compile's outcome) ends."""
+        source.add_done_callback(lambda done: settle(self.outcome, _outcome_of(done)))
+
+
+def _outcome_of(future: Future[Any]) -> object:
+    """A done future's result, or its exception (a cancelled one's CancelledError)."""
+    if future.cancelled():
+        return CancelledError()
+    error = future.exception()
+    return error if error is not None else future.result()
 
 
 @dataclass(eq=False)
 class Waiter:
     """One request's wait for a compile."""
 
-    future: Future[CompiledTable]
+    future: Compiling[Any]
     since: float  # when its timeout starts: submission, or the pool's first ready worker
 
 
@@ -162,5 +203,4 @@ def late_error(job: Job, waited: float, retry_after: float, running: bool) -> Co
         f"{math.ceil(retry_after)} s. If this persists, start the server with more "
         "--compile-workers.",
         retry_after=retry_after,
-        compiling=job.outcome,
     )

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 import weakref
-from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
@@ -47,7 +47,7 @@ from gclm.compiler.grown.lazy_table import LazyTable
 from gclm.compiler.grown.regex_nfa import NfaTooLarge
 from gclm.compiler.grown.regex_parse import Unsupported
 from gclm.compiler.service.cache import copy_outcome
-from gclm.compiler.service.compile_job import settle
+from gclm.compiler.service.compile_job import Compiling, settle
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
 from gclm.compiler.whole.byte_dfa import ByteDfa, byte_dfa
 from gclm.compiler.whole.tables import UNREACHABLE, CompiledTable
@@ -151,11 +151,11 @@ class FirstMasks:
         dfa.add_done_callback(lambda f: self._builder.submit(self._build, f, out))
         return out
 
-    def compile(self, constraint: Constraint) -> Future[CompiledTable | LazyTable | None]:
+    def compile(self, constraint: Constraint) -> Compiling[CompiledTable | LazyTable | None]:
         """A FIRST compile of `constraint`: its LazyTable, or its whole table where no
         LazyTable serves it (None where the worker's DFA turns out unservable here: then
-        compile the whole table). Errors as the pool's; a CompilerBusyError's `compiling`
-        resolves the same way."""
+        compile the whole table). Errors as the pool's; past a busy answer the compile's
+        `outcome` is made the same way."""
         assert self._submit_first is not None, "FirstMasks was made without submit_first"
         with self._lock:
             lane_free = self._grower is not None and self._growing < LIGHT_LANE_DEPTH
@@ -165,11 +165,14 @@ class FirstMasks:
             # A worker's FIRST compile instead: a new constraint is not queued behind
             # others (the pool demotes slow compiles, and bounds each by CPU and memory).
             return self._made(self._submit_first(constraint))
-        out: Future[CompiledTable | LazyTable | None] = Future()
-        self._grower.submit(self._grow, constraint, out)  # type: ignore[union-attr]
+        assert self._grower is not None  # lane_free
+        out: Compiling[CompiledTable | LazyTable | None] = Compiling()
+        self._grower.submit(self._grow, constraint, out)
         return out
 
-    def _grow(self, constraint: Constraint, out: Future[CompiledTable | LazyTable | None]) -> None:
+    def _grow(
+        self, constraint: Constraint, out: Compiling[CompiledTable | LazyTable | None]
+    ) -> None:
         """`constraint`'s GrowingLazyTable into `out` (an NFA past LIGHT_NFA_STATES is
         handed to the heavy lane), else a worker's FIRST compile; nothing where `out` was
         cancelled while queued (every request that asked for it left)."""
@@ -181,7 +184,7 @@ class FirstMasks:
                 self._growing -= 1
 
     def _grow_heavy(
-        self, constraint: Constraint, out: Future[CompiledTable | LazyTable | None], regex: str
+        self, constraint: Constraint, out: Compiling[CompiledTable | LazyTable | None], regex: str
     ) -> None:
         try:
             if not out.cancelled():
@@ -191,20 +194,20 @@ class FirstMasks:
                 self._heavy_growing -= 1
 
     def _to_heavy_lane(
-        self, constraint: Constraint, out: Future[CompiledTable | LazyTable | None], regex: str
+        self, constraint: Constraint, out: Compiling[CompiledTable | LazyTable | None], regex: str
     ) -> bool:
         """Queue a large NFA on the heavy lane, if it has room (False: it has none)."""
         with self._lock:
-            if self._heavy_growing >= GROW_LANE_DEPTH:
+            if self._heavy is None or self._heavy_growing >= GROW_LANE_DEPTH:
                 return False
             self._heavy_growing += 1
-        self._heavy.submit(self._grow_heavy, constraint, out, regex)  # type: ignore[union-attr]
+        self._heavy.submit(self._grow_heavy, constraint, out, regex)
         return True
 
     def _grow_here(
         self,
         constraint: Constraint,
-        out: Future[CompiledTable | LazyTable | None],
+        out: Compiling[CompiledTable | LazyTable | None],
         regex: str | None,
     ) -> None:
         """Grow `constraint`'s table; `regex` None: on the light lane (its regex written
@@ -224,12 +227,13 @@ class FirstMasks:
             if table.upper[table.initial] == UNREACHABLE:
                 table = None  # nothing to spell: the whole compile's error answers
         except NfaTooLarge:
-            if not heavy and self._to_heavy_lane(constraint, out, regex):  # type: ignore[arg-type]
+            # NfaTooLarge comes from the parse, after the regex was written
+            if not heavy and regex is not None and self._to_heavy_lane(constraint, out, regex):
                 return
         except OutOfTime:  # writing its regex is slow: a worker's, with its CPU limit
             pass
         except CompileLimitError as e:  # the worker would refuse it the same way
-            settle(out, e)
+            out.end(e)
             return
         except (Unsupported, ValueError, ConstraintError):
             # Not read by the parser, too large, not served, or refused by to_regex: the
@@ -239,9 +243,10 @@ class FirstMasks:
             log.exception("could not grow the first masks of a constraint")
         if table is None:
             try:
-                sent = self._made(self._submit_first(constraint))  # type: ignore[misc]
+                assert self._submit_first is not None, "FirstMasks was made without submit_first"
+                sent = self._made(self._submit_first(constraint))
             except BaseException as e:  # never leave `out` unanswered
-                settle(out, e)
+                out.end(e)
                 return
             _follow(sent, out)
             return
@@ -249,7 +254,7 @@ class FirstMasks:
         with self._lock:
             self.grown += 1
             self.grow_seconds += table.compile_seconds
-        settle(out, table)
+        out.end(table)
 
     def gauges(self) -> dict[str, float]:
         """Tables grown here, and the seconds their NFAs took, for /metrics."""
@@ -271,39 +276,53 @@ class FirstMasks:
         self._builder.submit(make)
         return out
 
-    def _made(self, sent: Future[Any]) -> Future[CompiledTable | LazyTable | None]:
-        """What the pool's FIRST compile `sent` makes; cancelling it cancels `sent` (the
-        pool then stops the compile: TableCache.abandon)."""
-        out: Future[CompiledTable | LazyTable | None] = Future()
-        sent.add_done_callback(lambda f: self._builder.submit(self._make, f, out))
+    def _made(self, sent: Compiling[Any]) -> Compiling[CompiledTable | LazyTable | None]:
+        """What the pool's FIRST compile `sent` makes, and its outcome made the same way;
+        cancelling it cancels `sent` (the pool then stops the compile: TableCache.abandon)."""
+        out: Compiling[CompiledTable | LazyTable | None] = Compiling()
+        sent.add_done_callback(lambda _: self._builder.submit(self._make, sent, out))
         out.add_done_callback(lambda f: f.cancelled() and sent.cancel())
         return out
 
-    def _make(self, sent: Future[Any], out: Future[CompiledTable | LazyTable | None]) -> None:
+    def _make(self, sent: Compiling[Any], out: Compiling[CompiledTable | LazyTable | None]) -> None:
         if out.done():  # cancelled: nobody waits for it
             return
         try:
             result = sent.result()
         except CompilerBusyError as e:  # the compile goes on: its outcome made the same way
-            if e.compiling is not None:
-                e.compiling = self._made(e.compiling)
+            sent.outcome.add_done_callback(
+                lambda f: self._builder.submit(self._make_outcome, f, out.outcome)
+            )
             settle(out, e)
             return
         except BaseException as e:
-            settle(out, e)
+            out.end(e)
             return
+        out.end(self._table_of(result))
+
+    def _make_outcome(self, compiled: Future[Any], outcome: Future[Any]) -> None:
+        """A FIRST compile that went on past its requests' answer ended: its outcome, made
+        as the answer would have been."""
+        try:
+            result: object = self._table_of(compiled.result())
+        except BaseException as e:
+            result = e
+        settle(outcome, result)
+
+    def _table_of(self, result: Any) -> CompiledTable | LazyTable | None:
+        """A FIRST compile's result as a table: the whole table it made, or a LazyTable of
+        the DFA it sent (None where that cannot serve)."""
         if isinstance(result, CompiledTable):
-            settle(out, result)
-            return
+            return result
         try:
             dfa = ByteDfa(result.next, result.accepting, result.classes)
             table = lazy_table(dfa, self.vocab)
         except Exception:  # a bug: the whole table answers instead
             log.exception("could not build the first masks of a constraint")
-            table = None
+            return None
         if table is not None:
             table.compile_seconds = result.seconds
-        settle(out, table)
+        return table
 
     def _build(self, dfa: Future[tuple[Any, Any] | None], out: Future[LazyTable | None]) -> None:
         try:
@@ -320,16 +339,11 @@ class FirstMasks:
                 lane.shutdown(wait=False, cancel_futures=True)
 
 
-def _follow(sent: Future[Any], out: Future[Any]) -> None:
-    """`sent`'s outcome into `out`; cancelling `out` cancels `sent`."""
-
-    def copy(done: Future[Any]) -> None:
-        try:
-            copy_outcome(done, out)
-        except InvalidStateError:  # `out` was cancelled: nobody waits for it
-            pass
-
-    sent.add_done_callback(copy)
+def _follow(sent: Compiling[Any], out: Compiling[Any]) -> None:
+    """`sent`'s answer into `out`, and its outcome into `out`'s; cancelling `out` cancels
+    `sent`."""
+    out.follow(sent.outcome)
+    sent.add_done_callback(lambda done: copy_outcome(done, out))
     out.add_done_callback(lambda f: f.cancelled() and sent.cancel())
 
 

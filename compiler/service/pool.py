@@ -20,17 +20,18 @@ timeout were answered at 10, 21, ... 63 s, since time in the queue did not count
   frontend), and waits at most `start_timeout_s` for it.
 - A compile outlives its requests (compiler/service/compile_job.py): at a request's deadline the
   request gets a CompilerBusyError (429) whose `retry_after` estimates when the compile
-  will be over (from the progress the worker reports: compiler/service/compile_job.py) and whose
-  `compiling` is the compile's outcome, and the compile goes on in
-  the background, bounded by `limits.cpu_s` of CPU time, the memory limit and the
-  state limit. Past any of them it ends with a CompileLimitError, which the table cache
-  remembers: every later request for it is a 400 at once, whatever the machine's load.
+  will be over (from the progress the worker reports), while the compile goes on in the
+  background to the answer's `outcome` (a `Compiling`), bounded by `limits.cpu_s` of CPU
+  time, the memory limit and the state limit. Past any of them it ends with a
+  CompileLimitError, which the table cache remembers: every later request for it is a 400
+  at once, whatever the machine's load.
   A retry of a constraint still compiling joins that compile. A compile starved of CPU (below
   its ceiling after 20 x the ceiling in wall time, and 10 minutes) is stopped as busy, not
   remembered.
 - At most `queue_size` compiles wait for a worker; one more is a CompilerBusyError at once.
 
-`submit` returns a Future and never blocks; one dispatcher thread does the scheduling.
+`submit` returns a `Compiling` (a Future) and never blocks; one dispatcher thread does the
+scheduling.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.service.compile_job import (
     MIN_RETRY_S,
     QUEUED,
+    Compiling,
     Job,
     Waiter,
     abandoned_error,
@@ -242,31 +244,29 @@ class CompilerPool:
 
     # --- the caller's side ---
 
-    def submit(self, constraint: Constraint) -> Future[CompiledTable]:
+    def submit(self, constraint: Constraint) -> Compiling[CompiledTable]:
         """A future of the compiled table; its exception is a ConstraintError,
-        CompileLimitError or CompilerBusyError. Never blocks.
+        CompileLimitError or CompilerBusyError (at the request's deadline, while the compile
+        goes on to its `outcome`). Never blocks.
 
         A constraint already queued or compiling is not compiled twice: the request joins
         that compile, with its own deadline.
         """
         return self._submit(constraint, TABLE_AND_DFA if self.sends_dfas else TABLE)
 
-    def submit_first(self, constraint: Constraint) -> Future[CompiledTable | SentDfa]:
+    def submit_first(self, constraint: Constraint) -> Compiling[CompiledTable | SentDfa]:
         """A future of the constraint's byte DFA, compact (a SentDfa), where a LazyTable can
         serve it (compiler/service/first_mask.py), else of its whole table; errors and joining as
         for `submit` (a FIRST compile is joined by FIRST compiles only). A FIRST compile's
         Retry-After is estimated as a whole compile's: too late, never too soon."""
         return self._submit(constraint, FIRST)
 
-    def _submit(self, constraint: Constraint, mode: str) -> Future[Any]:
-        future: Future[Any] = Future()
+    def _submit(self, constraint: Constraint, mode: str) -> Compiling[Any]:
         with self._lock:
             if self._broken:
-                future.set_exception(CompileLimitError(self._broken))
-                return future
+                return Compiling.ended(CompileLimitError(self._broken))
             if self._closed:
-                future.set_exception(_shut_down())
-                return future
+                return Compiling.ended(_shut_down())
             key = constraint.key_material()
             if mode == FIRST:
                 key = f"{FIRST}:{key}"
@@ -275,7 +275,7 @@ class CompilerPool:
                 if len(self._jobs) >= self.queue_size:
                     self.stats.busy += 1
                     retry = queued_estimate(len(self._jobs), self.workers, self._typical_s)
-                    future.set_exception(
+                    return Compiling.ended(
                         CompilerBusyError(
                             f"{len(self._jobs)} constraints are already waiting to be compiled, "
                             f"the most this server queues. Retry in {retry:.0f} s, or start "
@@ -283,12 +283,13 @@ class CompilerPool:
                             retry_after=retry,
                         )
                     )
-                    return future
                 job = self._active[key] = Job(constraint, key, mode)
                 self._jobs.append(job)
-            job.waiters.append(Waiter(future, time.monotonic()))
+            answer: Compiling[Any] = Compiling()
+            answer.follow(job.outcome)
+            job.waiters.append(Waiter(answer, time.monotonic()))
         self._wake()
-        return future
+        return answer
 
     def early_dfa(self, constraint: Constraint) -> Future[tuple[Any, Any] | None] | None:
         """The byte DFA (next, accepting) of `constraint`'s compile in flight, sent before

@@ -28,7 +28,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from gclm.compiler import CompiledTable, Constraint, SearchTooLarge, request_deadline
-from gclm.errors import CompileLimitError, CompilerBusyError, ConstraintError
+from gclm.errors import CompileLimitError, ConstraintError
 from gclm.masking import MaskSource, check_budget, mask_source
 from gclm.masking.policy import BudgetPolicy
 from gclm.masking.reasoning import ThinkingSpec
@@ -174,19 +174,10 @@ class PreparesConstraints:
                 report.compile_seconds(outcome.compile_seconds)
 
     def _charge_compiled(self, report: PrepareReport, compiled: Future[CompiledTable]) -> None:
-        """`_charge` for the compile a request's first masks stood in for (on the loop)."""
-        if compiled.cancelled():
-            return
-        error = compiled.exception()
-        if isinstance(error, CompilerBusyError) and error.compiling is not None:
-            # Past the pool's deadline the compile went on in the background; the request,
-            # already served, pays for it when it ends.
-            loop = asyncio.get_running_loop()
-            error.compiling.add_done_callback(
-                lambda done: _on_loop(loop, self._charge_compiled, report, done)
-            )
-            return
-        self._charge(report, error or compiled.result())
+        """`_charge` for the compile a request's first masks stood in for (on the loop): its
+        outcome, also where it went on in the background past the pool's deadline."""
+        if not compiled.cancelled():
+            self._charge(report, compiled.exception() or compiled.result())
 
 
 def _budget(

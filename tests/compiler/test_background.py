@@ -40,9 +40,9 @@ def test_a_timed_out_compile_finishes_in_the_background_and_the_retry_finds_it(
 ) -> None:
     pool, cache = compiler(embedded_vocab, timeout_s=0.3, cpu_s=120)
     try:
-        with pytest.raises(CompilerBusyError) as caught:
-            cache.get(medium(0))
-        busy = caught.value
+        answer = cache.fetch(medium(0))
+        busy = answer.exception(timeout=300)
+        assert isinstance(busy, CompilerBusyError)
         assert busy.code == "compiler_busy" and busy.retry_after >= 1
         assert "goes on in the background" in busy.message
         assert pool.gauges()["compiles_background"] == 1
@@ -54,7 +54,7 @@ def test_a_timed_out_compile_finishes_in_the_background_and_the_retry_finds_it(
         except CompilerBusyError as again:
             assert again.code == "compiler_busy"
             retried = None
-        table = busy.compiling.result(timeout=300)
+        table = answer.outcome.result(timeout=300)
         assert retried is None or retried is table
         deadline = time.monotonic() + 10  # the cache stores it on its own thread
         while cache.gauges()["table_cache_entries"] == 0:
@@ -74,9 +74,10 @@ def test_a_constraint_past_its_cpu_ceiling_is_refused_at_once_from_then_on(
 ) -> None:
     pool, cache = compiler(embedded_vocab, timeout_s=0.3, cpu_s=1.0)
     try:
-        first = cache.fetch(bomb(0)).exception(timeout=300)
+        answer = cache.fetch(bomb(0))
+        first = answer.exception(timeout=300)
         if isinstance(first, CompilerBusyError):  # starved by the deadline: goes on
-            final = first.compiling.exception(timeout=300)
+            final = answer.outcome.exception(timeout=300)
             assert isinstance(final, CompileLimitError)
             time.sleep(0.5)  # the cache remembers it on its own thread
         else:
@@ -122,10 +123,9 @@ def test_a_compile_nobody_waits_for_is_reniced_and_shed_past_the_memory_budget(
     assert pool.wait_ready(120)
     cache = TableCache(pool.submit, embedded_vocab.fingerprint)
     try:
-        with pytest.raises(CompilerBusyError) as caught:
-            cache.get(bomb(7))
-        compiling = caught.value.compiling
-        assert compiling is not None
+        answer = cache.fetch(bomb(7))
+        assert isinstance(answer.exception(timeout=300), CompilerBusyError)
+        compiling = answer.outcome
         # Reniced once demoted with nobody waiting (only such compiles are ever shed).
         deadline = time.monotonic() + 30
         niced: list[int] = []
@@ -184,12 +184,12 @@ def test_a_compile_a_request_was_told_to_retry_goes_on_when_the_others_leave(
 ) -> None:
     pool, cache = compiler(embedded_vocab, timeout_s=0.3, cpu_s=120)
     try:
-        with pytest.raises(CompilerBusyError) as caught:
-            cache.get(bomb(2))  # about 12 s of CPU: a 429, and its client is to retry
+        told = cache.fetch(bomb(2))  # about 12 s of CPU: a 429, and its client is to retry
+        assert isinstance(told.exception(timeout=300), CompilerBusyError)
         joined = cache.fetch(bomb(2))  # another request joins the compile that goes on...
         assert cache.abandon(joined)  # ...and leaves before its answer
         time.sleep(2.5)  # the pool looks at its jobs at least once a second
-        assert pool.gauges()["compiles_running"] == 1 and not caught.value.compiling.done()
+        assert pool.gauges()["compiles_running"] == 1 and not told.outcome.done()
         assert pool.stats.abandoned == 0
     finally:
         pool.close()

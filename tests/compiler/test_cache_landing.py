@@ -13,6 +13,7 @@ from concurrent.futures import Future
 
 from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.service.cache import TableCache
+from gclm.compiler.service.compile_job import Compiling
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
 from gclm.compiler.whole.compile import compile_constraint
 from gclm.compiler.whole.tables import CompiledTable
@@ -29,10 +30,11 @@ class BackgroundCompiler:
         self.calls = 0
         self.outcome: Future[CompiledTable] = Future()
 
-    def __call__(self, constraint: Constraint) -> Future[CompiledTable]:
+    def __call__(self, constraint: Constraint) -> Compiling[CompiledTable]:
         self.calls += 1
-        busy: Future[CompiledTable] = Future()
-        busy.set_exception(CompilerBusyError("busy", 3.0, compiling=self.outcome))
+        busy: Compiling[CompiledTable] = Compiling()
+        busy.follow(self.outcome)
+        busy.set_exception(CompilerBusyError("busy", 3.0))
         return busy
 
 

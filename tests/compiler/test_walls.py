@@ -16,6 +16,7 @@ from gclm.compiler.front.grammar.syntax import MAX_GRAMMAR_CHARS, MAX_NESTING
 from gclm.compiler.front.regex import MAX_SCHEMA_DEPTH, to_regex
 from gclm.compiler.grown.lazy_dfa import GrowingLazyTable
 from gclm.compiler.grown.lazy_table import REQUEST_SEARCH_STATES, SearchTooLarge
+from gclm.compiler.service.compile_job import Compiling
 from gclm.compiler.service.first_mask import LIGHT_LANE_DEPTH, LIGHT_NFA_STATES, FirstMasks
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
 from gclm.errors import CompileLimitError
@@ -146,11 +147,9 @@ def test_a_large_nfa_grows_on_the_heavy_lane_and_a_small_one_does_not_wait_for_i
 def recording_worker(sent: list[Constraint]):  # type: ignore[no-untyped-def]
     """A pool's submit_first that records each constraint and answers None at once."""
 
-    def worker(constraint: Constraint) -> Future[object]:
+    def worker(constraint: Constraint) -> Compiling[object]:
         sent.append(constraint)
-        future: Future[object] = Future()
-        future.set_result(None)
-        return future
+        return Compiling.ended(None)
 
     return worker
 

@@ -12,6 +12,7 @@ import pytest
 
 from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.service.cache import TableCache, cache_key
+from gclm.compiler.service.compile_job import Compiling
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
 from gclm.compiler.whole.compile import compile_constraint
 from gclm.errors import CompileLimitError, CompilerBusyError, ConstraintError
@@ -181,6 +182,15 @@ def test_fetch_never_waits_behind_a_compile(tmp_path):
     assert slow.result(timeout=5).min_tokens == 1
 
 
+def busy_while(compiling: Future, error: CompilerBusyError) -> Compiling:
+    """The pool's answer at a request's deadline: `error`, while the compile goes on to
+    `compiling`."""
+    answer: Compiling = Compiling()
+    answer.follow(compiling)
+    answer.set_exception(error)
+    return answer
+
+
 def test_a_busy_refusal_whose_compile_goes_on_lands_in_the_cache(tmp_path):
     # The pool answers a request 429 at its deadline while the compile goes on; the table
     # it ends with must be found by the retry, from memory and after a restart from disk.
@@ -189,9 +199,7 @@ def test_a_busy_refusal_whose_compile_goes_on_lands_in_the_cache(tmp_path):
 
     def compile_fn(constraint):
         calls.append(constraint)
-        refused: Future = Future()
-        refused.set_exception(CompilerBusyError("still compiling", 3.0, compiling=compiling))
-        return refused
+        return busy_while(compiling, CompilerBusyError("still compiling", 3.0))
 
     cache = TableCache(compile_fn, ABC.fingerprint, disk_dir=tmp_path)
     with pytest.raises(CompilerBusyError) as caught:
@@ -214,9 +222,7 @@ def test_a_background_compile_past_its_limit_is_remembered_for_good():
 
     def compile_fn(constraint):
         calls.append(constraint)
-        refused: Future = Future()
-        refused.set_exception(CompilerBusyError("still compiling", compiling=compiling))
-        return refused
+        return busy_while(compiling, CompilerBusyError("still compiling"))
 
     # A TTL of 0 forgets other failures at once; a compile limit does not depend on load.
     cache = TableCache(compile_fn, ABC.fingerprint, negative_ttl_s=0)

@@ -15,6 +15,7 @@ from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.grown.lazy_dfa import GrowingLazyTable
 from gclm.compiler.grown.lazy_table import LazyTable
 from gclm.compiler.service.cache import TableCache
+from gclm.compiler.service.compile_job import Compiling
 from gclm.compiler.service.first_mask import FirstMasks, lazy_table
 from gclm.compiler.service.pool import CompilerPool
 from gclm.compiler.service.worker import EARLY_DFA_MAX_STATES, CompileLimits
@@ -61,16 +62,16 @@ class HeldMasks:
     def __init__(self) -> None:
         self.asked: list[Constraint] = []
         self.futures: dict[str, Future[LazyTable | None]] = {}
-        self.compiled: dict[str, Future[CompiledTable | LazyTable | None]] = {}
+        self.compiled: dict[str, Compiling[CompiledTable | LazyTable | None]] = {}
 
     def __call__(self, constraint: Constraint) -> Future[LazyTable | None]:
         self.asked.append(constraint)
         return self.futures.setdefault(constraint.key_material(), Future())
 
-    def compile(self, constraint: Constraint) -> Future[CompiledTable | LazyTable | None]:
+    def compile(self, constraint: Constraint) -> Compiling[CompiledTable | LazyTable | None]:
         key = constraint.key_material()
         assert key not in self.compiled, "one FIRST compile per constraint"
-        future: Future[CompiledTable | LazyTable | None] = Future()
+        future: Compiling[CompiledTable | LazyTable | None] = Compiling()
         self.compiled[key] = future
         return future
 
@@ -271,9 +272,9 @@ def test_a_whole_compile_past_its_limit_leaves_the_lazy_table_serving() -> None:
 def test_a_busy_first_compile_lands_for_the_retry() -> None:
     cache, compiles, masks = held_cache()
     first = cache.fetch_first(NUMBER)
-    going_on: Future[CompiledTable | LazyTable | None] = Future()
-    busy = CompilerBusyError("still compiling", 3.0, compiling=going_on)
-    masks.compiled[NUMBER.key_material()].set_exception(busy)
+    sent = masks.compiled[NUMBER.key_material()]
+    going_on = sent.outcome  # the compile goes on past the 429
+    sent.set_exception(CompilerBusyError("still compiling", 3.0))
     with pytest.raises(CompilerBusyError):
         first.result(timeout=5)
     lazy = LazyTable(dfa_of(NUMBER), BYTES)
@@ -532,10 +533,8 @@ def test_a_busy_worker_answers_a_refused_growth_with_its_429() -> None:
     """Where the fallback's worker is busy, the request gets its CompilerBusyError, never
     a future left unanswered."""
 
-    def busy(constraint: Constraint) -> Future[object]:
-        future: Future[object] = Future()
-        future.set_exception(CompilerBusyError("busy", retry_after=1.0))
-        return future
+    def busy(constraint: Constraint) -> Compiling[object]:
+        return Compiling.ended(CompilerBusyError("busy", retry_after=1.0))
 
     first = FirstMasks(lambda c: None, BYTES, busy, grow=True)
     try:
@@ -548,10 +547,10 @@ def test_a_busy_worker_answers_a_refused_growth_with_its_429() -> None:
 def test_cancelling_a_first_compile_cancels_the_workers_compile_behind_it() -> None:
     # TableCache.abandon cancels what FirstMasks.compile handed it; the pool stops a
     # compile whose every waiter is cancelled.
-    sent: list[Future] = []
+    sent: list[Compiling] = []
 
-    def submit_first(constraint: Constraint) -> Future:
-        sent.append(Future())
+    def submit_first(constraint: Constraint) -> Compiling:
+        sent.append(Compiling())
         return sent[-1]
 
     first = FirstMasks(lambda constraint: None, BYTES, submit_first)  # no grow lanes
@@ -565,7 +564,7 @@ def test_cancelling_a_first_compile_cancels_the_workers_compile_behind_it() -> N
 
 
 def test_a_grow_whose_requests_all_left_while_it_queued_is_not_grown() -> None:
-    first = FirstMasks(lambda constraint: None, BYTES, lambda c: Future(), grow=True)
+    first = FirstMasks(lambda constraint: None, BYTES, lambda c: Compiling(), grow=True)
     try:
         gate = first._grower.submit(time.sleep, 0.3)  # the lane is busy meanwhile
         out = first.compile(Constraint.regex("[a-z]+"))
