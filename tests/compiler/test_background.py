@@ -143,7 +143,7 @@ def test_a_compile_nobody_waits_for_is_reniced_and_shed_past_the_memory_budget(
         # Not remembered: once the cache has let go of it, the next request compiles it
         # again (and waits its own timeout).
         deadline = time.monotonic() + 10
-        while cache._inflight and time.monotonic() < deadline:
+        while cache._flights and time.monotonic() < deadline:
             time.sleep(0.05)
         with pytest.raises(CompilerBusyError):
             cache.get(bomb(7))
