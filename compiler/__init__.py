@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from gclm.compiler.service.cache import TableCache, cache_key
     from gclm.compiler.service.compile_job import Compiling
     from gclm.compiler.service.first_mask import FirstMasks
+    from gclm.compiler.service.first_tables import FirstTables
     from gclm.compiler.service.pool import START_TIMEOUT_S, CompilerPool
     from gclm.compiler.service.worker import CompileLimits
     from gclm.compiler.vocab.vocabulary import TokenVocabulary
@@ -74,6 +75,7 @@ _FACE = {
     "Compiling": "service.compile_job",
     "cache_key": "service.cache",
     "FirstMasks": "service.first_mask",
+    "FirstTables": "service.first_tables",
     "START_TIMEOUT_S": "service.pool",
     "CompilerPool": "service.pool",
     "CompileLimits": "service.worker",
@@ -94,6 +96,7 @@ __all__ = [
     "Constraint",
     "DEFAULT_WHITESPACE",
     "FirstMasks",
+    "FirstTables",
     "LazyTable",
     "OutOfTime",
     "START_TIMEOUT_S",

@@ -108,7 +108,8 @@ def wait_for_compiler(pool: CompilerPool, cache: TableCache) -> None:
             "the compile workers are not ready after %.0f s; serving anyway", START_TIMEOUT_S
         )
     left = max(1.0, START_TIMEOUT_S - (time.perf_counter() - started))
-    if not cache.wait_warm(left):
+    source = cache.first_masks
+    if source is not None and not source.wait_warm(left):
         log.warning(
             "the first masks' functions are not compiled after %.0f s; serving anyway",
             START_TIMEOUT_S,
@@ -126,7 +127,7 @@ def build_compiler(
     settings: ServerSettings, vocab: TokenVocabulary, *, first_masks: bool = False
 ) -> tuple[CompilerPool, TableCache]:
     """The compile workers and the table cache both engines compile through; with
-    `first_masks`, the cache also hands out LazyTables of compiles in flight
+    `first_masks`, the cache carries a source of LazyTables for the engine's first tables
     (compiler/service/first_mask.py: the in-process engine serves them, vLLM's workers cannot)."""
     limits = CompileLimits(
         timeout_s=settings.compile_timeout,

@@ -189,7 +189,7 @@ class LazyTable:
         self._eos_only = eos_only
         # The outcome of the whole table's compile this LazyTable stands in for (its table
         # or its error, past any 429), when the table cache handed it out ahead of it
-        # (TableCache.fetch_first).
+        # (FirstTables.fetch).
         self.compiled: Future[CompiledTable] | None = None
         # Seconds its own compile (the byte DFA alone) took, when there is no `compiled`.
         self.compile_seconds = 0.0

@@ -21,13 +21,10 @@
   `Compiling` answer: compiler/service/compile_job.py) is followed; its table lands here
   (and on disk), or its failure is remembered, so that the retry its Retry-After asks for
   finds it.
-- First masks: `fetch_first` answers a request that needs no whole table with masks walked
-  state by state from the constraint's byte DFA (compiler/grown/lazy_table.py): a LazyTable
-  cached by key beside the tables, counted by what it has walked, from a compile of the
-  DFA alone, which is kept on disk too. The whole table is compiled only when `fetch` asks
-  for it (a request whose budget binds, or that thinks first); once it lands, it answers
-  both and the LazyTable is dropped. A whole compile in flight answers `fetch_first` with
-  its DFA's LazyTable too.
+- Stand-ins: a table may have a stand-in, kept under `first_key(key)` in the same LRU and
+  flown in the same flight table, until the table lands and it is dropped: the LazyTable
+  of compiler/service/first_tables.py, which decides what a stand-in is, where it comes
+  from, and when the table answers instead (`find_stand_in` and the methods after it).
 - Never blocking on a compile: `fetch` answers a memory hit, a cached failure or a disk hit
   at once (reading the file in the caller's thread), and otherwise a Future that the
   compile resolves. So a request whose table is cached never waits behind a compile.
@@ -41,7 +38,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import CancelledError, Future, InvalidStateError, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -53,7 +50,7 @@ from gclm.compiler.whole.tables import CompiledTable
 from gclm.errors import CompileLimitError, CompilerBusyError, GclmError
 
 if TYPE_CHECKING:
-    from gclm.compiler.grown.lazy_table import LazyTable
+    from gclm.compiler.service.first_mask import FirstMasksSource
 
 log = logging.getLogger("gclm.compiler")
 
@@ -67,37 +64,15 @@ _NEGATIVE_OVERHEAD = 1024
 CompileFn = Callable[[Constraint], "CompiledTable | Future[CompiledTable]"]
 
 
-class FirstMasksSource(Protocol):
-    """Where `fetch_first`'s LazyTables come from (compiler/service/first_mask.py's FirstMasks)."""
+class Sized(Protocol):
+    """What the cache keeps: a table, or a stand-in for one."""
 
-    def __call__(self, constraint: Constraint) -> Future[LazyTable | None] | None:
-        """The LazyTable of `constraint`'s whole compile in flight, the same Future for
-        every call during one compile (None in it when there is none to be had), or None
-        when no whole compile of it is in flight."""
-        ...
-
-    def compile(self, constraint: Constraint) -> Future[CompiledTable | LazyTable | None]:
-        """A compile of `constraint`'s byte DFA alone: its LazyTable, or its whole table
-        where no LazyTable serves it, or None (then compile the whole table); a Compiling
-        where the compile may go on past a busy answer."""
-        ...
-
-    def from_dfa(self, data: bytes) -> Future[LazyTable | None]:
-        """The LazyTable of a byte DFA stored on disk (`ByteDfa.to_bytes`), or None when
-        the bytes are damaged."""
-        ...
-
-    def gauges(self) -> dict[str, float]:
-        """Counters for /metrics."""
-        ...
-
-    def wait_warm(self, timeout: float | None = None) -> bool:
-        """Block until what the source compiles with is loaded (True), or `timeout`."""
-        ...
+    @property
+    def nbytes(self) -> int: ...
 
 
-def _first_key(key: str) -> str:
-    """Where a constraint's LazyTable is kept, beside its table's `key`."""
+def first_key(key: str) -> str:
+    """Where a stand-in for `key`'s table is kept (a LazyTable: first_tables.py)."""
     return f"{key}:first"
 
 
@@ -123,7 +98,7 @@ class CacheStats:
 
 @dataclass(eq=False)
 class _Entry:
-    table: CompiledTable | LazyTable | None  # None: a negative entry (a LazyTable: first masks)
+    table: Sized | None  # None: a negative entry (under `first_key`: a stand-in)
     error: GclmError | None
     size: int
     created: float
@@ -131,7 +106,7 @@ class _Entry:
 
 @dataclass(eq=False)
 class _Flight:
-    """One key's compile in flight (a table's, or a FIRST compile's under `_first_key`)."""
+    """One key's compile in flight (a table's, or a stand-in's under `first_key`)."""
 
     # What the requests that joined it wait for; None once they were answered 429 while
     # the compile goes on (a retry then asks the compiler again, and joins its compile).
@@ -158,8 +133,9 @@ class TableCache:
         measure: bytes a cached table holds (default: `table.nbytes`); called outside the
             lock, at insertion and on later hits, so that it may build what it counts.
         limits_tag: the compile limits, as text: part of a remembered failure's disk key.
-        first_masks: LazyTables for `fetch_first` (None: it waits for the table, as `fetch`
-            does).
+        first_masks: where the engine's first tables (compiler/service/first_tables.py)
+            get their LazyTables; carried for it, never called here (None: whole tables
+            only).
     """
 
     def __init__(
@@ -198,7 +174,7 @@ class TableCache:
         self._negatives = 0
         self._bytes = 0
         self._flights: dict[str, _Flight] = {}
-        self._first_masks = first_masks
+        self.first_masks = first_masks
         # Finishes compiles (disk write, measuring) off the compile pool's thread.
         self._finisher = ThreadPoolExecutor(2, thread_name_prefix="gclm-cache")
 
@@ -242,9 +218,9 @@ class TableCache:
             self._remeasure(key, entry)
             return Compiling.ended(entry.table)
         try:
-            table = self._load(key)
+            table = self.load_table(key)
         except CompileLimitError as e:
-            self._fail(key, e)
+            self.fail(key, e)
             return answer
         if table is not None:
             self._finish(key, table)
@@ -253,94 +229,19 @@ class TableCache:
         try:
             compiled = self._compile(constraint)
         except BaseException as e:
-            self._fail(key, e)
+            self.fail(key, e)
             return answer
         if isinstance(compiled, Future):
-            self._fly(key, compiled, lambda f: self._compiled(key, f, started))
+            self.fly(key, compiled, lambda f: self._compiled(key, f, started))
         else:
             self._compiled(key, Compiling.ended(compiled), started)
         return answer
-
-    def fetch_first(self, constraint: Constraint) -> Compiling[Any]:
-        """The table where it is known (cached, on disk or compiling), else a LazyTable of
-        the constraint's byte DFA: the same masks, walked as generation reaches states (one
-        walk for the first mask). A whole compile in flight answers with its DFA's LazyTable
-        if that comes first. Single-flight, as `fetch`."""
-        if self._first_masks is None:
-            return self.fetch(constraint)
-        key = self.key(constraint)
-        first = _first_key(key)
-        with self._lock:
-            entry = self._entries.get(key)
-            whole = entry is not None and entry.table is not None
-            lazy = None if whole else self._entries.get(first)
-            # A failure remembered for the table stands, unless a LazyTable was made before
-            # it: a whole compile past its CPU limit does not stop generous requests.
-            refused = entry is not None and entry.table is None and self._refuses(entry)
-            known = whole or (lazy is None and (refused or self._flying(key)))
-            if lazy is not None:
-                self._entries.move_to_end(first)
-                self.stats.hits += 1
-            elif not known:
-                answer, claimed = self._claim(first)
-                if not claimed:
-                    return answer
-                self.stats.misses += 1
-        if known:
-            return self._first_of_whole(constraint)
-        if lazy is not None:
-            self._remeasure(first, lazy)
-            return Compiling.ended(lazy.table)
-        try:
-            table = self._load(key)
-        except CompileLimitError as e:
-            self._fail(first, e, remember=key)
-            return answer
-        if table is not None:
-            self._first_compiled(key, Compiling.ended(table), constraint, stored=True)
-            return answer
-        stored = self.disk.load(first) if self.disk is not None else None
-        if stored is not None:  # the byte DFA of a FIRST compile before a restart
-            made = self._first_masks.from_dfa(stored)
-            made.add_done_callback(lambda f: self._hand_off(self._first_stored, key, f, constraint))
-            return answer
-        self._first_compile(key, constraint)
-        return answer
-
-    def _first_compile(self, key: str, constraint: Constraint) -> None:
-        assert self._first_masks is not None  # only fetch_first compiles FIRST
-        compiled = self._first_masks.compile(constraint)
-        self._fly(_first_key(key), compiled, lambda f: self._first_compiled(key, f, constraint))
-
-    def _first_stored(
-        self, key: str, made: Future[LazyTable | None], constraint: Constraint
-    ) -> None:
-        """A LazyTable from disk; a damaged file is dropped and the DFA compiled again."""
-        if made.result() is None:
-            if self.disk is not None:
-                self.disk.discard(_first_key(key))
-            self._first_compile(key, constraint)
-            return
-        with self._lock:
-            self.stats.disk_hits += 1
-        self._first_compiled(key, made, constraint, stored=True)
 
     def _refuses(self, entry: _Entry) -> bool:
         """Whether a negative entry still answers: a compile limit for as long as it is
         cached, another failure for `negative_ttl_s`."""
         lasting = isinstance(entry.error, CompileLimitError)
         return lasting or time.monotonic() - entry.created < self.negative_ttl_s
-
-    def _first_of_whole(self, constraint: Constraint) -> Compiling[Any]:
-        """`fetch`'s answer, or sooner the LazyTable of the whole compile in flight."""
-        whole = self.fetch(constraint)
-        if whole.done() or self._first_masks is None:
-            return whole
-        lazy = self._first_masks(constraint)
-        if lazy is None:
-            return whole
-        self.keep(whole)  # its requests are counted on the future made of it, not on it
-        return _first_of(lazy, whole)
 
     def gauges(self) -> dict[str, float]:
         """Memory and disk use, for /metrics. Measures every entry again first: mask rows
@@ -356,8 +257,6 @@ class TableCache:
             "table_cache_negative_entries": self._negatives,
             "table_cache_evictions": self.stats.evictions,
         }
-        if self._first_masks is not None:
-            out.update(self._first_masks.gauges())
         if self.disk is not None:
             out.update(
                 table_disk_bytes=self.disk.nbytes,
@@ -370,19 +269,19 @@ class TableCache:
     def keep(self, future: Future[Any]) -> None:
         """Never cancel the compile behind `future` (one of `fetch`'s): something besides
         the requests counted on it depends on it (a start-up precompile, a request told to
-        retry, a LazyTable or a first compile's fallback that waits for it)."""
+        retry, a stand-in or a stand-in's fallback that waits for it)."""
         with self._lock:
             flight = self._flight_of(future)
             if flight is not None:
                 flight.source = None
 
     def abandon(self, future: Future[Any]) -> bool:
-        """Every request that waited for `future` (one of `fetch`'s or `fetch_first`'s for
-        a compile in flight) left before it was answered: cancel the compile behind it. The
-        pool stops it, queued or running, unless it answered a request 429 for it (that
-        client is to retry); `future` then fails busy, not remembered. A request that joined
-        meanwhile gets that 429 and its retry compiles again. False: nothing was cancelled
-        (the compile ended, or is not one this cache started)."""
+        """Every request that waited for `future` (an answer of `fetch`, or of a stand-in's
+        flight, for a compile in flight) left before it was answered: cancel the compile
+        behind it. The pool stops it, queued or running, unless it answered a request 429
+        for it (that client is to retry); `future` then fails busy, not remembered. A
+        request that joined meanwhile gets that 429 and its retry compiles again. False:
+        nothing was cancelled (the compile ended, or is not one this cache started)."""
         with self._lock:
             flight = self._flight_of(future)
             source = None if flight is None else flight.source
@@ -390,17 +289,10 @@ class TableCache:
                 flight.source = None
         return source is not None and source.cancel()
 
-    def wait_warm(self, timeout: float | None = None) -> bool:
-        """Block until the first masks' compiled functions are loaded (True: so they are,
-        or this cache grows none), or `timeout` (see `FirstMasks.wait_warm`)."""
-        if self._first_masks is None:
-            return True
-        return self._first_masks.wait_warm(timeout)
-
     def close(self) -> None:
         self._finisher.shutdown(wait=False, cancel_futures=True)
 
-    def _hand_off(self, fn: Callable[..., None], *args: Any) -> None:
+    def hand_off(self, fn: Callable[..., None], *args: Any) -> None:
         """Run `fn(*args)` on the finisher thread; once the cache is closed (the server is
         shutting down), a compile that ends is dropped instead of raising in its callback."""
         try:
@@ -435,7 +327,7 @@ class TableCache:
                 return flight
         return None
 
-    def _fly(self, key: str, compiled: Future[Any], ended: Callable[[Future[Any]], None]) -> None:
+    def fly(self, key: str, compiled: Future[Any], ended: Callable[[Future[Any]], None]) -> None:
         """`key`'s answer waits for `compiled`: `abandon` may stop it until it ends, its
         outcome is the compile's, and `ended(compiled)` runs on the finisher thread."""
         with self._lock:
@@ -450,7 +342,7 @@ class TableCache:
             with self._lock:
                 if flight.answer is answer:
                     flight.source = None
-            self._hand_off(ended, f)
+            self.hand_off(ended, f)
 
         compiled.add_done_callback(done)
 
@@ -465,22 +357,26 @@ class TableCache:
             del self._flights[key]
         return answer
 
-    def _fail(
+    def fail(
         self,
         key: str,
         error: BaseException,
         compiled: Future[Any] | None = None,
         *,
         remember: str | None = None,
+        landed: Callable[[str, Future[Any]], None] | None = None,
     ) -> None:
-        """`key`'s compile failed: remember it (as `remember`'s failure: a FIRST compile's
-        is the table's too, the whole compile would fail the same way) and answer its
-        requests. A busy refusal whose compile goes on (`compiled`'s outcome) is followed
-        in the background, so that its table, LazyTable or failure is kept."""
-        if isinstance(error, CancelledError):  # `abandon`: every request left
+        """`key`'s compile failed: remember it (as `remember`'s failure: a stand-in's is
+        the table's too, the whole compile would fail the same way) and answer its requests.
+        A busy refusal whose compile goes on (`compiled`'s outcome) is followed in the
+        background, so that its table or failure is kept: a stand-in's by `landed(remember,
+        outcome)` on the finisher thread, which ends with `landed_later`."""
+        abandoned = isinstance(error, CancelledError)  # `abandon`: every request left
+        if abandoned:
             error = abandoned_error()
         goes_on = (
-            isinstance(error, CompilerBusyError)
+            not abandoned  # the pool stops it
+            and isinstance(error, CompilerBusyError)
             and isinstance(compiled, Compiling)
             and not _busy(compiled.outcome)
         )
@@ -493,14 +389,23 @@ class TableCache:
                 follow, flight.background = not flight.background, True
         if follow and isinstance(compiled, Compiling):
             outcome = compiled.outcome
-            if remember is not None:  # a FIRST compile: kept as it lands, no retry waits
-                outcome.add_done_callback(lambda f: self._hand_off(self._first_landed, remember, f))
+            if landed is not None and remember is not None:  # a stand-in: no retry waits
+                outcome.add_done_callback(lambda f: self.hand_off(landed, remember, f))
             else:
                 outcome.add_done_callback(lambda f: self._land(key, f))
         if goes_on:
             settle(answer, error)  # its outcome is the compile's
         else:
             answer.end(error)
+
+    def landed_later(self, key: str, table_key: str, error: BaseException | None) -> None:
+        """A stand-in's compile that went on in the background ended (`fail`'s `landed`):
+        its flight is over, and its `error` is remembered for the table unless the table
+        was kept meanwhile."""
+        with self._lock:
+            if error is not None and table_key not in self._entries:
+                self._remember(table_key, error)
+            self._background_done(key)
 
     def _background_done(self, key: str) -> None:
         """`key`'s background compile landed (with the lock held)."""
@@ -510,13 +415,70 @@ class TableCache:
             if flight.idle:
                 del self._flights[key]
 
+    # --- stand-ins (compiler/service/first_tables.py) ---
+
+    def find_stand_in(self, key: str, alias: str) -> tuple[str, Compiling[Any]]:
+        """Where a request that may start on a stand-in (kept under `alias`) for `key`'s
+        table stands, in one look under the lock:
+        - "table": the table is known (cached, refused, or compiling): `fetch` it;
+        - "hit": a stand-in is cached (the answer is done);
+        - "joined": its stand-in is in flight: wait for the answer;
+        - "claimed": nothing is known: the caller makes the stand-in (`fly`, or `fail`, or
+          `take_answer` and then answers it).
+        A failure remembered for the table stands, unless a stand-in was made before it:
+        a whole compile past its CPU limit does not stop generous requests."""
+        with self._lock:
+            entry = self._entries.get(key)
+            whole = entry is not None and entry.table is not None
+            stand_in = None if whole else self._entries.get(alias)
+            refused = entry is not None and entry.table is None and self._refuses(entry)
+            if whole or (stand_in is None and (refused or self._flying(key))):
+                return "table", Compiling.ended(None)
+            if stand_in is None:
+                answer, claimed = self._claim(alias)
+                if claimed:
+                    self.stats.misses += 1
+                return ("claimed" if claimed else "joined"), answer
+            self._entries.move_to_end(alias)
+            self.stats.hits += 1
+        self._remeasure(alias, stand_in)
+        return "hit", Compiling.ended(stand_in.table)
+
+    def take_answer(self, key: str) -> Compiling[Any]:
+        """The answer of `key`'s flight, taken from it: the caller answers its requests."""
+        with self._lock:
+            return self._answered(key)
+
+    def keep_stand_in(self, key: str, alias: str, stand_in: Sized, size: int) -> None:
+        """Cache `stand_in` for `key`'s table under `alias`, unless the table is cached."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if (entry is None or entry.table is None) and size <= self.max_bytes:
+                self._put(alias, _Entry(stand_in, None, size, time.monotonic()))
+
+    def keep_table(self, key: str, table: CompiledTable, *, stored: bool) -> None:
+        """Cache a table a stand-in's compile made instead (written to disk unless it came
+        from there, `stored`); its stand-in is dropped. Raises what measuring it raises."""
+        if not stored:
+            self._store_table(key, table)
+        size = self._measure(table)
+        with self._lock:
+            if not stored:
+                self.stats.compiles += 1
+                self.stats.compile_seconds_total += table.compile_seconds
+            self._keep(key, table, size)
+
+    def count_disk_hit(self) -> None:
+        with self._lock:
+            self.stats.disk_hits += 1
+
     # --- filling the cache ---
 
     def _compiled(self, key: str, compiled: Future[CompiledTable], started: float) -> None:
         try:
             table = compiled.result()
         except BaseException as e:
-            self._fail(key, e, compiled)
+            self.fail(key, e, compiled)
             return
         with self._lock:
             self.stats.compiles += 1
@@ -528,88 +490,14 @@ class TableCache:
         try:
             size = self._measure(table)
         except BaseException as e:  # measuring builds mask rows: a bad table fails here
-            self._fail(key, e)
+            self.fail(key, e)
             return
         with self._lock:
             self._keep(key, table, size)
             answer = self._answered(key)
         answer.end(table)
 
-    def _first_compiled(
-        self,
-        key: str,
-        compiled: Future[Any],
-        constraint: Constraint,
-        *,
-        stored: bool = False,
-    ) -> None:
-        """A FIRST compile (or a disk hit, `stored`) ended: keep what it made, answer its
-        requests."""
-        first = _first_key(key)
-        try:
-            result = compiled.result()
-        except BaseException as e:
-            self._fail(first, e, compiled, remember=key)
-            return
-        if result is None:  # no LazyTable after all: the whole table answers
-            with self._lock:
-                answer = self._answered(first)
-            whole = self.fetch(constraint)
-            self.keep(whole)  # the FIRST compile's requests wait for it
-            answer.follow(whole.outcome)
-            whole.add_done_callback(lambda f: copy_outcome(f, answer))
-            return
-        try:
-            self._land_first(key, result, stored=stored)
-        except BaseException as e:  # measuring builds mask rows: a bad table fails here
-            self._fail(first, e, remember=key)
-            return
-        with self._lock:
-            answer = self._answered(first)
-        answer.end(result)
-
-    def _land_first(self, key: str, result: CompiledTable | LazyTable, *, stored: bool) -> None:
-        """Keep a FIRST compile's LazyTable, or the whole table it made instead."""
-        if not isinstance(result, CompiledTable):
-            data = result.stored_dfa()
-            if not stored and self.disk is not None and data is not None:
-                self.disk.store(_first_key(key), data)
-            with self._lock:
-                self._keep_first(key, result)
-            return
-        if not stored:
-            self._store_table(key, result)
-        size = self._measure(result)
-        with self._lock:
-            if not stored:
-                self.stats.compiles += 1
-                self.stats.compile_seconds_total += result.compile_seconds
-            self._keep(key, result, size)
-
-    def _first_landed(self, key: str, compiled: Future[CompiledTable | LazyTable | None]) -> None:
-        """A FIRST compile went on past its requests' deadline and ended: keep its outcome
-        for the retry the 429 asked for."""
-        try:
-            result = compiled.result()
-            if result is not None:
-                self._land_first(key, result, stored=False)
-        except BaseException as e:
-            with self._lock:
-                if key not in self._entries:
-                    self._remember(key, e)
-        finally:
-            with self._lock:
-                self._background_done(_first_key(key))
-
-    def _keep_first(self, key: str, lazy: LazyTable) -> None:
-        """Cache a LazyTable (with the lock held), unless its table is cached already."""
-        entry = self._entries.get(key)
-        if entry is None or entry.table is None:  # none, or a failure of the whole compile
-            size = lazy.nbytes
-            if size <= self.max_bytes:
-                self._put(_first_key(key), _Entry(lazy, None, size, time.monotonic()))
-
-    def _load(self, key: str) -> CompiledTable | None:
+    def load_table(self, key: str) -> CompiledTable | None:
         """The table from disk; raises a CompileLimitError remembered there."""
         if self.disk is None:
             return None
@@ -636,7 +524,7 @@ class TableCache:
             landing: Compiling[Any] | None = None
             if not self._flying(key):  # else a request that joined the compile keeps it
                 landing, _ = self._claim(key)
-        self._hand_off(self._landed, key, compiled, landing)
+        self.hand_off(self._landed, key, compiled, landing)
 
     def _landed(
         self, key: str, compiled: Future[CompiledTable], landing: Compiling[Any] | None
@@ -671,11 +559,11 @@ class TableCache:
         file: the table answers first masks too, and is looked up first."""
         if self.disk is not None:
             self.disk.store(key, table.to_bytes())
-            self.disk.discard(_first_key(key))
+            self.disk.discard(first_key(key))
 
     def _keep(self, key: str, table: CompiledTable, size: int) -> None:
         """Cache a table (with the lock held); it answers first masks too from now on."""
-        self._drop(_first_key(key))
+        self._drop(first_key(key))
         if size <= self.max_bytes:  # larger than the whole budget: serve it, keep none
             self._put(key, _Entry(table, None, size, time.monotonic()))
 
@@ -748,39 +636,3 @@ def _busy(outcome: Future[Any]) -> bool:
         and not outcome.cancelled()
         and isinstance(outcome.exception(), CompilerBusyError)
     )
-
-
-def copy_outcome(source: Future[Any], target: Future[Any]) -> None:
-    """`source`'s result or exception, into `target` (unless it is answered already)."""
-    try:
-        target.set_result(source.result())
-    except InvalidStateError:
-        pass
-    except BaseException as e:
-        settle(target, e)
-
-
-def _first_of(
-    lazy: Future[LazyTable | None], whole: Compiling[CompiledTable]
-) -> Compiling[CompiledTable | LazyTable]:
-    """The LazyTable if it comes before the table, else the table (or its error)."""
-    out: Compiling[CompiledTable | LazyTable] = Compiling()
-    out.follow(whole.outcome)
-
-    def answer(source: Future[Any]) -> None:
-        try:
-            result = source.result()
-        except BaseException as e:
-            if source is lazy:  # no masks ahead of the table: wait for it
-                return
-            settle(out, e)
-            return
-        if result is None:  # no LazyTable for this constraint
-            return
-        if source is lazy and result.compiled is None:
-            result.compiled = whole.outcome  # the compile it stands in for (its cost: prepare.py)
-        settle(out, result)  # unless the other came first
-
-    lazy.add_done_callback(answer)
-    whole.add_done_callback(answer)
-    return out

@@ -204,3 +204,13 @@ def late_error(job: Job, waited: float, retry_after: float, running: bool) -> Co
         "--compile-workers.",
         retry_after=retry_after,
     )
+
+
+def copy_outcome(source: Future[Any], target: Future[Any]) -> None:
+    """`source`'s result or exception, into `target` (unless it is answered already)."""
+    try:
+        target.set_result(source.result())
+    except InvalidStateError:
+        pass
+    except BaseException as e:
+        settle(target, e)

@@ -6,7 +6,7 @@ the compile, and nobody needs it unless a request's budget binds (graceful closu
 over the whole table) or it thinks first. So a request that can start on first masks asks
 for a FIRST compile (`FirstMasks.compile`): the worker builds the byte DFA alone, and
 `FirstMasks` makes it a LazyTable here, walked state by state as generation reaches states.
-The table cache keeps that LazyTable by key (`TableCache.fetch_first`); the whole table is
+The table cache keeps that LazyTable by key (`FirstTables.fetch`); the whole table is
 compiled only when a request needs it. A whole compile in flight also sends its DFA ahead
 (`FirstMasks.__call__`), so that a request arriving meanwhile need not wait for its walk.
 
@@ -37,7 +37,7 @@ import time
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import Any, Protocol
 
 from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.front.deadline import OutOfTime, work_deadline
@@ -46,8 +46,7 @@ from gclm.compiler.grown.lazy_dfa import GrowingLazyTable
 from gclm.compiler.grown.lazy_table import LazyTable
 from gclm.compiler.grown.regex_nfa import NfaTooLarge
 from gclm.compiler.grown.regex_parse import Unsupported
-from gclm.compiler.service.cache import copy_outcome
-from gclm.compiler.service.compile_job import Compiling, settle
+from gclm.compiler.service.compile_job import Compiling, copy_outcome, settle
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
 from gclm.compiler.whole.byte_dfa import ByteDfa, byte_dfa
 from gclm.compiler.whole.tables import UNREACHABLE, CompiledTable
@@ -78,6 +77,35 @@ LIGHT_REGEX_CHARS = 1_000_000  # a longer regex goes to the heavy lane at once
 HEAVY_NICE = 10  # the heavy lane's thread: it yields the cores to the engine's threads
 LIGHT_LANE_DEPTH = 8
 GROW_LANE_DEPTH = 2
+
+
+class FirstMasksSource(Protocol):
+    """Where FirstTables' LazyTables come from: FirstMasks below, or a test's fake."""
+
+    def __call__(self, constraint: Constraint) -> Future[LazyTable | None] | None:
+        """The LazyTable of `constraint`'s whole compile in flight, the same Future for
+        every call during one compile (None in it when there is none to be had), or None
+        when no whole compile of it is in flight."""
+        ...
+
+    def compile(self, constraint: Constraint) -> Future[CompiledTable | LazyTable | None]:
+        """A compile of `constraint`'s byte DFA alone: its LazyTable, or its whole table
+        where no LazyTable serves it, or None (then compile the whole table); a Compiling
+        where the compile may go on past a busy answer."""
+        ...
+
+    def from_dfa(self, data: bytes) -> Future[LazyTable | None]:
+        """The LazyTable of a byte DFA stored on disk (`ByteDfa.to_bytes`), or None when
+        the bytes are damaged."""
+        ...
+
+    def gauges(self) -> dict[str, float]:
+        """Counters for /metrics."""
+        ...
+
+    def wait_warm(self, timeout: float | None = None) -> bool:
+        """Block until what the source compiles with is loaded (True), or `timeout`."""
+        ...
 
 
 class FirstMasks:

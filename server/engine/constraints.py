@@ -18,7 +18,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from gclm.compiler import CompiledTable, CompilerPool, Constraint, TableCache, TokenVocabulary
+from gclm.compiler import (
+    CompiledTable,
+    CompilerPool,
+    Constraint,
+    FirstTables,
+    TableCache,
+    TokenVocabulary,
+)
 from gclm.errors import CompilerBusyError
 from gclm.masking import mask_table
 from gclm.masking.graceful import GracefulPolicy
@@ -44,8 +51,9 @@ class Constraints(PreparesConstraints):
         pool: the compile workers, read only for their gauges (None: the cache compiles
             some other way, as in tests).
         threads: lookups at once (a disk hit reads its file in one).
-        first_masks: whether `compile` may answer with a LazyTable (False: whole tables
-            only, for an engine whose masks are made elsewhere, as vLLM's).
+        first_masks: whether `compile` may answer with a LazyTable, where the cache carries
+            a source of them (False: whole tables only, for an engine whose masks are made
+            elsewhere, as vLLM's).
     """
 
     def __init__(
@@ -60,7 +68,8 @@ class Constraints(PreparesConstraints):
         self.vocab = vocab
         self.cache = cache
         self.pool = pool
-        self.first_masks = first_masks
+        source = cache.first_masks if first_masks else None
+        self.first_tables = FirstTables(cache, source) if source is not None else None
         self._lookups = ThreadPoolExecutor(threads, thread_name_prefix="gclm-lookup")
         # How long a request waits for its table: the pool's compile timeout, and a grace
         # for the pool's own answer at that timeout to come first.
@@ -75,11 +84,11 @@ class Constraints(PreparesConstraints):
     ) -> CompiledTable | LazyTable:
         """The constraint's table, its mask rows built; with `first_mask` (and
         `first_masks`), a LazyTable while it compiles where the cache makes them
-        (TableCache.fetch_first: the in-process engine's, with `--first-mask lazy`). Raises
+        (FirstTables.fetch: the in-process engine's, with `--first-mask lazy`). Raises
         the compile's ConstraintError; never blocks the event loop."""
         loop = asyncio.get_running_loop()
         fetch: Callable[[Constraint], Future[Any]] = (
-            self.cache.fetch_first if first_mask and self.first_masks else self.cache.fetch
+            self.first_tables.fetch if first_mask and self.first_tables else self.cache.fetch
         )
         future = await loop.run_in_executor(self._lookups, fetch, constraint)
         if future.done():  # cached, on disk or remembered: no wait, whatever the deadline
@@ -140,6 +149,8 @@ class Constraints(PreparesConstraints):
     def gauges(self) -> dict[str, float]:
         """The table cache's and the compile pool's gauges, for /metrics."""
         gauges: dict[str, float] = dict(self.cache.gauges())
+        if self.first_tables is not None:
+            gauges.update(self.first_tables.gauges())
         if self.pool is not None:
             gauges.update(self.pool.gauges())
         return gauges

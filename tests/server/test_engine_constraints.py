@@ -90,6 +90,24 @@ async def test_whole_tables_only_for_an_engine_that_masks_elsewhere() -> None:
     service.close()
 
 
+async def test_a_cache_without_a_source_of_first_masks_answers_with_the_table() -> None:
+    held: list[Future[CompiledTable]] = []
+
+    def compile_fn(constraint: Constraint) -> Future[CompiledTable]:
+        held.append(Future())
+        return held[-1]
+
+    service = Constraints(BYTES, TableCache(compile_fn, BYTES.fingerprint))
+    assert service.first_tables is None
+    waiting = asyncio.ensure_future(service.compile(AB, first_mask=True))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    table = compile_constraint(AB, BYTES)
+    held[0].set_result(table)
+    assert await waiting is table
+    service.close()
+
+
 def test_policies_and_gauges() -> None:
     service = Constraints(BYTES, TableCache(lambda c: compile_constraint(c, BYTES), "v"))
     assert isinstance(service.budget_policy("graceful"), GracefulPolicy)

@@ -65,7 +65,7 @@ class HeldCompiles:
             future.set_result(compile_constraint(constraint, self.vocab))
         self.pending.clear()
 
-    # The cache's first_masks source (cache.FirstMasksSource):
+    # The cache's first_masks source (first_tables.FirstMasksSource):
 
     def __call__(self, constraint: Constraint) -> Future[LazyTable | None]:
         future: Future[LazyTable | None] = Future()

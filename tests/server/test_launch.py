@@ -51,10 +51,10 @@ def test_the_server_serves_once_the_first_masks_functions_are_loaded(
         waiting.start()
         assert pool.wait_ready(120)
         waiting.join(1.0)
-        assert waiting.is_alive() and not cache.wait_warm(0)
+        assert waiting.is_alive() and not cache.first_masks.wait_warm(0)
         compiling.set()
         waiting.join(10)
-        assert not waiting.is_alive() and cache.wait_warm(0)
+        assert not waiting.is_alive() and cache.first_masks.wait_warm(0)
     finally:
         compiling.set()
         pool.close()

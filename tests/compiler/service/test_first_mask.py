@@ -1,6 +1,6 @@
 """First masks: the byte DFA a compile sends ahead of its table, made a LazyTable, and the
 table cache handing out whichever comes first (compiler/service/first_mask.py,
-TableCache.fetch_first).
+compiler/service/first_tables.py).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from gclm.compiler.grown.lazy_table import LazyTable
 from gclm.compiler.service.cache import TableCache
 from gclm.compiler.service.compile_job import Compiling
 from gclm.compiler.service.first_mask import FirstMasks, lazy_table
+from gclm.compiler.service.first_tables import FirstTables
 from gclm.compiler.service.pool import CompilerPool
 from gclm.compiler.service.worker import EARLY_DFA_MAX_STATES, CompileLimits
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
@@ -97,6 +98,12 @@ class HeldMasks:
         return lazy
 
 
+def fetch_first(cache: TableCache, constraint: Constraint) -> Future:
+    """The first tables' answer, as the engine's FirstTables over the cache's source."""
+    assert cache.first_masks is not None
+    return FirstTables(cache, cache.first_masks).fetch(constraint)
+
+
 def held_cache(**kwargs) -> tuple[TableCache, HeldCompile, HeldMasks]:
     compiles, masks = HeldCompile(), HeldMasks()
     return TableCache(compiles, BYTES.fingerprint, first_masks=masks, **kwargs), compiles, masks
@@ -104,15 +111,15 @@ def held_cache(**kwargs) -> tuple[TableCache, HeldCompile, HeldMasks]:
 
 def test_a_new_constraint_is_served_by_its_dfa_alone_and_kept() -> None:
     cache, compiles, masks = held_cache()
-    first = cache.fetch_first(NUMBER)
-    joined = cache.fetch_first(NUMBER)  # a second request during the same compile
+    first = fetch_first(cache, NUMBER)
+    joined = fetch_first(cache, NUMBER)  # a second request during the same compile
     assert joined is first and not first.done()
     lazy = masks.land_first(NUMBER)
     assert first.result(timeout=5) is lazy
     assert not compiles.futures  # no whole compile: nobody needed the whole table
     # Kept by key: the next request has it at once, with what was walked for the first.
     ConstraintState(lazy).allowed_row(64)
-    again = cache.fetch_first(NUMBER)
+    again = fetch_first(cache, NUMBER)
     assert again.done() and again.result() is lazy
     assert cache.gauges()["table_cache_bytes"] == lazy.nbytes > 0
     # Its first mask is the whole table's.
@@ -123,32 +130,32 @@ def test_a_new_constraint_is_served_by_its_dfa_alone_and_kept() -> None:
 
 def test_the_whole_table_once_compiled_answers_both_and_the_lazy_table_goes() -> None:
     cache, compiles, masks = held_cache()
-    cache.fetch_first(NUMBER)
+    fetch_first(cache, NUMBER)
     masks.land_first(NUMBER)
     whole = cache.fetch(NUMBER)  # a request whose budget binds
     assert not whole.done()
     table = compiles.land(NUMBER)
     assert whole.result(timeout=5) is table
-    assert cache.fetch_first(NUMBER).result(timeout=5) is table
+    assert fetch_first(cache, NUMBER).result(timeout=5) is table
     assert cache.gauges()["table_cache_entries"] == 1
 
 
 def test_a_whole_compile_in_flight_answers_with_its_first_masks() -> None:
     cache, compiles, masks = held_cache()
     whole = cache.fetch(NUMBER)
-    first = cache.fetch_first(NUMBER)
+    first = fetch_first(cache, NUMBER)
     assert not first.done() and not masks.compiled  # no second compile of it
     lazy = masks.land(NUMBER)
     assert first.result(timeout=5) is lazy
     table = compiles.land(NUMBER)
     assert whole.result(timeout=5) is table
-    assert cache.fetch_first(NUMBER).result(timeout=5) is table
+    assert fetch_first(cache, NUMBER).result(timeout=5) is table
 
 
 def test_a_whole_table_in_flight_answers_when_it_comes_first() -> None:
     cache, compiles, masks = held_cache()
     cache.fetch(NUMBER)
-    first = cache.fetch_first(NUMBER)
+    first = fetch_first(cache, NUMBER)
     table = compiles.land(NUMBER)
     assert first.result(timeout=5) is table
     masks.land(NUMBER)  # too late: nothing changes
@@ -159,7 +166,7 @@ def test_a_whole_table_in_flight_answers_when_it_comes_first() -> None:
 def test_no_first_masks_of_a_whole_compile_means_waiting_for_it(masks_outcome) -> None:
     cache, compiles, masks = held_cache()
     cache.fetch(NUMBER)
-    first = cache.fetch_first(NUMBER)
+    first = fetch_first(cache, NUMBER)
     future = masks.futures[NUMBER.key_material()]
     if masks_outcome is None:
         future.set_result(None)
@@ -173,7 +180,7 @@ def test_no_first_masks_of_a_whole_compile_means_waiting_for_it(masks_outcome) -
 def test_a_first_compile_that_made_the_whole_table_keeps_it() -> None:
     """No LazyTable serves the constraint: the FIRST compile went on to the table."""
     cache, compiles, masks = held_cache()
-    first = cache.fetch_first(NUMBER)
+    first = fetch_first(cache, NUMBER)
     table = compile_constraint(NUMBER, BYTES)
     masks.compiled[NUMBER.key_material()].set_result(table)
     assert first.result(timeout=5) is table
@@ -183,7 +190,7 @@ def test_a_first_compile_that_made_the_whole_table_keeps_it() -> None:
 
 def test_no_lazy_table_after_all_means_the_whole_compile() -> None:
     cache, compiles, masks = held_cache()
-    first = cache.fetch_first(NUMBER)
+    first = fetch_first(cache, NUMBER)
     masks.compiled[NUMBER.key_material()].set_result(None)
     wait_for(lambda: NUMBER.key_material() in compiles.futures)
     table = compiles.land(NUMBER)
@@ -192,13 +199,13 @@ def test_no_lazy_table_after_all_means_the_whole_compile() -> None:
 
 def test_a_failed_first_compile_is_the_tables_failure_too() -> None:
     cache, compiles, masks = held_cache()
-    first = cache.fetch_first(NUMBER)
+    first = fetch_first(cache, NUMBER)
     masks.compiled[NUMBER.key_material()].set_exception(ConstraintError("no output"))
     with pytest.raises(ConstraintError, match="no output"):
         first.result(timeout=5)
     # Remembered: the next requests are refused at once, with no compile.
     with pytest.raises(ConstraintError):
-        cache.fetch_first(NUMBER).result(timeout=0)
+        fetch_first(cache, NUMBER).result(timeout=0)
     with pytest.raises(ConstraintError):
         cache.fetch(NUMBER).result(timeout=0)
     assert not compiles.futures and not masks.asked
@@ -208,11 +215,11 @@ def test_an_expired_failure_is_compiled_again_for_first_masks() -> None:
     """A failure that is not a compile limit is forgotten after negative_ttl_s; the next
     request then asks for a FIRST compile again, not for the whole table."""
     cache, compiles, masks = held_cache(negative_ttl_s=0.0)
-    first = cache.fetch_first(NUMBER)
+    first = fetch_first(cache, NUMBER)
     masks.compiled.pop(NUMBER.key_material()).set_exception(ConstraintError("flaky"))
     with pytest.raises(ConstraintError):
         first.result(timeout=5)
-    again = cache.fetch_first(NUMBER)
+    again = fetch_first(cache, NUMBER)
     lazy = masks.land_first(NUMBER)
     assert again.result(timeout=5) is lazy and not compiles.futures
 
@@ -221,18 +228,18 @@ def test_a_first_compiles_dfa_outlives_a_restart_on_disk(tmp_path) -> None:
     """The byte DFA is kept beside the tables on disk: after a restart the first request
     starts on it with no compile; a damaged file is compiled again."""
     cache, _, masks = held_cache(disk_dir=tmp_path)
-    first = cache.fetch_first(NUMBER)
+    first = fetch_first(cache, NUMBER)
     lazy = masks.land_first(NUMBER)
     assert first.result(timeout=5) is lazy
     restarted, compiles, masks = held_cache(disk_dir=tmp_path)
-    again = restarted.fetch_first(NUMBER).result(timeout=5)
+    again = fetch_first(restarted, NUMBER).result(timeout=5)
     assert isinstance(again, LazyTable) and not masks.compiled and not compiles.futures
     assert np.array_equal(again.row(again.initial, 9), lazy.row(lazy.initial, 9))
     assert restarted.stats.disk_hits == 1
     for path in tmp_path.glob("*first*"):
         path.write_bytes(b"not an npz")
     damaged, _, masks = held_cache(disk_dir=tmp_path)
-    answer = damaged.fetch_first(NUMBER)
+    answer = fetch_first(damaged, NUMBER)
     wait_for(lambda: NUMBER.key_material() in masks.compiled)
     compiled_again = masks.land_first(NUMBER)
     assert answer.result(timeout=5) is compiled_again
@@ -242,7 +249,7 @@ def test_a_whole_table_on_disk_replaces_the_dfa_file(tmp_path) -> None:
     """Once the whole table is written, the schema's DFA file goes: the table answers
     first masks too after a restart."""
     cache, compiles, masks = held_cache(disk_dir=tmp_path)
-    cache.fetch_first(NUMBER)
+    fetch_first(cache, NUMBER)
     masks.land_first(NUMBER)
     wait_for(lambda: any(tmp_path.glob("*first*")))
     whole = cache.fetch(NUMBER)
@@ -250,7 +257,7 @@ def test_a_whole_table_on_disk_replaces_the_dfa_file(tmp_path) -> None:
     assert whole.result(timeout=5) is table
     wait_for(lambda: not any(tmp_path.glob("*first*")))
     restarted, compiles, masks = held_cache(disk_dir=tmp_path)
-    again = restarted.fetch_first(NUMBER).result(timeout=5)
+    again = fetch_first(restarted, NUMBER).result(timeout=5)
     assert isinstance(again, CompiledTable) and not masks.compiled and not compiles.futures
 
 
@@ -258,20 +265,20 @@ def test_a_whole_compile_past_its_limit_leaves_the_lazy_table_serving() -> None:
     """The whole table is refused (a tight budget cannot have it), generous requests go
     on with the LazyTable that was made before."""
     cache, compiles, masks = held_cache()
-    cache.fetch_first(NUMBER)
+    fetch_first(cache, NUMBER)
     lazy = masks.land_first(NUMBER)
     whole = cache.fetch(NUMBER)
     compiles.futures[NUMBER.key_material()].set_exception(CompileLimitError("too costly"))
     with pytest.raises(CompileLimitError):
         whole.result(timeout=5)
-    assert cache.fetch_first(NUMBER).result(timeout=0) is lazy
+    assert fetch_first(cache, NUMBER).result(timeout=0) is lazy
     with pytest.raises(CompileLimitError):
         cache.fetch(NUMBER).result(timeout=0)
 
 
 def test_a_busy_first_compile_lands_for_the_retry() -> None:
     cache, compiles, masks = held_cache()
-    first = cache.fetch_first(NUMBER)
+    first = fetch_first(cache, NUMBER)
     sent = masks.compiled[NUMBER.key_material()]
     going_on = sent.outcome  # the compile goes on past the 429
     sent.set_exception(CompilerBusyError("still compiling", 3.0))
@@ -280,7 +287,7 @@ def test_a_busy_first_compile_lands_for_the_retry() -> None:
     lazy = LazyTable(dfa_of(NUMBER), BYTES)
     going_on.set_result(lazy)
     wait_for(lambda: cache.gauges()["table_cache_entries"] == 1)
-    retry = cache.fetch_first(NUMBER)
+    retry = fetch_first(cache, NUMBER)
     assert retry.done() and retry.result() is lazy
 
 
@@ -289,7 +296,7 @@ def test_a_lazy_table_counts_against_the_memory_budget() -> None:
     sizes = [LazyTable(dfa_of(c), BYTES).nbytes for c in (NUMBER, other)]
     cache, _, masks = held_cache(max_bytes=sum(sizes) - 1)  # room for either, not both
     for constraint in (NUMBER, other):
-        answer = cache.fetch_first(constraint)
+        answer = fetch_first(cache, constraint)
         masks.land_first(constraint)
         answer.result(timeout=5)  # kept before it is answered
     assert cache.gauges()["table_cache_entries"] == 1  # the older one was evicted
@@ -301,15 +308,6 @@ def wait_for(condition, timeout: float = 5.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
-
-
-def test_without_first_masks_fetch_first_is_fetch() -> None:
-    compiles = HeldCompile()
-    cache = TableCache(compiles, BYTES.fingerprint)
-    first = cache.fetch_first(NUMBER)
-    assert not first.done()
-    table = compiles.land(NUMBER)
-    assert first.result(timeout=5) is table
 
 
 def test_lazy_table_refuses_what_it_cannot_serve() -> None:
@@ -582,7 +580,7 @@ def test_a_whole_compile_a_first_mask_request_joined_is_never_abandoned() -> Non
     # not stop it under them.
     cache, compiles, masks = held_cache()
     whole = cache.fetch(NUMBER)
-    first = cache.fetch_first(NUMBER)
+    first = fetch_first(cache, NUMBER)
     assert first is not whole
     assert not cache.abandon(whole)
     assert not compiles.futures[NUMBER.key_material()].cancelled()
@@ -592,13 +590,13 @@ def test_a_whole_compile_a_first_mask_request_joined_is_never_abandoned() -> Non
 
 def test_a_first_compile_that_every_request_left_is_cancelled_and_compiled_anew() -> None:
     cache, compiles, masks = held_cache()
-    first = cache.fetch_first(NUMBER)
+    first = fetch_first(cache, NUMBER)
     assert cache.abandon(first)
     assert masks.compiled[NUMBER.key_material()].cancelled()
     error = first.exception(timeout=5)
     assert isinstance(error, CompilerBusyError) and "every request" in error.message
     del masks.compiled[NUMBER.key_material()]  # the fake allows one FIRST compile each
-    again = cache.fetch_first(NUMBER)
+    again = fetch_first(cache, NUMBER)
     assert again is not first and not again.done()
     assert masks.land_first(NUMBER) is again.result(timeout=5)
 
