@@ -306,3 +306,27 @@ def test_a_precompiled_constraint_is_not_stopped_by_a_request_that_leaves() -> N
     assert not cache.abandon(joined)  # ...and leaves: start-up still wants it
     assert not source.cancelled()
     source.cancel()
+
+
+def test_an_abandoned_compile_is_not_followed_and_the_next_request_compiles_again() -> None:
+    # Every request left: the cache cancels the compile, and the pool stops it. Its outcome
+    # ends later (the pool's next round): the cache must not wait for that outcome in the
+    # background, or the next request would join the stopped compile's end and get its
+    # "every request left" 429 instead of a compile of its own.
+    sent: list[Compiling] = []
+
+    def compile_fn(constraint: Constraint) -> Compiling:
+        sent.append(Compiling())
+        return sent[-1]
+
+    cache = TableCache(compile_fn, ABC.fingerprint)
+    asked = cache.fetch(Constraint.regex("ab"))
+    assert cache.abandon(asked) and sent[0].cancelled()
+    error = asked.exception(timeout=5)
+    assert isinstance(error, CompilerBusyError) and "every request" in error.message
+    sent[0].outcome.set_exception(CompilerBusyError("stopped: every request left"))
+    again = cache.fetch(Constraint.regex("ab"))
+    assert len(sent) == 2 and again is not asked and not again.done()
+    table = compile_constraint(Constraint.regex("ab"), ABC)
+    sent[1].set_result(table)
+    assert again.result(timeout=5) is table
