@@ -29,15 +29,17 @@ BYTES = TokenVocabulary(
 AB = Constraint.regex("(ab){1,4}")
 
 
-def held_cache() -> tuple[TableCache, list[Future[CompiledTable]]]:
-    """A cache whose compiles never land unless the test lands them, with first masks."""
+def held_cache(with_source: bool = True) -> tuple[TableCache, list[Future[CompiledTable]]]:
+    """A cache whose compiles never land unless the test lands them, with a source of
+    first masks unless `with_source` is False."""
     held: list[Future[CompiledTable]] = []
 
     def compile_fn(constraint: Constraint) -> Future[CompiledTable]:
         held.append(Future())
         return held[-1]
 
-    return TableCache(compile_fn, BYTES.fingerprint, first_masks=DfaMasks()), held
+    source = DfaMasks() if with_source else None
+    return TableCache(compile_fn, BYTES.fingerprint, first_masks=source), held
 
 
 class DfaMasks:
@@ -77,27 +79,12 @@ async def test_first_masks_only_when_asked() -> None:
     service.close()
 
 
-async def test_whole_tables_only_for_an_engine_that_masks_elsewhere() -> None:
-    """vLLM's engine: asked for first masks, it waits for the table all the same."""
-    cache, held = held_cache()
-    service = Constraints(BYTES, cache, first_masks=False)
-    waiting = asyncio.ensure_future(service.compile(AB, first_mask=True))
-    await asyncio.sleep(0.05)
-    assert not waiting.done()
-    table = compile_constraint(AB, BYTES)
-    held[0].set_result(table)
-    assert await waiting is table
-    service.close()
-
-
-async def test_a_cache_without_a_source_of_first_masks_answers_with_the_table() -> None:
-    held: list[Future[CompiledTable]] = []
-
-    def compile_fn(constraint: Constraint) -> Future[CompiledTable]:
-        held.append(Future())
-        return held[-1]
-
-    service = Constraints(BYTES, TableCache(compile_fn, BYTES.fingerprint))
+@pytest.mark.parametrize("case", ["masks elsewhere", "no source"])
+async def test_whole_tables_only_where_no_first_masks_are_served(case: str) -> None:
+    """vLLM's engine (first masks off), or a cache that carries no source of them: asked
+    for first masks, it waits for the table all the same."""
+    cache, held = held_cache(with_source=case == "masks elsewhere")
+    service = Constraints(BYTES, cache, first_masks=case != "masks elsewhere")
     assert service.first_tables is None
     waiting = asyncio.ensure_future(service.compile(AB, first_mask=True))
     await asyncio.sleep(0.05)
