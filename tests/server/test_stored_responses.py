@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -290,6 +291,25 @@ async def test_concurrent_writers_on_one_database(tmp_path: Path) -> None:
             for client in (a, b):
                 assert (await client.responses.retrieve(response.id)).output_text == FREE
     assert not (tmp_path / "a" / "responses.db").exists()
+
+
+def test_a_store_opens_while_another_holds_the_files_write_lock(tmp_path: Path) -> None:
+    """Another server mid-write while the file is still in the rollback journal: switching it
+    to WAL makes SQLite answer "database is locked" at once, not after its busy timeout; the
+    store waits for the writer instead (this failed one run in ten with two servers)."""
+    path = tmp_path / "r.db"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("CREATE TABLE other (a)")
+    other.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.3, other.execute, ("COMMIT",))
+    release.start()
+    store = ResponseStore(path, retention_s=60.0, max_bytes=1 << 20)
+    store.put("", {"id": "resp_a"}, [])
+    release.join()
+    assert store.get("", "resp_a") is not None
+    with sqlite3.connect(path) as fresh:
+        assert fresh.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    other.close()
 
 
 def test_a_failed_write_leaves_nothing(tmp_path: Path) -> None:

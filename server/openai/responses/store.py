@@ -93,12 +93,12 @@ class ResponseStore:
             db = sqlite3.connect(
                 self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
             )
-            db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=FULL")
-            db.executescript(SCHEMA)
-            self._local.db = db
             with self._lock:
+                if not self._connections:
+                    _set_up(db)
                 self._connections.append(db)
+            self._local.db = db
         return db
 
     def put(self, owner: str, body: dict[str, Any], context: list[dict[str, Any]]) -> None:
@@ -158,3 +158,30 @@ class ResponseStore:
             connections, self._connections = self._connections, []
         for db in connections:
             db.close()
+
+
+def _set_up(db: sqlite3.Connection) -> None:
+    """Put the file in WAL mode and make the schema, once per process, racing other servers.
+
+    Switching the journal mode takes the file whole, and SQLite answers "database is locked"
+    at once (not after its busy timeout) while another connection is opening or setting it
+    up: that is retried here, up to the same timeout. The schema is made in an IMMEDIATE
+    transaction, which waits its turn for the write lock instead of failing to upgrade."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
