@@ -16,6 +16,7 @@ from gclm.compiler.front.json_schema.ops import (
     ASSERTIONS,
     NUMERIC,
     Node,
+    canonical,
     json_type,
     keyword_types,
     member,
@@ -105,8 +106,15 @@ class Prover:
             "integer": set(NUMERIC) | {"multipleOf"},
             "number": set(NUMERIC) | {"multipleOf"},
             "string": {"minLength", "maxLength", "pattern"},
-            "array": {"minItems", "maxItems"},
-            "object": {"required", "minProperties", "maxProperties"},
+            "array": {"minItems", "maxItems", "uniqueItems", "contains"},
+            "object": {
+                "required",
+                "minProperties",
+                "maxProperties",
+                "patternProperties",
+                "propertyNames",
+                "dependentRequired",
+            },
         }
         rest = (s.keys() & ASSERTIONS) - handled - {"format"}
         relevant = {k for k in rest if _applies(k, t)}
@@ -124,19 +132,48 @@ class Prover:
         if t == "string":
             return string_ok({k: s[k] for k in relevant}, v)
         if t == "array":
-            ok = s.get("minItems", 0) <= len(v) <= s.get("maxItems", len(v))
-            items = s.get("items", True)
-            if not ok or isinstance(items, list):
-                return None if ok else False
-            return _all3(self.holds(items, x) for x in v)
+            return self._check_array(s, v)
         if t == "object":
-            if any(r not in v for r in s.get("required", [])):
-                return False
-            if not s.get("minProperties", 0) <= len(v) <= s.get("maxProperties", len(v)):
-                return False
-            props, extra = s.get("properties", {}), s.get("additionalProperties", True)
-            return _all3(self.holds(props.get(k, extra), x) for k, x in v.items())
+            return self._check_object(s, v)
         return True
+
+    def _check_array(self, s: dict[str, Any], v: list[Any]) -> bool | None:
+        ok = s.get("minItems", 0) <= len(v) <= s.get("maxItems", len(v))
+        if ok and s.get("uniqueItems") is True:
+            ok = len({canonical(_plain(x)) for x in v}) == len(v)
+        items = s.get("items", True)
+        if not ok or isinstance(items, list) or "minContains" in s or "maxContains" in s:
+            return None if ok else False
+        results = [self.holds(items, x) for x in v]
+        if "contains" in s:
+            found = [self.holds(s["contains"], x) for x in v]
+            results.append(True if True in found else None if None in found else False)
+        return _all3(results)
+
+    def _check_object(self, s: dict[str, Any], v: dict[str, Any]) -> bool | None:
+        """Each key's value against `properties`, the `patternProperties` its name matches
+        (Python's re standing in for ECMA-262, as in string_ok) or else
+        `additionalProperties`; names against `propertyNames`; `required` and counts."""
+        if any(r not in v for r in s.get("required", [])):
+            return False
+        if not s.get("minProperties", 0) <= len(v) <= s.get("maxProperties", len(v)):
+            return False
+        for key, needs in s.get("dependentRequired", {}).items():
+            if key in v and isinstance(needs, list) and any(n not in v for n in needs):
+                return False
+        props, extra = s.get("properties", {}), s.get("additionalProperties", True)
+        patterns = s.get("patternProperties", {})
+        results: list[bool | None] = []
+        for key, value in v.items():
+            try:
+                matched = [sub for p, sub in patterns.items() if re.search(p, key)]
+            except re.error:
+                return None
+            subs = ([props[key]] if key in props else []) + matched
+            results += [self.holds(sub, value) for sub in subs or [extra]]
+            if "propertyNames" in s:
+                results.append(self.holds(s["propertyNames"], key))
+        return _all3(results)
 
     def rejects(self, schema: Any, node: Node | None) -> bool:
         """True when every value `node` generates is proven invalid against `schema`."""
@@ -230,6 +267,17 @@ class Prover:
 def _applies(keyword: str, t: str) -> bool:
     types = keyword_types(keyword)
     return not types or t in types or t == "integer" and "number" in types
+
+
+def _plain(value: Any) -> Any:
+    """`value` with integral floats as ints, so that canonical() keys JSON equality (1.0 is 1)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_plain(x) for x in value]
+    if isinstance(value, dict):
+        return {k: _plain(x) for k, x in value.items()}
+    return value
 
 
 def _all3(results: Any) -> bool | None:
