@@ -189,15 +189,52 @@ def _multiples_regex(lo: int | None, hi: int | None, step: int, pointer: str) ->
     if lo is not None and hi is not None and (hi - lo) // step <= _ENUMERATE_LIMIT:
         first = -(-lo // step) * step
         return _alt([str(v) for v in range(first, hi + 1, step)])
-    if 1000 % step == 0 and (lo is None or lo in (0, 1)) and hi is None:
-        # Divisibility by a divisor of 1000 depends only on the last three digits.
-        small = "|".join(str(v) for v in range(step if lo == 1 else 0, 1000, step))
-        tails = "|".join(f"{v:03d}" for v in range(0, 1000, step))
-        nonneg = f"(?:{small}|[1-9][0-9]*(?:{tails}))"
-        return nonneg if lo is not None else f"-?{nonneg}"
+    if 1000 % step == 0:
+        negative = None
+        if lo is None or lo < 0:  # magnitudes from max(1, -hi) up to -lo
+            bottom = 1 if hi is None or hi >= 0 else -hi
+            inner = _thousands_multiples(bottom, None if lo is None else -lo, step)
+            negative = None if inner is None else "-" + inner
+        nonneg = None if hi is not None and hi < 0 else max(lo or 0, 0)
+        return _alt([negative, None if nonneg is None else _thousands_multiples(nonneg, hi, step)])
     raise UnsupportedSchemaError(
         "multipleOf", pointer, f"multipleOf {step} with these bounds is not supported"
     )
+
+
+def _thousands_multiples(lo: int, hi: int | None, step: int) -> str | None:
+    """Regex for canonical decimals of the multiples of `step` (a divisor of 1000) in [lo, hi]
+    (lo >= 0; hi None: no bound); None when there are none. Divisibility by a divisor of 1000
+    depends on the last three digits only: a number of four digits or more is a prefix (the
+    thousands, compared with the bounds' own) and a three-digit tail from the multiples
+    below 1000, and the numbers below 1000 are listed."""
+    if hi is not None and hi < lo:
+        return None
+
+    def tails(a: int, b: int) -> str | None:
+        listed = [f"{v:03d}" for v in range(-(-a // step) * step, b + 1, step)]
+        return _alt(listed) if listed else None
+
+    parts: list[str | None] = []
+    below = 999 if hi is None else min(hi, 999)
+    parts += [str(v) for v in range(-(-lo // step) * step, below + 1, step)]
+    if hi is not None and hi < 1000:
+        return _alt(parts) if parts else None
+    first, first_tail = divmod(max(lo, 1000), 1000)
+    last, last_tail = (None, 999) if hi is None else divmod(hi, 1000)
+    if first == last:
+        tail = tails(first_tail, last_tail)
+        parts.append(None if tail is None else f"{first}{tail}")
+    else:
+        tail = tails(first_tail, 999)
+        parts.append(None if tail is None else f"{first}{tail}")
+        middle = nonneg_int_range(first + 1, None if last is None else last - 1)
+        every = _alt([f"{v:03d}" for v in range(0, 1000, step)])
+        parts.append(None if middle is None else middle + every)
+        if last is not None:
+            tail = tails(0, last_tail)
+            parts.append(None if tail is None else f"{last}{tail}")
+    return _alt(parts) if any(p is not None for p in parts) else None
 
 
 # ----------------------------------------------------------------------------- decimals
