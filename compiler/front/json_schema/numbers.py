@@ -17,6 +17,9 @@ from typing import Any
 from gclm.errors import ConstraintError, UnsupportedSchemaError, quote
 
 _ENUMERATE_LIMIT = 1000  # a bounded multipleOf with at most this many values is listed
+# An integer multipleOf dividing 10**d, d up to this, is written by its last d digits (at
+# most 625 tails: 16 divides 10**4).
+_TAIL_DIGITS = 4
 
 
 def number_regex(node: dict[str, Any], pointer: str) -> str | None:
@@ -189,48 +192,50 @@ def _multiples_regex(lo: int | None, hi: int | None, step: int, pointer: str) ->
     if lo is not None and hi is not None and (hi - lo) // step <= _ENUMERATE_LIMIT:
         first = -(-lo // step) * step
         return _alt([str(v) for v in range(first, hi + 1, step)])
-    if 1000 % step == 0:
+    digits = next((d for d in range(1, _TAIL_DIGITS + 1) if 10**d % step == 0), None)
+    if digits is not None:
         negative = None
         if lo is None or lo < 0:  # magnitudes from max(1, -hi) up to -lo
             bottom = 1 if hi is None or hi >= 0 else -hi
-            inner = _thousands_multiples(bottom, None if lo is None else -lo, step)
+            inner = _tail_multiples(bottom, None if lo is None else -lo, step, digits)
             negative = None if inner is None else "-" + inner
         nonneg = None if hi is not None and hi < 0 else max(lo or 0, 0)
-        return _alt([negative, None if nonneg is None else _thousands_multiples(nonneg, hi, step)])
+        positive = None if nonneg is None else _tail_multiples(nonneg, hi, step, digits)
+        return _alt([negative, positive])
     raise UnsupportedSchemaError(
         "multipleOf", pointer, f"multipleOf {step} with these bounds is not supported"
     )
 
 
-def _thousands_multiples(lo: int, hi: int | None, step: int) -> str | None:
-    """Regex for canonical decimals of the multiples of `step` (a divisor of 1000) in [lo, hi]
-    (lo >= 0; hi None: no bound); None when there are none. Divisibility by a divisor of 1000
-    depends on the last three digits only: a number of four digits or more is a prefix (the
-    thousands, compared with the bounds' own) and a three-digit tail from the multiples
-    below 1000, and the numbers below 1000 are listed."""
+def _tail_multiples(lo: int, hi: int | None, step: int, digits: int) -> str | None:
+    """Regex for canonical decimals of the multiples of `step` (a divisor of 10**digits) in
+    [lo, hi] (lo >= 0; hi None: no bound); None when there are none. Divisibility by a
+    divisor of 10**digits depends on the last `digits` digits only: a longer number is a
+    prefix (compared with the bounds' own) and a tail from the multiples below 10**digits,
+    and the numbers below 10**digits are listed."""
     if hi is not None and hi < lo:
         return None
+    base = 10**digits
 
     def tails(a: int, b: int) -> str | None:
-        listed = [f"{v:03d}" for v in range(-(-a // step) * step, b + 1, step)]
+        listed = [f"{v:0{digits}d}" for v in range(-(-a // step) * step, b + 1, step)]
         return _alt(listed) if listed else None
 
     parts: list[str | None] = []
-    below = 999 if hi is None else min(hi, 999)
+    below = base - 1 if hi is None else min(hi, base - 1)
     parts += [str(v) for v in range(-(-lo // step) * step, below + 1, step)]
-    if hi is not None and hi < 1000:
+    if hi is not None and hi < base:
         return _alt(parts) if parts else None
-    first, first_tail = divmod(max(lo, 1000), 1000)
-    last, last_tail = (None, 999) if hi is None else divmod(hi, 1000)
+    first, first_tail = divmod(max(lo, base), base)
+    last, last_tail = (None, base - 1) if hi is None else divmod(hi, base)
     if first == last:
         tail = tails(first_tail, last_tail)
         parts.append(None if tail is None else f"{first}{tail}")
     else:
-        tail = tails(first_tail, 999)
+        tail = tails(first_tail, base - 1)
         parts.append(None if tail is None else f"{first}{tail}")
         middle = nonneg_int_range(first + 1, None if last is None else last - 1)
-        every = _alt([f"{v:03d}" for v in range(0, 1000, step)])
-        parts.append(None if middle is None else middle + every)
+        parts.append(None if middle is None else middle + _alt([tails(0, base - 1)]))
         if last is not None:
             tail = tails(0, last_tail)
             parts.append(None if tail is None else f"{last}{tail}")

@@ -50,11 +50,12 @@ NODES = [
     {"type": "number", "multipleOf": 0.25, "minimum": -1.3, "maximum": 2.1},
     {"type": "number", "multipleOf": 0.01, "minimum": 0.5, "maximum": 0.75},
     {"type": "integer", "multipleOf": 2.5, "minimum": 0, "maximum": 40},
-    # A divisor of 1000 with any bounds: the thousands against the bounds', the last three
-    # digits from the multiples below 1000.
+    # A divisor of 10,000 with any bounds: the leading digits against the bounds', the last
+    # ones from the multiples below a power of ten.
     {"type": "integer", "multipleOf": 5, "minimum": 10},
     {"type": "integer", "multipleOf": 25, "minimum": 1250},
     {"type": "integer", "multipleOf": 8, "minimum": -3000, "maximum": 123456},
+    {"type": "integer", "multipleOf": 16, "minimum": 100},
     {"type": "integer", "multipleOf": 50, "maximum": -20},
     {"type": "integer", "multipleOf": 4, "exclusiveMinimum": 1003, "exclusiveMaximum": 99999},
     {"type": "number", "multipleOf": 10, "minimum": 15},
@@ -100,7 +101,7 @@ def test_no_bounds_means_outlines_core_handles_it():
     [
         {"type": "number", "multipleOf": 2.5},  # unbounded
         {"type": "number", "multipleOf": 0.3, "minimum": 0, "maximum": 1000},  # 3,334 values
-        {"type": "integer", "multipleOf": 3, "minimum": 10},  # 3 does not divide 1000
+        {"type": "integer", "multipleOf": 3, "minimum": 10},  # 3 divides no power of ten
     ],
 )
 def test_unsupported_multiple_of_names_the_pointer(node):
@@ -132,13 +133,13 @@ def test_empty_range_is_a_clear_constraint_error(node: dict) -> None:
     assert "encoding" not in caught.value.message
 
 
-@pytest.mark.parametrize("step", [2, 8, 25, 125, 500, 1000])
+@pytest.mark.parametrize("step", [2, 8, 16, 25, 625, 1000, 2000])
 @pytest.mark.parametrize(
     "bounds",
     [{"minimum": 10}, {"minimum": 1250}, {"minimum": -3000, "maximum": 123456},
      {"maximum": -20}, {"minimum": 999, "maximum": 5001}, {"minimum": -7777}, {}],
 )  # fmt: skip
-def test_multiples_of_a_divisor_of_1000_within_any_bounds(step, bounds):
+def test_multiples_of_a_divisor_of_10000_within_any_bounds(step, bounds):
     """Every integer from -8,000 to 8,000 and around 123,456 (the bounds' thousands and
     those beside them): the regex accepts exactly the multiples within the bounds."""
     node = {"type": "integer", "multipleOf": step, **bounds}
