@@ -25,6 +25,8 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,8 +107,7 @@ class ResponseStore:
         """Store a whole response (one transaction); expired rows are purged now and then."""
         now = time.time()
         db = self._db()
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with _immediate(db):
             db.execute(
                 "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
                 (
@@ -121,10 +122,6 @@ class ResponseStore:
             if now - self._purged >= PURGE_EVERY_S:
                 self._purged = now
                 db.execute("DELETE FROM responses WHERE expires_at <= ?", (now,))
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     def get(self, owner: str, response_id: str) -> StoredResponse | None:
         """The response `response_id` of `owner`, unless unknown, expired or deleted."""
@@ -176,11 +173,19 @@ def _set_up(db: sqlite3.Connection) -> None:
             if "locked" not in str(error) or time.monotonic() > deadline:
                 raise
             time.sleep(0.01)
-    db.execute("BEGIN IMMEDIATE")
-    try:
+    with _immediate(db):
         for statement in SCHEMA.split(";"):
             if statement.strip():
                 db.execute(statement)
+
+
+@contextmanager
+def _immediate(db: sqlite3.Connection) -> Iterator[None]:
+    """One IMMEDIATE transaction (it takes the write lock first, waiting its turn up to the
+    busy timeout): committed whole, or rolled back whole on any error."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
