@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import torch
 
+from gclm.errors import CompileLimitError
 from gclm.masking.bitmask import apply_bitmask, fill_bitmask, fill_unconstrained
 from gclm.masking.policy import BudgetPolicy
 from gclm.masking.state import ConstraintState
@@ -40,7 +41,11 @@ _FREE = MaskRow(None)
 
 
 def mask_rows(
-    logits: torch.Tensor, bitmask: torch.Tensor, rows: Sequence[MaskRow], vocab_size: int
+    logits: torch.Tensor,
+    bitmask: torch.Tensor,
+    rows: Sequence[MaskRow],
+    vocab_size: int,
+    failed: dict[int, CompileLimitError] | None = None,
 ) -> None:
     """Mask `logits` [B, V_logits] in place: row i to what `rows[i]` allows, then its policy.
 
@@ -50,8 +55,12 @@ def mask_rows(
             rows are overwritten.
         rows: one MaskRow per logits row.
         vocab_size: the tokenizer's vocabulary size (unconstrained rows allow every id below).
+        failed: where given, a row whose mask source passes one of its limits while it
+            grows the row (compiler/grown/pushdown.py's) is recorded here by its index,
+            its logits left unmasked (the caller fails that row), instead of raising.
     Raises:
         InternalError: a row's state already consumed EOS, or allows no token.
+        CompileLimitError: a row's mask source passed a limit, and `failed` is None.
     """
     count = len(rows)
     if logits.shape[0] != count:
@@ -59,11 +68,19 @@ def mask_rows(
     for i, row in enumerate(rows):
         if row.state is None:
             fill_unconstrained(bitmask, i, vocab_size)
-        else:
+            continue
+        try:
             fill_bitmask(bitmask, i, row.state, row.tokens_left)
+        except CompileLimitError as e:
+            if failed is None:
+                raise
+            failed[i] = e
+            fill_unconstrained(bitmask, i, vocab_size)
     apply_bitmask(logits, bitmask[:count])
     for i, row in enumerate(rows):
         state, policy = row.state, row.policy
+        if failed and i in failed:
+            continue
         if policy is not None and state is not None and state.budget_aware:
             assert row.tokens_left is not None  # a budget-aware row always has a budget
             policy.adjust(logits[i], state, row.tokens_left, row.budget)

@@ -40,12 +40,16 @@ class Constraint:
     - choice: `spec` is the JSON list of choices
 
     `additional_properties` (json_schema only) is one of ADDITIONAL_PROPERTIES.
+    `pushdown` (grammar only): rules that recurse inside their alternatives are served with
+    a stack, by the server's own masks (compiler/grown/pushdown.py), not unrolled into a
+    regex; such a constraint has no whole table.
     """
 
     kind: str
     spec: str
     whitespace: str = DEFAULT_WHITESPACE
     additional_properties: str = "declared"
+    pushdown: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -57,6 +61,8 @@ class Constraint:
             )
         if self.additional_properties != "declared" and self.kind != "json_schema":
             raise ConstraintError("additional_properties applies to a JSON Schema only.")
+        if self.pushdown and self.kind != "grammar":
+            raise ConstraintError("pushdown applies to a Lark grammar only.")
 
     @classmethod
     def json_schema(
@@ -128,6 +134,8 @@ class Constraint:
         key = [self.kind, self.spec, self.whitespace]
         if self.additional_properties != "declared":  # the default keeps its old keys
             key.append(self.additional_properties)
+        if self.pushdown:
+            key.append("pushdown")
         return json.dumps(key, ensure_ascii=False)
 
     def as_spec(self) -> dict[str, Any]:

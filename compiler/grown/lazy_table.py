@@ -139,6 +139,9 @@ class LazyTable:
 
     upper: np.ndarray | array.array[int]  # by state: the token distance is at most this
     lower: np.ndarray | array.array[int]  # by state: the token distance is at least this
+    # Whether no whole table stands behind it (compiler/grown/pushdown.py's): then every
+    # request on its constraint is served from it, budgets and all.
+    final = False
 
     def __init__(self, dfa: ByteDfa, vocab: TokenVocabulary) -> None:
         """Bounds for every state of `dfa`; no state is walked yet.

@@ -41,9 +41,11 @@ from typing import Any, Protocol
 
 from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.front.deadline import OutOfTime, work_deadline
+from gclm.compiler.front.grammar.frames import grammar_frames
 from gclm.compiler.front.regex import to_regex
 from gclm.compiler.grown.lazy_dfa import GrowingLazyTable
 from gclm.compiler.grown.lazy_table import LazyTable
+from gclm.compiler.grown.pushdown import PushdownTable
 from gclm.compiler.grown.regex_nfa import NfaTooLarge
 from gclm.compiler.grown.regex_parse import Unsupported
 from gclm.compiler.service.compile_job import Compiling, copy_outcome, settle
@@ -81,6 +83,9 @@ GROW_LANE_DEPTH = 2
 
 class FirstMasksSource(Protocol):
     """Where FirstTables' LazyTables come from: FirstMasks below, or a test's fake."""
+
+    # Whether `compile` grows tables in this process (a `pushdown` grammar's among them).
+    grows: bool
 
     def __call__(self, constraint: Constraint) -> Future[LazyTable | None] | None:
         """The LazyTable of `constraint`'s whole compile in flight, the same Future for
@@ -131,6 +136,7 @@ class FirstMasks:
         self._early_dfa = early_dfa
         self._submit_first = submit_first
         self.vocab = vocab
+        self.grows = grow
         self.grown = 0  # tables grown here instead of a worker's FIRST compile
         self.grow_seconds = 0.0
         self._growing = 0  # grows queued or running on `_grower`
@@ -190,6 +196,13 @@ class FirstMasks:
             if lane_free:
                 self._growing += 1
         if not lane_free:
+            if constraint.pushdown:  # grown here or nowhere: no worker makes its masks
+                return Compiling.ended(
+                    CompilerBusyError(
+                        "The server is growing other constraints' masks; retry shortly.",
+                        retry_after=1.0,
+                    )
+                )
             # A worker's FIRST compile instead: a new constraint is not queued behind
             # others (the pool demotes slow compiles, and bounds each by CPU and memory).
             return self._made(self._submit_first(constraint))
@@ -205,11 +218,50 @@ class FirstMasks:
         handed to the heavy lane), else a worker's FIRST compile; nothing where `out` was
         cancelled while queued (every request that asked for it left)."""
         try:
-            if not out.cancelled():
+            if not out.cancelled() and not self._grow_pushdown(constraint, out):
                 self._grow_here(constraint, out, None)
         finally:
             with self._lock:
                 self._growing -= 1
+
+    def _grow_pushdown(
+        self, constraint: Constraint, out: Compiling[CompiledTable | LazyTable | None]
+    ) -> bool:
+        """A `pushdown` grammar's PushdownTable into `out` (or its error); False where the
+        grammar has no rule that recurses inside its alternatives (its regex is exact)."""
+        if not constraint.pushdown:
+            return False
+        started = time.perf_counter()
+        try:
+            with work_deadline(LIGHT_REGEX_SECONDS):
+                frames = grammar_frames(constraint.spec)
+                if frames is None:
+                    return False
+                table = PushdownTable.of_frames(frames, self.vocab)
+        except OutOfTime:
+            out.end(
+                CompileLimitError(
+                    f"The grammar took over {LIGHT_REGEX_SECONDS:g} s to prepare. Use fewer "
+                    "rules, alternatives or counts."
+                )
+            )
+            return True
+        except ConstraintError as e:
+            out.end(e)
+            return True
+        except (Unsupported, ValueError) as e:
+            out.end(ConstraintError(f"The grammar cannot be served with recursion: {e}"))
+            return True
+        except BaseException as e:  # never leave `out` unanswered
+            log.exception("could not grow the pushdown masks of a grammar")
+            out.end(e)
+            return True
+        table.compile_seconds = time.perf_counter() - started
+        with self._lock:
+            self.grown += 1
+            self.grow_seconds += table.compile_seconds
+        out.end(table)
+        return True
 
     def _grow_heavy(
         self, constraint: Constraint, out: Compiling[CompiledTable | LazyTable | None], regex: str

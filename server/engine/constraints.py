@@ -79,6 +79,10 @@ class Constraints(PreparesConstraints):
         self._waiting: dict[Future[Any], int] = {}
         self._waiting_lock = threading.Lock()
 
+    @property
+    def grows_pushdown(self) -> bool:
+        return self.first_tables is not None and self.first_tables.source.grows
+
     async def compile(
         self, constraint: Constraint, *, first_mask: bool = False, deadline: float | None = None
     ) -> CompiledTable | LazyTable:

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import weakref
 from concurrent.futures import Future
+from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +69,13 @@ class PreparesConstraints:
         """The BudgetPolicy called `name` (masking.graceful.POLICY_NAMES); None for "none"."""
         raise NotImplementedError
 
+    @property
+    def grows_pushdown(self) -> bool:
+        """Whether `compile` grows a grammar's pushdown masks in this process (a grammar
+        whose rules recurse inside their alternatives is then served with no depth cap:
+        compiler/grown/pushdown.py); else such a grammar is unrolled into a regex."""
+        return False
+
     @cached_property
     def _charges(self) -> CompileCharges:
         return CompileCharges()
@@ -102,7 +110,21 @@ class PreparesConstraints:
             CompilerBusyError: past `deadline`, while the compile goes on.
         """
         paced = self.budget_policy(policy) if budget_aware else None
+        if constraint.kind == "grammar" and thinking is None and self.grows_pushdown:
+            constraint = replace(constraint, pushdown=True)
         table = await self._compiled(constraint, thinking is None, deadline, report)
+        if not isinstance(table, CompiledTable) and table.final:  # no whole table behind it
+            max_tokens = await asyncio.to_thread(
+                self._lazy_budget, table, budget, budget_aware, None, deadline
+            )
+            assert max_tokens is not None  # a final source's searches are bounded, not refused
+            if paced is not None and not paced.serves_lazily(table, max_tokens):
+                # A policy plans a tight budget over a whole table, which this has none
+                # of: the masks alone keep the output complete (docs/grammars.md).
+                paced = None
+            if report is not None:
+                report.first_masks()
+            return PreparedConstraint(table, None, budget_aware, paced, constraint), max_tokens
         if not isinstance(table, CompiledTable):  # first masks
             max_tokens = await asyncio.to_thread(
                 self._lazy_budget, table, budget, budget_aware, paced, deadline

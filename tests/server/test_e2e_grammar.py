@@ -65,6 +65,82 @@ def test_structured_outputs_grammar_parses_at_every_budget(client: openai.OpenAI
         assert done.usage.completion_tokens <= 2 * budget
 
 
+# Recursion inside rules, served by the pushdown masks (compiler/grown/pushdown.py): name:
+# (grammar, what opens a level, its closer).
+NESTED = {
+    "lists": (
+        'start: value\nvalue: "[" (value ("," value)*)? "]" | DIGIT\n%import common.DIGIT',
+        "[",
+        "]",
+    ),
+    "calls": ('start: e\ne: "f(" e ("," e)* ")" | INT\n%import common.INT', "f(", ")"),
+    "parens": ('start: t\nt: "(" t ")" | "x"', "(", ")"),
+}
+
+
+def nesting(text: str, opener: str, closer: str) -> int:
+    depth = deepest = at = 0
+    while at < len(text):
+        if text.startswith(opener, at):
+            depth += 1
+            deepest = max(deepest, depth)
+            at += len(opener)
+            continue
+        depth -= text[at] == closer
+        at += 1
+    return deepest
+
+
+@pytest.mark.parametrize("name", NESTED)
+def test_recursion_nests_as_deep_as_the_budget_allows(
+    name: str, client: openai.OpenAI, embedded_tokenizer: Any
+) -> None:
+    """logit_bias pushes every token made of the opener's characters; with max_tokens 64 the output
+    nests at least 10 deep (the unrolled regex stopped at 3), parses, and stops in time."""
+    grammar, opener, closer = NESTED[name]
+    vocab = embedded_tokenizer.get_vocab()
+    openers = {
+        str(i): 100
+        for token, i in vocab.items()
+        if (text := embedded_tokenizer.convert_tokens_to_string([token]))
+        and set(text) <= set(opener)
+    }
+    assert openers, opener
+    request = {
+        "model": MODEL,
+        "prompt": "Nested: ",
+        "extra_body": {"structured_outputs": {"grammar": grammar}},
+        "logit_bias": openers,
+        "temperature": 0,
+    }
+    done = client.completions.create(max_tokens=64, **request)
+    text = done.choices[0].text
+    checker(grammar).parse(text)
+    assert done.choices[0].finish_reason == "stop"
+    assert done.usage.completion_tokens <= 64
+    assert nesting(text, opener, closer) >= 10, text
+
+
+def test_a_recursive_grammars_minimum_is_named_and_suffices(client: openai.OpenAI) -> None:
+    grammar = 'start: t ";" t ";" t\nt: "(" t ")" | "Q"'
+    request = {
+        "model": MODEL,
+        "prompt": "Nested: ",
+        "extra_body": {"structured_outputs": {"grammar": grammar}},
+        "temperature": 1.0,
+        "seed": 1,
+    }
+    low = minimum(client.completions.create, **request)
+    assert low > 1
+    with pytest.raises(openai.BadRequestError, match=f"needs {low} "):
+        client.completions.create(max_tokens=low - 1, **request)
+    for budget in (low, low + 1, low + 5):
+        done = client.completions.create(max_tokens=budget, n=3, **request)
+        for choice in done.choices:
+            checker(grammar).parse(choice.text)
+            assert choice.finish_reason == "stop"
+
+
 def test_custom_tool_calls_parse_streamed_and_not(client: openai.OpenAI) -> None:
     parser = checker(LIST)
     request = {

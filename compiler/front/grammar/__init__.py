@@ -1,5 +1,6 @@
 """Lark grammars as regexes: the constraint kind `grammar` (custom tools, and
-`structured_outputs.grammar`)."""
+`structured_outputs.grammar`); frames.py keeps recursive rules as calls for the pushdown
+masks (compiler/grown/pushdown.py)."""
 
 from gclm.compiler.front.grammar.lark_regex import (
     GrammarLimits,

@@ -26,6 +26,7 @@ samples its first token. Other prompts are prefilled a chunk per step, as above
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -37,7 +38,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from gclm.compiler import CompilerPool, TableCache, TokenVocabulary
-from gclm.errors import EngineDeadError, GclmError, InternalError, InvalidRequestError
+from gclm.errors import (
+    CompileLimitError,
+    EngineDeadError,
+    GclmError,
+    InternalError,
+    InvalidRequestError,
+)
 from gclm.masking import allocate_bitmask
 from gclm.masking.apply import MaskRow, mask_rows
 from gclm.masking.drafts import Drafter
@@ -315,13 +322,16 @@ class BatchEngine(TokenizerEngine):
             seqs = [running[i] for i in rows]
             step = _rows_at(logits, rows, position)  # [b, V] float32, written in place
             apply_penalties(step, seqs)  # before the mask: output stays valid
-            self._mask(step, seqs)
+            failed = self._mask(step, seqs)
             tokens = sample(step, seqs)  # [b]
             logprobs = token_logprobs(step, tokens, seqs, self.token_names)  # after the mask
             kept, feeds = [], []
-            for i, seq, t, lp in zip(rows, seqs, tokens, logprobs, strict=True):
+            for j, (i, seq, t, lp) in enumerate(zip(rows, seqs, tokens, logprobs, strict=True)):
                 drafts = fed.get(seq, [])[1:]
-                if seq.update(t, self.eos_ids, lp):
+                if j in failed:  # its mask source passed a limit: this row ends, not the batch
+                    seq.fail(failed[j])
+                    done.append(seq)
+                elif seq.update(t, self.eos_ids, lp):
                     done.append(seq)
                 elif position < len(drafts) and t == drafts[position]:
                     kept.append(i)  # the next position's logits follow from this token
@@ -437,16 +447,19 @@ class BatchEngine(TokenizerEngine):
         if state is not None and self.draft_tokens:
             # A pass feeds every row as many tokens as the longest feed (DRAFT_TOKENS).
             limit = self.draft_tokens // max(1, len(self._running))
-            feed += self._drafter.draft(state, seq.tokens_left, limit - 1)
+            with contextlib.suppress(CompileLimitError):  # the next mask fails the row
+                feed += self._drafter.draft(state, seq.tokens_left, limit - 1)
         self._feed[seq] = feed
 
-    def _mask(self, logits: torch.Tensor, seqs: list[Sequence]) -> None:
+    def _mask(self, logits: torch.Tensor, seqs: list[Sequence]) -> dict[int, CompileLimitError]:
+        """Mask each row to its constraint; the rows whose mask source passed one of its
+        limits (by index: to be failed), unmasked."""
         if all(seq.constraint_state is None for seq in seqs):
             # What mask_rows would do for free rows alone: every token allowed, the model's
             # padded output columns (no token has their ids) not.
             if logits.shape[-1] > self.vocab.size:
                 logits[:, self.vocab.size :] = -torch.inf
-            return
+            return {}
         rows = [
             MaskRow.free()
             if seq.constraint_state is None
@@ -458,7 +471,9 @@ class BatchEngine(TokenizerEngine):
             )
             for seq in seqs
         ]
-        mask_rows(logits, self._bitmask, rows, self.vocab.size)
+        failed: dict[int, CompileLimitError] = {}
+        mask_rows(logits, self._bitmask, rows, self.vocab.size, failed)
+        return failed
 
     def _evict(self, done: list[Sequence]) -> None:
         if not done:

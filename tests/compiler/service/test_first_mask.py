@@ -60,6 +60,8 @@ class HeldMasks:
     """A first_masks source whose LazyTables arrive when the test says so: one per whole
     compile in flight, as FirstMasks gives one per compile, and one per FIRST compile."""
 
+    grows = False
+
     def __init__(self) -> None:
         self.asked: list[Constraint] = []
         self.futures: dict[str, Future[LazyTable | None]] = {}

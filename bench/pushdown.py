@@ -1,0 +1,251 @@
+"""Recursive grammars: gclm's pushdown masks beside llguidance's, same grammars and tokenizer.
+
+    python -m bench.pushdown [--json PATH] [--steps 48] [--repeats 3]
+
+For each grammar (rules that recurse inside their alternatives; no depth cap on either side):
+
+- first mask: a new grammar's first mask (gclm: frames, the NFA, the first walk; llguidance:
+  grammar_from_lark, an LLMatcher, its first bitmask), and a cached one's (gclm: the row of
+  a table already made; llguidance: a new matcher of a grammar already parsed, its bitmask);
+- per step at batch 8 and 64: B sequences generate with random choices pushed toward the
+  opening token (so that they nest deep, where a regex unrolled 3 deep stops), each
+  through gclm's masks with its budget; the time to fill the B rows of a bitmask per
+  step. llguidance replays the same tokens: a matcher per row, `fill_next_token_bitmask`
+  per row, then `consume_token`. Tokens llguidance rejects are counted (none expected:
+  gclm's language is Lark's).
+
+Medians over the steps and the repeats; prints gclm / llguidance ratios, writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+GRAMMARS = {
+    "lists": (
+        'start: value\nvalue: "[" (value ("," value)*)? "]" | DIGIT\n%import common.DIGIT',
+        "[",
+    ),
+    "calls": ('start: e\ne: "f(" e ("," e)* ")" | INT\n%import common.INT', "f("),
+    "arithmetic": (
+        """start: sum
+sum: product (("+"|"-") product)*
+product: atom ("*" atom)*
+atom: INT | "(" sum ")" | "-" atom
+%import common.INT
+%import common.WS
+%ignore WS""",
+        "(",
+    ),
+    "json": (
+        r"""start: value
+value: dict | list | ESCAPED_STRING | SIGNED_NUMBER | "true" | "false" | "null"
+list: "[" [value ("," value)*] "]"
+dict: "{" [pair ("," pair)*] "}"
+pair: ESCAPED_STRING ":" value
+%import common.ESCAPED_STRING
+%import common.SIGNED_NUMBER
+%import common.WS
+%ignore WS""",
+        "[",
+    ),
+    "sql_subqueries": (
+        """start: query
+query: "SELECT " cols " FROM " source (" WHERE " cond)?
+cols: NAME (", " NAME)*
+source: NAME | "(" query ")"
+cond: NAME " = " value | cond " AND " cond | "(" cond ")"
+value: INT | "(" query ")"
+NAME: /[a-z]{1,8}/
+%import common.INT""",
+        "(",
+    ),
+    "s_expressions": (
+        """start: sexp
+sexp: ATOM | "(" sexp (" " sexp)* ")"
+ATOM: /[a-z0-9]{1,6}/""",
+        "(",
+    ),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--steps", type=int, default=48, help="tokens each sequence generates")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    import llguidance
+    import llguidance.hf
+
+    from gclm.compiler.vocab.vocabulary import TokenVocabulary
+    from gclm.server.engine.model_loader import load_tokenizer
+
+    tokenizer = load_tokenizer(None)
+    vocab = TokenVocabulary.from_tokenizer(tokenizer)
+    lltok = llguidance.hf.from_tokenizer(tokenizer)
+    _warm(vocab, lltok)
+    results: dict[str, Any] = {"vocab_size": vocab.size, "grammars": {}}
+    print(f"{'grammar':16} {'first new/cached ms (gclm)':>27} {'(llg)':>14}", end="")
+    print(f" {'step b8 ms gclm/llg':>22} {'step b64 ms gclm/llg':>22} {'depth':>6}")
+    for name, (grammar, opener) in GRAMMARS.items():
+        row = _one(name, grammar, opener, vocab, lltok, args.steps, args.repeats)
+        results["grammars"][name] = row
+        print(
+            f"{name:16} {row['gclm_first_new_ms']:12.2f} / {row['gclm_first_cached_ms']:6.3f}"
+            f"{row['llg_first_new_ms']:8.2f} / {row['llg_first_cached_ms']:5.2f}"
+            f"{row['gclm_step_ms'][8]:10.2f} / {row['llg_step_ms'][8]:6.2f}"
+            f"{row['gclm_step_ms'][64]:10.2f} / {row['llg_step_ms'][64]:6.2f}"
+            f"{row['deepest']:6d}"
+        )
+    rows = results["grammars"].values()
+    summary = {
+        "gclm_first_extra_ms_p50": statistics.median(
+            r["gclm_first_new_ms"] - r["gclm_first_cached_ms"] for r in rows
+        ),
+        "step_ratio_b8_median": statistics.median(
+            r["gclm_step_ms"][8] / r["llg_step_ms"][8] for r in rows
+        ),
+        "step_ratio_b64_median": statistics.median(
+            r["gclm_step_ms"][64] / r["llg_step_ms"][64] for r in rows
+        ),
+        "llg_rejected_tokens": sum(r["llg_rejected"] for r in rows),
+    }
+    results["summary"] = summary
+    print(
+        f"new grammar's first mask: p50 {summary['gclm_first_extra_ms_p50']:.1f} ms more than a "
+        f"cached one's; step gclm/llguidance: b8 {summary['step_ratio_b8_median']:.2f}x, "
+        f"b64 {summary['step_ratio_b64_median']:.2f}x (medians over grammars); tokens "
+        f"llguidance rejected: {summary['llg_rejected_tokens']}"
+    )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+
+
+def _warm(vocab: Any, lltok: Any) -> None:
+    """Load both sides' compiled code before anything is timed."""
+    import llguidance
+
+    from gclm.compiler.front.grammar.frames import grammar_frames
+    from gclm.compiler.grown.pushdown import PushdownTable
+
+    grammar = 'start: t\nt: "(" t ")" | "x"'
+    frames = grammar_frames(grammar)
+    assert frames is not None
+    table = PushdownTable.of_frames(frames, vocab)
+    table.row(table.initial, 10)
+    llguidance.LLMatcher(lltok, llguidance.LLMatcher.grammar_from_lark(grammar), log_level=0)
+
+
+def _one(
+    name: str, grammar: str, opener: str, vocab: Any, lltok: Any, steps: int, repeats: int
+) -> dict[str, Any]:
+    import llguidance
+    import llguidance.torch as llt
+
+    from gclm.compiler.front.grammar.frames import grammar_frames
+    from gclm.compiler.grown.pushdown import PushdownTable
+    from gclm.masking import ConstraintState, allocate_bitmask, fill_bitmask
+
+    budget = steps + 16
+    new_g, cached_g, new_l, cached_l = [], [], [], []
+    for r in range(repeats):
+        text = grammar + "\n" * (r + 1)  # a grammar neither side has seen
+        t0 = time.perf_counter()
+        frames = grammar_frames(text)
+        assert frames is not None
+        table = PushdownTable.of_frames(frames, vocab)
+        table.row(table.initial, budget)
+        new_g.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        table.row(table.initial, budget)
+        cached_g.append(time.perf_counter() - t0)
+        bitmask = llt.allocate_token_bitmask(1, lltok.vocab_size)
+        t0 = time.perf_counter()
+        compiled = llguidance.LLMatcher.grammar_from_lark(text)
+        matcher = llguidance.LLMatcher(lltok, compiled, log_level=0)
+        llt.fill_next_token_bitmask(matcher, bitmask, 0)
+        new_l.append(time.perf_counter() - t0)
+        assert not matcher.is_error(), matcher.get_error()
+        t0 = time.perf_counter()
+        matcher = llguidance.LLMatcher(lltok, compiled, log_level=0)
+        llt.fill_next_token_bitmask(matcher, bitmask, 0)
+        cached_l.append(time.perf_counter() - t0)
+
+    opening = np.array(
+        [bool(b) and set(b) <= set(opener.encode()) for b in vocab.token_bytes], dtype=bool
+    )
+    step_g: dict[int, float] = {}
+    step_l: dict[int, float] = {}
+    deepest = rejected = 0
+    for batch in (8, 64):
+        times_g: list[float] = []
+        times_l: list[float] = []
+        for r in range(repeats):
+            frames = grammar_frames(grammar + " " * (r + 1))  # a fresh table each repeat
+            assert frames is not None
+            table = PushdownTable.of_frames(frames, vocab)
+            rng = np.random.default_rng(r)
+            states = [ConstraintState(table) for _ in range(batch)]
+            bitmask = allocate_bitmask(batch, vocab.size)
+            chosen: list[list[int]] = [[] for _ in range(batch)]
+            for step in range(steps):
+                live = [i for i, s in enumerate(states) if not s.finished]
+                if not live:
+                    break
+                t0 = time.perf_counter()
+                for i in live:
+                    fill_bitmask(bitmask, i, states[i], budget - step)
+                times_g.append(time.perf_counter() - t0)
+                for i in live:
+                    allowed = np.flatnonzero(
+                        np.unpackbits(bitmask[i].numpy().view(np.uint8), bitorder="little")
+                    )
+                    allowed = allowed[allowed < vocab.size]
+                    pushed = allowed[opening[allowed]]
+                    pick = pushed if pushed.size and rng.random() < 0.7 else allowed
+                    token = int(rng.choice(pick))
+                    states[i].advance(token, budget - step)
+                    if not states[i].finished:
+                        chosen[i].append(token)
+                        deepest = max(deepest, table.depth(states[i].state))
+            # llguidance: the same tokens, a matcher per row.
+            lark = llguidance.LLMatcher.grammar_from_lark(grammar)
+            matchers = [llguidance.LLMatcher(lltok, lark, log_level=0) for _ in range(batch)]
+            llmask = llt.allocate_token_bitmask(batch, lltok.vocab_size)
+            for step in range(steps):
+                live = [i for i in range(batch) if step < len(chosen[i])]
+                if not live:
+                    break
+                t0 = time.perf_counter()
+                for i in live:
+                    llt.fill_next_token_bitmask(matchers[i], llmask, i)
+                times_l.append(time.perf_counter() - t0)
+                for i in live:
+                    if not matchers[i].consume_token(chosen[i][step]):
+                        rejected += 1
+                        chosen[i] = chosen[i][:step]
+        step_g[batch] = 1e3 * statistics.median(times_g)
+        step_l[batch] = 1e3 * statistics.median(times_l)
+    return {
+        "gclm_first_new_ms": 1e3 * statistics.median(new_g),
+        "gclm_first_cached_ms": 1e3 * statistics.median(cached_g),
+        "llg_first_new_ms": 1e3 * statistics.median(new_l),
+        "llg_first_cached_ms": 1e3 * statistics.median(cached_l),
+        "gclm_step_ms": step_g,
+        "llg_step_ms": step_l,
+        "deepest": deepest,
+        "llg_rejected": rejected,
+    }
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,589 @@
+"""A grammar's masks with a stack: recursion inside rules served with no depth cap.
+
+compiler/front/grammar/frames.py gives a Lark grammar as frames: frame 0 the output, one
+frame per rule on a cycle of calls, each a tree of regex parts and calls. Here:
+
+- `build_rtn` writes every frame into one NFA over bytes (a recursive transition network):
+  regex parts are compiler/grown/regex_nfa.py's NFAs, spliced; a call is an edge that
+  names the frame and the state to return to. Each state's fewest bytes to the end of its
+  own frame (`every`; `single` along bytes that are tokens by themselves) counts a call as
+  its frame's shortest string, found as a fixed point over the frames.
+- `PushdownDfa` determinizes it only where walks go, as compiler/grown/lazy_dfa.py's
+  GrowingDfa does a regex's NFA, with one difference: an NFA state is a configuration, a
+  state and a stack of return states (interned, shared by every configuration on it). A
+  call pushes its return state, the end of a frame pops one. A DFA state is a set of
+  configurations: the readings of the text so far that can still finish. Its byte
+  distance is exact, the least over its configurations of the state's own distance plus
+  those of every return state on its stack: the bytes that close every open frame.
+- `PushdownTable` is a LazyTable over it (compiler/grown/lazy_table.py): the same trie
+  walks, rows and groups. No whole table exists, so budgets are decided by a sound bound
+  rather than the exact token distance: a state fits in k tokens when its shortest way to
+  acceptance along single-byte tokens (every byte-level vocabulary has all 256) is at most
+  k bytes, or when a search found a token path that short (remembered for every state on
+  it, so that each step of it fits again). A token whose successor could finish in time
+  only through longer tokens may be refused; the output is still always complete within
+  max_tokens. The request's minimum is searched exactly from the start state, bounded
+  (PUSHDOWN_SEARCH_STATES and the request's deadline); past that bound it is the byte
+  bound. docs/guarantee.md says which is which.
+
+Walls: a DFA state holds at most MAX_CONFIGURATIONS configurations (an ambiguous grammar's
+readings), a table at most MAX_PUSHDOWN_STATES states; past either a CompileLimitError is
+raised. The stack is as deep as the output nests, which the budget bounds.
+"""
+
+from __future__ import annotations
+
+import array
+import heapq
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from gclm.compiler.front.grammar.frames import (
+    Call,
+    Chain,
+    Choice,
+    GrammarFrames,
+    Loop,
+    Part,
+    left_recursion_error,
+)
+from gclm.compiler.front.grammar.rx import Rx
+from gclm.compiler.grown.lazy_dfa import NOT_BUILT, GrowingLazyTable
+from gclm.compiler.grown.lazy_table import _DEADLINE, NEEDS_WHOLE_TABLE
+from gclm.compiler.grown.regex_nfa import Nfa, NfaTooLarge, build_nfa
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
+from gclm.compiler.whole.tables import UNREACHABLE
+from gclm.errors import CompileLimitError, ConstraintError
+
+_INF = int(UNREACHABLE)
+# NFA states of all frames together.
+MAX_RTN_STATES = 200_000
+# Configurations in one DFA state: the readings an ambiguous grammar keeps open at once.
+MAX_CONFIGURATIONS = 4_096
+# DFA states of one table (a row of 256 int32 each, and its configurations): ~0.3 GB.
+MAX_PUSHDOWN_STATES = 250_000
+# States a search for the request's minimum may walk (each walk makes the states its
+# tokens reach: 0.2-5 ms a state here).
+PUSHDOWN_SEARCH_STATES = 64
+
+
+@dataclass(frozen=True)
+class Rtn:
+    """Frame f runs from `starts[f]` to `ends[f]`; frame 0's end is the one accepting
+    state. Out of state q: epsilon edges `eps[q]`, byte edges `edges[q]` (lo, hi
+    inclusive, target), calls `calls[q]` (frame, return state). `every[q]` / `single[q]`:
+    the fewest bytes (along single-byte tokens) from q to the end of its frame;
+    `shortest[f]` / `shortest_single[f]`: frame f's."""
+
+    states: int
+    starts: tuple[int, ...]
+    ends: tuple[int, ...]
+    frame_of_end: dict[int, int]
+    eps: list[list[int]]
+    edges: list[list[tuple[int, int, int]]]
+    calls: list[list[tuple[int, int]]]
+    every: list[int]
+    single: list[int]
+    shortest: list[int]
+    shortest_single: list[int]
+
+    @property
+    def accept(self) -> int:
+        return self.ends[0]
+
+
+def build_rtn(
+    frames: GrammarFrames, single_bytes: np.ndarray, max_states: int = MAX_RTN_STATES
+) -> Rtn:
+    """The frames' NFA and distances.
+
+    Raises ConstraintError where the start rule generates no string or the empty one, or
+    frames call each other before writing a character; CompileLimitError past
+    `max_states`."""
+    b = _Writer(single_bytes, max_states)
+    starts = [b.new() for _ in frames.bodies]
+    ends = [b.new() for _ in frames.bodies]
+    for f, body in enumerate(frames.bodies):
+        if body is not None:
+            b.part(body, starts[f], ends[f])
+    usable = np.concatenate([[0], np.cumsum(single_bytes.astype(np.int64))])
+
+    def spelled(lo: int, hi: int) -> bool:
+        return bool(usable[hi + 1] > usable[lo])
+
+    every, shortest = _distances(b, starts, ends, lambda lo, hi: True)
+    single, shortest_single = _distances(b, starts, ends, spelled)
+    if shortest[0] >= _INF:
+        raise ConstraintError(
+            "The Lark grammar's start rule generates no string: every alternative calls a "
+            "rule that never ends (a recursion with no alternative that stops it). Give each "
+            "recursive rule an alternative without itself.",
+        )
+    if shortest[0] == 0:
+        raise ConstraintError(
+            "The Lark grammar matches the empty string, which gclm cannot compile "
+            "faithfully. Make `start` need at least one token, e.g. `item+` instead of "
+            "`item*`.",
+        )
+    rtn = Rtn(
+        b.count, tuple(starts), tuple(ends), {e: f for f, e in enumerate(ends) if f},
+        b.eps, b.edges, b.calls, every, single, shortest, shortest_single,
+    )  # fmt: skip
+    cycle = _left_cycle(rtn)
+    if cycle:
+        raise left_recursion_error(frames, cycle)
+    return rtn
+
+
+class _Writer:
+    """Writes frame bodies into NFA states, Thompson's way."""
+
+    def __init__(self, single_bytes: np.ndarray, max_states: int) -> None:
+        self.single_bytes = single_bytes
+        self.max_states = max_states
+        self.count = 0
+        self.eps: list[list[int]] = []
+        self.edges: list[list[tuple[int, int, int]]] = []
+        self.calls: list[list[tuple[int, int]]] = []
+        self._nfas: dict[str, Nfa] = {}
+
+    def new(self) -> int:
+        if self.count >= self.max_states:
+            raise self._too_large()
+        self.eps.append([])
+        self.edges.append([])
+        self.calls.append([])
+        self.count += 1
+        return self.count - 1
+
+    def part(self, part: Part, a: int, z: int) -> None:
+        """States from `a` to `z` that read `part`."""
+        if isinstance(part, Rx):
+            self._regex(part.text, a, z)
+        elif isinstance(part, Call):
+            self.calls[a].append((part.frame, z))
+        elif isinstance(part, Chain):
+            at = a
+            for item in part.items[:-1]:
+                to = self.new()
+                self.part(item, at, to)
+                at = to
+            self.part(part.items[-1], at, z)
+        elif isinstance(part, Choice):
+            for option in part.options:
+                s, t = self.new(), self.new()
+                self.eps[a].append(s)
+                self.part(option, s, t)
+                self.eps[t].append(z)
+        elif isinstance(part, Loop):
+            self._loop(part, a, z)
+        else:  # pragma: no cover
+            raise TypeError(f"unexpected frame part {part!r}")
+
+    def _loop(self, loop: Loop, a: int, z: int) -> None:
+        at = a
+        for _ in range(loop.low):
+            to = self.new()
+            self.part(loop.part, at, to)
+            at = to
+        if loop.high is None:
+            hub, back = self.new(), self.new()
+            self.eps[at].append(hub)
+            self.part(loop.part, hub, back)
+            self.eps[back].append(hub)
+            self.eps[hub].append(z)
+            return
+        for _ in range(loop.high - loop.low):
+            to = self.new()
+            self.eps[at].append(z)
+            self.part(loop.part, at, to)
+            at = to
+        self.eps[at].append(z)
+
+    def _regex(self, text: str, a: int, z: int) -> None:
+        if not text:
+            self.eps[a].append(z)
+            return
+        nfa = self._nfas.get(text)
+        if nfa is None:
+            try:
+                nfa = build_nfa(text, self.single_bytes, self.max_states - self.count)
+            except NfaTooLarge:
+                raise self._too_large() from None
+            self._nfas[text] = nfa
+        if self.count + nfa.states > self.max_states:
+            raise self._too_large()
+        off = self.count
+        for _ in range(nfa.states):
+            self.new()
+        eps_at, eps_to = nfa.eps_at.tolist(), nfa.eps_to.tolist()
+        byte_at, lo, hi, to = (
+            nfa.byte_at.tolist(), nfa.byte_lo.tolist(), nfa.byte_hi.tolist(), nfa.byte_to.tolist(),
+        )  # fmt: skip
+        for q in range(nfa.states):
+            self.eps[off + q].extend(off + t for t in eps_to[eps_at[q] : eps_at[q + 1]])
+            self.edges[off + q].extend(
+                (lo[j], hi[j], off + to[j]) for j in range(byte_at[q], byte_at[q + 1])
+            )
+        self.eps[a].append(off)
+        self.eps[off + nfa.accept].append(z)
+
+    def _too_large(self) -> CompileLimitError:
+        return CompileLimitError(
+            f"The grammar's automaton is over gclm's limit of {self.max_states:,} states. "
+            "Use fewer alternatives, smaller counts or shorter terminals."
+        )
+
+
+def _distances(
+    b: _Writer, starts: list[int], ends: list[int], keep: Callable[[int, int], bool]
+) -> tuple[list[int], list[int]]:
+    """Each state's fewest bytes to the end of its frame over the byte edges `counts(lo, hi)`
+    keeps, a call counting as its frame's shortest string: a fixed point, since a frame's
+    shortest string depends on the others' (each round one Dijkstra; the shortest strings
+    only fall, and a round that changes none ends it)."""
+    radj: list[list[tuple[int, int]]] = [[] for _ in range(b.count)]
+    for q in range(b.count):
+        for t in b.eps[q]:
+            radj[t].append((q, 0))
+        for lo, hi, t in b.edges[q]:
+            if keep(lo, hi):
+                radj[t].append((q, 1))
+    shortest = [_INF] * len(starts)
+    while True:
+        dist = [_INF] * b.count
+        heap = [(0, e) for e in ends]
+        for e in ends:
+            dist[e] = 0
+        calls_into: list[list[tuple[int, int]]] = [[] for _ in range(b.count)]
+        for q in range(b.count):
+            for f, r in b.calls[q]:
+                if shortest[f] < _INF:
+                    calls_into[r].append((q, shortest[f]))
+        while heap:
+            d, v = heapq.heappop(heap)
+            if d > dist[v]:
+                continue
+            for u, w in radj[v]:
+                if d + w < dist[u]:
+                    dist[u] = d + w
+                    heapq.heappush(heap, (d + w, u))
+            for u, w in calls_into[v]:
+                if d + w < dist[u]:
+                    dist[u] = d + w
+                    heapq.heappush(heap, (d + w, u))
+        found = [dist[s] for s in starts]
+        if found == shortest:
+            return dist, shortest
+        shortest = found
+
+
+def _left_cycle(rtn: Rtn) -> list[int]:
+    """Frames that call one another before reading a byte, in a cycle ([] if none): a stack
+    that would grow without input."""
+    left: list[set[int]] = []
+    for start in rtn.starts:
+        seen = {start}
+        todo = [start]
+        callees: set[int] = set()
+        while todo:
+            q = todo.pop()
+            nexts = list(rtn.eps[q])
+            for g, r in rtn.calls[q]:
+                if rtn.shortest[g] >= _INF or rtn.every[r] >= _INF:
+                    continue
+                callees.add(g)
+                if rtn.shortest[g] == 0:
+                    nexts.append(r)
+            for t in nexts:
+                if t not in seen and rtn.every[t] < _INF:
+                    seen.add(t)
+                    todo.append(t)
+        left.append(callees)
+    # A cycle in the left-call graph, by depth-first search.
+    colour = [0] * len(left)
+    path: list[int] = []
+
+    def visit(f: int) -> list[int]:
+        colour[f] = 1
+        path.append(f)
+        for g in sorted(left[f]):
+            if colour[g] == 1:
+                return path[path.index(g) :]
+            if colour[g] == 0:
+                found = visit(g)
+                if found:
+                    return found
+        colour[f] = 2
+        path.pop()
+        return []
+
+    for f in range(len(left)):
+        if colour[f] == 0:
+            found = visit(f)
+            if found:
+                return found
+    return []
+
+
+class PushdownDfa:
+    """The byte DFA of an Rtn's configurations, made as it is read (the interface of
+    compiler/grown/lazy_dfa.py's GrowingDfa, which a LazyTable walks): `next[s, b]` once
+    `built[s]`, `expand(s)` builds row s; bounds by state in `accepting_list`,
+    `upper_list`, `lower_list`. `longest`: the longest token's bytes."""
+
+    def __init__(self, rtn: Rtn, longest: int, max_states: int | None = None) -> None:
+        self.rtn = rtn
+        self.max_states = max_states if max_states is not None else MAX_PUSHDOWN_STATES
+        self._n = rtn.states
+        self._longest = max(longest, 1)
+        self.next = np.full((64, 256), NOT_BUILT, dtype=np.int32)
+        self.built = np.zeros(64, dtype=np.bool_)
+        self.accepting_list = array.array("b")
+        self.upper_list = array.array("i")
+        self.lower_list = array.array("i")
+        self._ids: dict[tuple[int, ...], int] = {}
+        self._members: list[tuple[int, ...]] = []
+        self._member_count = 0
+        # Stacks, interned: stack 0 is the empty one; stack s is `_ret[s]` on `_parent[s]`.
+        self._parent = [-1]
+        self._ret = [-1]
+        self._depth = [0]
+        self._below_every = [0]  # the bytes that close every frame on the stack
+        self._below_single = [0]
+        self._stacks: dict[tuple[int, int], int] = {}
+        # A configuration is the int q + states * stack. Only those that read a byte, or
+        # accept, are kept in a set: the others add nothing it does not already hold.
+        self._reads = [bool(e) for e in rtn.edges]
+        self._reads[rtn.accept] = True
+        members, every, single, accepting = self._closure([rtn.starts[0]])
+        self._add(members, every, single, accepting)
+
+    @property
+    def states(self) -> int:
+        return len(self._members)
+
+    def depth(self, state: int) -> int:
+        """The deepest stack among `state`'s configurations (how deep the output nests)."""
+        n = self._n
+        return max((self._depth[c // n] for c in self._members[state]), default=0)
+
+    def expand(self, state: int) -> None:
+        """Build row `state`: each byte's set of configurations, a new DFA state when new."""
+        rtn, n = self.rtn, self._n
+        spans: list[tuple[int, int, int]] = []
+        for c in self._members[state]:
+            q, s = c % n, c // n
+            base = n * s
+            spans.extend((lo, hi + 1, base + t) for lo, hi, t in rtn.edges[q])
+        cuts = sorted({x for lo, hi, _ in spans for x in (lo, hi)})
+        row = np.full(256, -1, dtype=np.int32)
+        memo: dict[tuple[int, ...], int] = {}
+        for a, z in zip(cuts, cuts[1:], strict=False):
+            seeds = tuple(sorted({t for lo, hi, t in spans if lo <= a and z <= hi}))
+            if not seeds:
+                continue
+            target = memo.get(seeds)
+            if target is None:
+                members, every, single, accepting = self._closure(list(seeds))
+                if not members:
+                    target = -1
+                else:
+                    found = self._ids.get(members)
+                    target = (
+                        found if found is not None else self._add(members, every, single, accepting)
+                    )
+                memo[seeds] = target
+            row[a:z] = target
+        self.next[state] = row  # after the adds: they may have grown `next`
+        self.built[state] = True
+
+    def _push(self, stack: int, ret: int) -> int:
+        key = (stack, ret)
+        found = self._stacks.get(key)
+        if found is None:
+            found = len(self._parent)
+            self._stacks[key] = found
+            self._parent.append(stack)
+            self._ret.append(ret)
+            self._depth.append(self._depth[stack] + 1)
+            self._below_every.append(self._below_every[stack] + self.rtn.every[ret])
+            self._below_single.append(self._below_single[stack] + self.rtn.single[ret])
+        return found
+
+    def _closure(self, seeds: list[int]) -> tuple[tuple[int, ...], int, int, bool]:
+        """The live configurations `seeds` reach without reading a byte (calls push, frame
+        ends pop), the ones kept, and their least `every` and `single` distances, and
+        whether one accepts."""
+        rtn, n = self.rtn, self._n
+        every, single, eps, calls = rtn.every, rtn.single, rtn.eps, rtn.calls
+        seen: set[int] = set()
+        kept: list[int] = []
+        least_every = least_single = _INF
+        todo = list(seeds)
+        while todo:
+            c = todo.pop()
+            if c in seen:
+                continue
+            q, s = c % n, c // n
+            if every[q] >= _INF:
+                continue
+            seen.add(c)
+            if len(seen) > MAX_CONFIGURATIONS:
+                raise CompileLimitError(
+                    f"The grammar keeps over {MAX_CONFIGURATIONS:,} readings of one text open "
+                    "at once (it is ambiguous: several rules match the same characters). "
+                    "Make the alternatives start differently."
+                )
+            if self._reads[q]:
+                kept.append(c)
+                least_every = min(least_every, every[q] + self._below_every[s])
+                least_single = min(least_single, single[q] + self._below_single[s])
+            base = n * s
+            todo.extend(base + t for t in eps[q])
+            for f, r in calls[q]:
+                if every[r] < _INF and rtn.shortest[f] < _INF:
+                    todo.append(rtn.starts[f] + n * self._push(s, r))
+            if s and q in rtn.frame_of_end:
+                todo.append(self._ret[s] + n * self._parent[s])
+        kept.sort()
+        return tuple(kept), least_every, least_single, rtn.accept in seen  # on stack 0
+
+    def _add(self, members: tuple[int, ...], every: int, single: int, accepting: bool) -> int:
+        state = len(self._members)
+        if state >= self.max_states:
+            raise CompileLimitError(
+                f"The grammar's masks passed gclm's limit of {self.max_states:,} automaton "
+                "states in one table (deep or long outputs of a large grammar). Lower "
+                "max_tokens or simplify the grammar."
+            )
+        if state == self.built.size:
+            grown = np.full((2 * state, 256), NOT_BUILT, dtype=np.int32)
+            grown[:state] = self.next
+            self.next = grown
+            self.built = np.concatenate([self.built, np.zeros(state, dtype=np.bool_)])
+        self._members.append(members)
+        self._member_count += len(members)
+        self._ids[members] = state
+        self.accepting_list.append(accepting)
+        self.upper_list.append(single)
+        self.lower_list.append(_INF if every >= _INF else -(-every // self._longest))
+        return state
+
+    @property
+    def nbytes(self) -> int:
+        """The rows and bounds so far, the sets of configurations (as Python holds them:
+        ~36 bytes a member, twice with the key), the stacks (~200 bytes each)."""
+        return (
+            self.next.nbytes + self.built.nbytes + 9 * len(self._members)
+            + 72 * self._member_count + 200 * len(self._parent) + 400 * self._n
+        )  # fmt: skip
+
+
+class PushdownTable(GrowingLazyTable):
+    """A LazyTable over a PushdownDfa, its budgets decided soundly (see the module
+    docstring): `fits` by the single-byte bound or a token path found before; the request's
+    minimum searched exactly where that is cheap."""
+
+    # No whole table stands behind it: every request on it is served from it.
+    final = True
+
+    def __init__(self, dfa: PushdownDfa, vocab: TokenVocabulary) -> None:  # noqa: D107
+        self._setup(vocab)
+        rtn = dfa.rtn
+        if any((e >= _INF) != (s >= _INF) for e, s in zip(rtn.every, rtn.single, strict=True)):
+            raise ValueError(NEEDS_WHOLE_TABLE)
+        self.grown = dfa  # type: ignore[assignment]
+        self.upper = self._upper_list = dfa.upper_list
+        self.lower = self._lower_list = dfa.lower_list
+        self._accepting_list = dfa.accepting_list
+        self._columns = np.arange(256, dtype=np.int64)
+        self._stamp = np.full(64, -1, dtype=np.int64)
+        self._slot = np.zeros(64, dtype=np.int64)
+        self._witness: dict[int, int] = {}  # state -> tokens of a path found from it
+        self._minimum: int | None = None
+
+    @classmethod
+    def of_frames(cls, frames: GrammarFrames, vocab: TokenVocabulary) -> PushdownTable:
+        """The table of a grammar's frames over `vocab`. Raises as build_rtn does, and
+        ValueError where acceptance needs a byte that is no token by itself."""
+        from gclm.compiler.grown.byte_bounds import single_byte_tokens
+        from gclm.compiler.vocab.trie import token_trie
+
+        rtn = build_rtn(frames, single_byte_tokens(vocab))
+        return cls(PushdownDfa(rtn, token_trie(vocab).max_depth), vocab)
+
+    def _shortest_path(self, state: int) -> np.ndarray:  # pragma: no cover - not read
+        return np.zeros(0, dtype=np.uint8)
+
+    def spelled_upper(self, state: int) -> int:
+        """The sound distance: the single-byte bound, or a token path found from `state`."""
+        bound = self._upper_list[state]
+        return min(bound, self._witness.get(state, bound))
+
+    def fits(
+        self, state: int, k: int, most: int | None = None, deadline: float | None = None
+    ) -> bool:
+        """Whether `state` is known to finish in at most `k` tokens (never searched here)."""
+        return self.spelled_upper(state) <= k
+
+    def dist(self, state: int, most: int | None = None, deadline: float | None = None) -> int:
+        """The tokens these masks are sure to finish in from `state` (at least the exact
+        distance): what `fits` reads."""
+        return self.spelled_upper(state)
+
+    def request_fits(self, budget: int) -> bool:
+        return self.request_minimum() <= budget
+
+    def request_minimum(self) -> int:
+        """The fewest tokens of any output, searched from the start state at most
+        PUSHDOWN_SEARCH_STATES states deep into the table (and within the request's
+        deadline); past that, the bytes of its shortest output."""
+        if self._minimum is None:
+            self._minimum = self._search_minimum()
+        return self._minimum
+
+    def _search_minimum(self) -> int:
+        start = self.initial
+        bound = self._upper_list[start]
+        deadline = _DEADLINE.get()
+        parents: dict[int, int] = {start: -1}
+        frontier = [start]
+        level = 0
+        walked = 0
+        while frontier and level + 1 < bound:
+            level += 1
+            following: list[int] = []
+            for s in frontier:
+                if walked >= PUSHDOWN_SEARCH_STATES or (
+                    deadline is not None and time.monotonic() > deadline
+                ):
+                    return bound
+                walked += 1
+                for t in self.walked(s).next_list:
+                    if t in parents:
+                        continue
+                    parents[t] = s
+                    if self._accepting_list[t]:
+                        self._remember(t, parents, level)
+                        return level
+                    if self._lower_list[t] + level < bound:
+                        following.append(t)
+            frontier = following
+        return bound
+
+    def _remember(self, end: int, parents: dict[int, int], length: int) -> None:
+        """Every state on the path found to `end` fits in the tokens left of it."""
+        at, left = end, 0
+        while at != -1:
+            if left < self.spelled_upper(at):
+                self._witness[at] = left
+            at, left = parents[at], left + 1
+        assert left - 1 == length
+
+    def depth(self, state: int) -> int:
+        """How deep the output nests in `state` (its deepest reading)."""
+        return self.grown.depth(state)  # type: ignore[attr-defined]
