@@ -36,7 +36,7 @@ from __future__ import annotations
 import array
 import heapq
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,7 +81,6 @@ class Rtn:
     states: int
     starts: tuple[int, ...]
     ends: tuple[int, ...]
-    frame_of_end: dict[int, int]
     eps: list[list[int]]
     edges: list[list[tuple[int, int, int]]]
     calls: list[list[tuple[int, int]]]
@@ -129,8 +128,8 @@ def build_rtn(
             "`item*`.",
         )
     rtn = Rtn(
-        b.count, tuple(starts), tuple(ends), {e: f for f, e in enumerate(ends) if f},
-        b.eps, b.edges, b.calls, every, single, shortest, shortest_single,
+        b.count, tuple(starts), tuple(ends), b.eps, b.edges, b.calls, every, single, shortest,
+        shortest_single,
     )  # fmt: skip
     cycle = _left_cycle(rtn)
     if cycle:
@@ -345,7 +344,7 @@ class PushdownDfa:
         self.accepting_list = array.array("b")
         self.upper_list = array.array("i")
         self.lower_list = array.array("i")
-        self._ids: dict[tuple[int, ...], int] = {}
+        self._ids: dict[tuple[bool, tuple[int, ...]], int] = {}
         self._members: list[tuple[int, ...]] = []
         self._member_count = 0
         # Stacks, interned: stack 0 is the empty one; stack s is `_ret[s]` on `_parent[s]`.
@@ -355,10 +354,15 @@ class PushdownDfa:
         self._below_every = [0]  # the bytes that close every frame on the stack
         self._below_single = [0]
         self._stacks: dict[tuple[int, int], int] = {}
-        # A configuration is the int q + states * stack. Only those that read a byte, or
-        # accept, are kept in a set: the others add nothing it does not already hold.
+        # A configuration is the int q + states * stack. Only those that read a byte are
+        # kept in a set (with whether the set accepts): the others add nothing to it.
         self._reads = [bool(e) for e in rtn.edges]
-        self._reads[rtn.accept] = True
+        self._ends = frozenset(rtn.ends)
+        self._tail = _tails(rtn)
+        self._locals: dict[int, tuple[tuple[tuple[int, tuple[int, ...]], ...], bool]] = {}
+        self._segments: dict[tuple[int, ...], list[tuple[int, int, tuple[tuple[int, int], ...]]]]
+        self._segments = {}
+        self._segment_count = 0
         members, every, single, accepting = self._closure([rtn.starts[0]])
         self._add(members, every, single, accepting)
 
@@ -372,27 +376,29 @@ class PushdownDfa:
         return max((self._depth[c // n] for c in self._members[state]), default=0)
 
     def expand(self, state: int) -> None:
-        """Build row `state`: each byte's set of configurations, a new DFA state when new."""
-        rtn, n = self.rtn, self._n
-        spans: list[tuple[int, int, int]] = []
+        """Build row `state`: each byte's set of configurations, a new DFA state when new.
+        Which bytes lead where depends on the configurations' NFA states alone, so those
+        intervals are found once per set of NFA states (`_segments`)."""
+        n = self._n
+        stacks: dict[int, list[int]] = {}
         for c in self._members[state]:
-            q, s = c % n, c // n
-            base = n * s
-            spans.extend((lo, hi + 1, base + t) for lo, hi, t in rtn.edges[q])
-        cuts = sorted({x for lo, hi, _ in spans for x in (lo, hi)})
+            stacks.setdefault(c % n, []).append(c // n)
+        qs = tuple(sorted(stacks))
+        segments = self._segments.get(qs)
+        if segments is None:
+            segments = self._segments[qs] = self._cut(qs)
+            self._segment_count += len(segments) + len(qs)
         row = np.full(256, -1, dtype=np.int32)
         memo: dict[tuple[int, ...], int] = {}
-        for a, z in zip(cuts, cuts[1:], strict=False):
-            seeds = tuple(sorted({t for lo, hi, t in spans if lo <= a and z <= hi}))
-            if not seeds:
-                continue
+        for a, z, pairs in segments:
+            seeds = tuple(sorted({t + n * st for q, t in pairs for st in stacks[q]}))
             target = memo.get(seeds)
             if target is None:
-                members, every, single, accepting = self._closure(list(seeds))
-                if not members:
+                members, every, single, accepting = self._closure(seeds)
+                if not members and not accepting:
                     target = -1
                 else:
-                    found = self._ids.get(members)
+                    found = self._ids.get((accepting, members))
                     target = (
                         found if found is not None else self._add(members, every, single, accepting)
                     )
@@ -400,6 +406,19 @@ class PushdownDfa:
             row[a:z] = target
         self.next[state] = row  # after the adds: they may have grown `next`
         self.built[state] = True
+
+    def _cut(self, qs: tuple[int, ...]) -> list[tuple[int, int, tuple[tuple[int, int], ...]]]:
+        """The byte intervals [a, z) out of the NFA states `qs`, each with the (state,
+        target) edges that read it."""
+        edges = self.rtn.edges
+        spans = [(lo, hi + 1, q, t) for q in qs for lo, hi, t in edges[q]]
+        cuts = sorted({x for lo, hi, _, _ in spans for x in (lo, hi)})
+        out = []
+        for a, z in zip(cuts, cuts[1:], strict=False):
+            pairs = tuple((q, t) for lo, hi, q, t in spans if lo <= a and z <= hi)
+            if pairs:
+                out.append((a, z, pairs))
+        return out
 
     def _push(self, stack: int, ret: int) -> int:
         key = (stack, ret)
@@ -414,43 +433,79 @@ class PushdownDfa:
             self._below_single.append(self._below_single[stack] + self.rtn.single[ret])
         return found
 
-    def _closure(self, seeds: list[int]) -> tuple[tuple[int, ...], int, int, bool]:
+    def _local(self, q: int) -> tuple[tuple[tuple[int, tuple[int, ...]], ...], bool]:
+        """What `q` reaches without reading a byte within its frame: the NFA states that
+        read one, each with the return states pushed on the way (calls whose callee ends
+        before reading pop theirs again), and whether it reaches its frame's end. A call
+        whose return state can only end the frame (`_tail`) pushes nothing: the callee's
+        end is the caller's. Found once per state."""
+        found = self._locals.get(q)
+        if found is not None:
+            return found
+        rtn = self.rtn
+        every, eps, calls, starts = rtn.every, rtn.eps, rtn.calls, rtn.starts
+        seen: set[tuple[int, tuple[int, ...]]] = set()
+        items: list[tuple[int, tuple[int, ...]]] = []
+        ends = False
+        todo: list[tuple[int, tuple[int, ...]]] = [(q, ())]
+        while todo:
+            p, pushes = todo.pop()
+            if (p, pushes) in seen or every[p] >= _INF:
+                continue
+            seen.add((p, pushes))
+            if len(seen) > MAX_CONFIGURATIONS:
+                raise _ambiguous()
+            if self._reads[p]:
+                items.append((p, pushes))
+            todo.extend((t, pushes) for t in eps[p])
+            for f, r in calls[p]:
+                if every[r] < _INF and rtn.shortest[f] < _INF:
+                    todo.append((starts[f], pushes if self._tail[r] else (*pushes, r)))
+            if p in self._ends:
+                if pushes:
+                    todo.append((pushes[-1], pushes[:-1]))
+                else:
+                    ends = True
+        found = self._locals[q] = (tuple(items), ends)
+        return found
+
+    def _closure(self, seeds: Iterable[int]) -> tuple[tuple[int, ...], int, int, bool]:
         """The live configurations `seeds` reach without reading a byte (calls push, frame
-        ends pop), the ones kept, and their least `every` and `single` distances, and
-        whether one accepts."""
-        rtn, n = self.rtn, self._n
-        every, single, eps, calls = rtn.every, rtn.single, rtn.eps, rtn.calls
+        ends pop), those that read one, their least `every` and `single` distances, and
+        whether the text may end here."""
+        n = self._n
+        every, single = self.rtn.every, self.rtn.single
         seen: set[int] = set()
-        kept: list[int] = []
+        kept: set[int] = set()
         least_every = least_single = _INF
+        accepting = False
         todo = list(seeds)
         while todo:
             c = todo.pop()
             if c in seen:
                 continue
-            q, s = c % n, c // n
-            if every[q] >= _INF:
-                continue
             seen.add(c)
-            if len(seen) > MAX_CONFIGURATIONS:
-                raise CompileLimitError(
-                    f"The grammar keeps over {MAX_CONFIGURATIONS:,} readings of one text open "
-                    "at once (it is ambiguous: several rules match the same characters). "
-                    "Make the alternatives start differently."
-                )
-            if self._reads[q]:
-                kept.append(c)
-                least_every = min(least_every, every[q] + self._below_every[s])
-                least_single = min(least_single, single[q] + self._below_single[s])
-            base = n * s
-            todo.extend(base + t for t in eps[q])
-            for f, r in calls[q]:
-                if every[r] < _INF and rtn.shortest[f] < _INF:
-                    todo.append(rtn.starts[f] + n * self._push(s, r))
-            if s and q in rtn.frame_of_end:
-                todo.append(self._ret[s] + n * self._parent[s])
-        kept.sort()
-        return tuple(kept), least_every, least_single, rtn.accept in seen  # on stack 0
+            q, s = c % n, c // n
+            items, ends = self._local(q)
+            for p, pushes in items:
+                stack = s
+                for r in pushes:
+                    stack = self._push(stack, r)
+                code = p + n * stack
+                if code not in kept:
+                    kept.add(code)
+                    least_every = min(least_every, every[p] + self._below_every[stack])
+                    least_single = min(least_single, single[p] + self._below_single[stack])
+            if len(kept) > MAX_CONFIGURATIONS:
+                raise _ambiguous()
+            if ends:
+                if s:
+                    todo.append(self._ret[s] + n * self._parent[s])
+                else:
+                    accepting = True
+        if accepting:
+            least_every = least_single = 0
+        return tuple(sorted(kept)), least_every, least_single, accepting
 
     def _add(self, members: tuple[int, ...], every: int, single: int, accepting: bool) -> int:
         state = len(self._members)
@@ -467,7 +522,7 @@ class PushdownDfa:
             self.built = np.concatenate([self.built, np.zeros(state, dtype=np.bool_)])
         self._members.append(members)
         self._member_count += len(members)
-        self._ids[members] = state
+        self._ids[accepting, members] = state
         self.accepting_list.append(accepting)
         self.upper_list.append(single)
         self.lower_list.append(_INF if every >= _INF else -(-every // self._longest))
@@ -480,7 +535,39 @@ class PushdownDfa:
         return (
             self.next.nbytes + self.built.nbytes + 9 * len(self._members)
             + 72 * self._member_count + 200 * len(self._parent) + 400 * self._n
+            + 120 * self._segment_count
         )  # fmt: skip
+
+
+def _tails(rtn: Rtn) -> list[bool]:
+    """By NFA state: whether it can only end its frame (no byte, no call, every epsilon
+    edge to such a state or to the end): a call returning there needs no stack entry."""
+    n = rtn.states
+    tail = [False] * n
+    blocked = [len(e) for e in rtn.eps]  # epsilon successors not known to be tails
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for q in range(n):
+        for t in rtn.eps[q]:
+            preds[t].append(q)
+    todo = list(rtn.ends)
+    for q in todo:
+        tail[q] = True
+    while todo:
+        t = todo.pop()
+        for q in preds[t]:
+            blocked[q] -= 1
+            if blocked[q] == 0 and not tail[q] and not rtn.edges[q] and not rtn.calls[q]:
+                tail[q] = True
+                todo.append(q)
+    return tail
+
+
+def _ambiguous() -> CompileLimitError:
+    return CompileLimitError(
+        f"The grammar keeps over {MAX_CONFIGURATIONS:,} readings of one text open at once "
+        "(it is ambiguous: several rules match the same characters). Make the alternatives "
+        "start differently."
+    )
 
 
 class PushdownTable(GrowingLazyTable):
