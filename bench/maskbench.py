@@ -20,7 +20,9 @@ either serialization is; so a valid instance needs one accepted, an invalid one 
 rejected. Tokens are the tokenizer's own encoding of the text (no special tokens).
 
 Engines: gclm compiles with compile_constraint (regex, outlines-core Index, tables; the
-server's state limit), with the server's default `--additional-properties declared`, and
+server's state limit), with the server's default `--additional-properties declared`, or,
+for a schema whose `$ref`s recurse and can be kept as calls, a PushdownTable
+(compiler/grown/pushdown.py), as the server serves those by default; and
 gclm-spec the same with `spec` (other keys after the declared ones where a schema leaves
 additionalProperties unsaid); llguidance 1.x builds an LLMatcher (spec defaults); XGrammar compiles
 with `strict_mode=False` (spec defaults for additionalProperties) and `any_whitespace=True`.
@@ -111,11 +113,15 @@ class Engine:
         """What `accepts` needs; raises on a schema the engine refuses."""
         if self.name.startswith("gclm"):
             from gclm.compiler.front.constraint import Constraint
+            from gclm.compiler.grown.pushdown import PushdownTable
             from gclm.compiler.service.worker import CompileLimits
             from gclm.compiler.whole.compile import compile_constraint
 
             objects = "spec" if self.name == "gclm-spec" else "declared"
             constraint = Constraint.json_schema(schema, additional_properties=objects)
+            table = PushdownTable.of_constraint(constraint, self.vocab)
+            if table is not None:
+                return table
             return compile_constraint(constraint, self.vocab, max_states=CompileLimits().max_states)
         if self.name == "llguidance":
             import llguidance
@@ -137,7 +143,9 @@ class Engine:
                 state = compiled.next_state(state, token)
                 if state < 0:
                     return False
-            return bool(compiled.accepting[state])
+            if hasattr(compiled, "accepting"):  # a CompiledTable
+                return bool(compiled.accepting[state])
+            return bool(compiled.is_accepting(state))  # a PushdownTable
         if self.name == "llguidance":
             import llguidance
 

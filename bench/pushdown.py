@@ -1,18 +1,21 @@
-"""Recursive grammars: gclm's pushdown masks beside llguidance's, same grammars and tokenizer.
+"""Recursion: gclm's pushdown masks beside llguidance's, same grammars and tokenizer.
 
     python -m bench.pushdown [--json PATH] [--steps 48] [--repeats 3]
 
-For each grammar (rules that recurse inside their alternatives; no depth cap on either side):
+For each Lark grammar (rules that recurse inside their alternatives) and JSON Schema (a
+`$ref` that leads back to itself), no depth cap on either side:
 
 - first mask: a new grammar's first mask (gclm: frames, the NFA, the first walk; llguidance:
-  grammar_from_lark, an LLMatcher, its first bitmask), and a cached one's (gclm: the row of
-  a table already made; llguidance: a new matcher of a grammar already parsed, its bitmask);
+  grammar_from_lark or grammar_from_json_schema, an LLMatcher, its first bitmask), and a
+  cached one's (gclm: the row of a table already made; llguidance: a new matcher of a
+  grammar already parsed, its bitmask);
 - per step at batch 8 and 64: B sequences generate with random choices pushed toward the
   opening token (so that they nest deep, where a regex unrolled 3 deep stops), each
   through gclm's masks with its budget; the time to fill the B rows of a bitmask per
   step. llguidance replays the same tokens: a matcher per row, `fill_next_token_bitmask`
-  per row, then `consume_token`. Tokens llguidance rejects are counted (none expected:
-  gclm's language is Lark's).
+  per row, then `consume_token`. Tokens llguidance rejects are counted: gclm's outputs
+  parse with Lark's Earley parser (tests/compiler/front/grammar/test_pushdown_grammars.py);
+  llguidance's lexer differs on some (runs of `%ignore`d whitespace, long `-` chains).
 
 Medians over the steps and the repeats; prints gclm / llguidance ratios, writes JSON.
 """
@@ -66,6 +69,23 @@ value: INT | "(" query ")"
 NAME: /[a-z]{1,8}/
 %import common.INT""",
         "(",
+    ),
+    # JSON Schemas whose $refs recurse (a dict: the schema; gclm's frames from
+    # compiler/front/json_schema/frames.py, llguidance's grammar_from_json_schema).
+    "schema_tree": (
+        {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "maxLength": 8},
+                "kids": {"type": "array", "items": {"$ref": "#"}},
+            },
+            "required": ["name", "kids"],
+        },
+        "{[",
+    ),
+    "schema_lists": (
+        {"anyOf": [{"type": "integer"}, {"type": "array", "items": {"$ref": "#"}}]},
+        "[",
     ),
     "s_expressions": (
         """start: sexp
@@ -145,22 +165,46 @@ def _warm(vocab: Any, lltok: Any) -> None:
     llguidance.LLMatcher(lltok, llguidance.LLMatcher.grammar_from_lark(grammar), log_level=0)
 
 
+def _fresh(grammar: Any, r: int) -> Any:
+    """The same language, spelled so that neither side has it cached."""
+    if isinstance(grammar, dict):
+        return {**grammar, "title": f"fresh {r}"}
+    return grammar + "\n" * r
+
+
+def _frames(grammar: Any) -> Any:
+    from gclm.compiler.front.constraint import Constraint
+    from gclm.compiler.front.grammar.frames import grammar_frames
+    from gclm.compiler.front.json_schema.frames import schema_frames
+
+    if isinstance(grammar, dict):
+        return schema_frames(Constraint.json_schema(grammar))
+    return grammar_frames(grammar)
+
+
+def _llg_grammar(grammar: Any) -> Any:
+    import llguidance
+
+    if isinstance(grammar, dict):
+        return llguidance.LLMatcher.grammar_from_json_schema(grammar)
+    return llguidance.LLMatcher.grammar_from_lark(grammar)
+
+
 def _one(
-    name: str, grammar: str, opener: str, vocab: Any, lltok: Any, steps: int, repeats: int
+    name: str, grammar: Any, opener: str, vocab: Any, lltok: Any, steps: int, repeats: int
 ) -> dict[str, Any]:
     import llguidance
     import llguidance.torch as llt
 
-    from gclm.compiler.front.grammar.frames import grammar_frames
     from gclm.compiler.grown.pushdown import PushdownTable
     from gclm.masking import ConstraintState, allocate_bitmask, fill_bitmask
 
     budget = steps + 16
     new_g, cached_g, new_l, cached_l = [], [], [], []
     for r in range(repeats):
-        text = grammar + "\n" * (r + 1)  # a grammar neither side has seen
+        text = _fresh(grammar, r + 10)  # a grammar neither side has seen
         t0 = time.perf_counter()
-        frames = grammar_frames(text)
+        frames = _frames(text)
         assert frames is not None
         table = PushdownTable.of_frames(frames, vocab)
         table.row(table.initial, budget)
@@ -170,7 +214,7 @@ def _one(
         cached_g.append(time.perf_counter() - t0)
         bitmask = llt.allocate_token_bitmask(1, lltok.vocab_size)
         t0 = time.perf_counter()
-        compiled = llguidance.LLMatcher.grammar_from_lark(text)
+        compiled = _llg_grammar(text)
         matcher = llguidance.LLMatcher(lltok, compiled, log_level=0)
         llt.fill_next_token_bitmask(matcher, bitmask, 0)
         new_l.append(time.perf_counter() - t0)
@@ -190,7 +234,7 @@ def _one(
         times_g: list[float] = []
         times_l: list[float] = []
         for r in range(repeats):
-            frames = grammar_frames(grammar + " " * (r + 1))  # a fresh table each repeat
+            frames = _frames(_fresh(grammar, r + 1))  # a fresh table each repeat
             assert frames is not None
             table = PushdownTable.of_frames(frames, vocab)
             rng = np.random.default_rng(r)
@@ -218,7 +262,7 @@ def _one(
                         chosen[i].append(token)
                         deepest = max(deepest, table.depth(states[i].state))
             # llguidance: the same tokens, a matcher per row.
-            lark = llguidance.LLMatcher.grammar_from_lark(grammar)
+            lark = _llg_grammar(grammar)
             matchers = [llguidance.LLMatcher(lltok, lark, log_level=0) for _ in range(batch)]
             llmask = llt.allocate_token_bitmask(batch, lltok.vocab_size)
             for step in range(steps):

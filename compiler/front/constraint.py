@@ -40,9 +40,10 @@ class Constraint:
     - choice: `spec` is the JSON list of choices
 
     `additional_properties` (json_schema only) is one of ADDITIONAL_PROPERTIES.
-    `pushdown` (grammar only): rules that recurse inside their alternatives are served with
-    a stack, by the server's own masks (compiler/grown/pushdown.py), not unrolled into a
-    regex; such a constraint has no whole table.
+    `pushdown` (grammar and json_schema): rules that recurse inside their alternatives, and
+    `$ref`s that lead back to themselves, are served with a stack by the server's own masks
+    (compiler/grown/pushdown.py), not unrolled into a regex; such a constraint has no whole
+    table (where its recursion cannot be kept, it is unrolled under this key too).
     """
 
     kind: str
@@ -61,8 +62,8 @@ class Constraint:
             )
         if self.additional_properties != "declared" and self.kind != "json_schema":
             raise ConstraintError("additional_properties applies to a JSON Schema only.")
-        if self.pushdown and self.kind != "grammar":
-            raise ConstraintError("pushdown applies to a Lark grammar only.")
+        if self.pushdown and self.kind not in ("grammar", "json_schema"):
+            raise ConstraintError("pushdown applies to a Lark grammar or a JSON Schema only.")
 
     @classmethod
     def json_schema(

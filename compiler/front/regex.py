@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 
 from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.front.grammar import grammar_regex
-from gclm.compiler.front.grammar.frames import recursive_rules
 from gclm.compiler.front.json_schema.normalize import SchemaLimits, normalize_schema
 from gclm.compiler.front.json_schema.objects import FREE_FORM_NOTE
 from gclm.compiler.front.json_schema.patterns import escape_literal
@@ -78,13 +77,6 @@ def _to_regex(c: Constraint, limits: SchemaLimits | None) -> RegexResult:
             )
         return RegexResult(_anchor(pattern))
     if c.kind == "grammar":
-        if c.pushdown and recursive_rules(c.spec):
-            raise ConstraintError(
-                "This grammar's recursive rules are served by the server's pushdown masks, "
-                "which have no whole table: a request that needs one (a budget_policy that "
-                "plans a tight budget) is not served for it. Use budget_policy 'none' or a "
-                "larger max_tokens."
-            )
         grammar = grammar_regex(c.spec)
         return RegexResult(_anchor(grammar.regex), grammar.notes)
     choices = json.loads(c.spec)

@@ -41,6 +41,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.front.deadline import check
 from gclm.compiler.front.grammar.frames import (
     Call,
     Chain,
@@ -51,6 +53,7 @@ from gclm.compiler.front.grammar.frames import (
     left_recursion_error,
 )
 from gclm.compiler.front.grammar.rx import Rx
+from gclm.compiler.front.json_schema.calls import FIRST_CALL_CHAR
 from gclm.compiler.grown.lazy_dfa import NOT_BUILT, GrowingLazyTable
 from gclm.compiler.grown.lazy_table import _DEADLINE, NEEDS_WHOLE_TABLE
 from gclm.compiler.grown.regex_nfa import Nfa, NfaTooLarge, build_nfa
@@ -63,8 +66,9 @@ _INF = int(UNREACHABLE)
 MAX_RTN_STATES = 200_000
 # Configurations in one DFA state: the readings an ambiguous grammar keeps open at once.
 MAX_CONFIGURATIONS = 4_096
-# DFA states of one table (a row of 256 int32 each, and its configurations): ~0.3 GB.
-MAX_PUSHDOWN_STATES = 250_000
+# DFA states of one table (a row of 256 int32 each, and its configurations): ~0.15 GB;
+# deep outputs in bench/pushdown.py made 2-9 states a token.
+MAX_PUSHDOWN_STATES = 100_000
 # States a search for the request's minimum may walk (each walk makes the states its
 # tokens reach: 0.2-5 ms a state here).
 PUSHDOWN_SEARCH_STATES = 64
@@ -102,7 +106,7 @@ def build_rtn(
     Raises ConstraintError where the start rule generates no string or the empty one, or
     frames call each other before writing a character; CompileLimitError past
     `max_states`."""
-    b = _Writer(single_bytes, max_states)
+    b = _Writer(single_bytes, max_states, len(frames.bodies) if frames.text_calls else 0)
     starts = [b.new() for _ in frames.bodies]
     ends = [b.new() for _ in frames.bodies]
     for f, body in enumerate(frames.bodies):
@@ -140,9 +144,10 @@ def build_rtn(
 class _Writer:
     """Writes frame bodies into NFA states, Thompson's way."""
 
-    def __init__(self, single_bytes: np.ndarray, max_states: int) -> None:
+    def __init__(self, single_bytes: np.ndarray, max_states: int, text_calls: int = 0) -> None:
         self.single_bytes = single_bytes
         self.max_states = max_states
+        self.text_calls = text_calls  # frames a regex calls by a character (0: none)
         self.count = 0
         self.eps: list[list[int]] = []
         self.edges: list[list[tuple[int, int, int]]] = []
@@ -152,6 +157,8 @@ class _Writer:
     def new(self) -> int:
         if self.count >= self.max_states:
             raise self._too_large()
+        if not self.count & 0xFFF:
+            check()  # a server thread's deadline (compiler/front/deadline.py)
         self.eps.append([])
         self.edges.append([])
         self.calls.append([])
@@ -229,6 +236,45 @@ class _Writer:
             )
         self.eps[a].append(off)
         self.eps[off + nfa.accept].append(z)
+        if self.text_calls:
+            self._calls_in(off, nfa.states)
+
+    def _calls_in(self, first: int, count: int) -> None:
+        """Make each call character among states [first, first + count) a call: its four
+        bytes (U+F0000 + f for frame f: F3 then three), which the builder writes as a chain
+        of single-byte edges for one literal character, become a call edge to the chain's
+        end."""
+        for q in range(first, first + count):
+            kept: list[tuple[int, int, int]] = []
+            for lo, hi, t in self.edges[q]:
+                calls = self._call_chain(t) if lo == hi == 0xF3 else None
+                if calls is None:
+                    kept.append((lo, hi, t))
+                else:
+                    self.calls[q].extend(calls)
+            self.edges[q] = kept
+
+    def _call_chain(self, t: int) -> list[tuple[int, int]] | None:
+        """The (frame, return state) calls of the chain after byte F3 into `t`, or None
+        where it is some other character's bytes."""
+        code = 0xF3 & 0x07
+        for _ in range(2):
+            edges = self.edges[t]
+            if len(edges) != 1 or self.eps[t] or self.calls[t]:
+                return None
+            lo, hi, t = edges[0]
+            if lo != hi or not 0x80 <= lo <= 0xBF:
+                return None
+            code = code << 6 | lo & 0x3F
+        if not self.edges[t] or self.eps[t] or self.calls[t]:
+            return None
+        calls = []
+        for lo, hi, end in self.edges[t]:
+            frame = (code << 6 | lo & 0x3F) - FIRST_CALL_CHAR
+            if lo != hi or not 0x80 <= lo <= 0xBF or not 0 < frame < self.text_calls:
+                return None
+            calls.append((frame, end))
+        return calls
 
     def _too_large(self) -> CompileLimitError:
         return CompileLimitError(
@@ -262,8 +308,12 @@ def _distances(
             for f, r in b.calls[q]:
                 if shortest[f] < _INF:
                     calls_into[r].append((q, shortest[f]))
+        popped = 0
         while heap:
             d, v = heapq.heappop(heap)
+            popped += 1
+            if not popped & 0xFFF:
+                check()
             if d > dist[v]:
                 continue
             for u, w in radj[v]:
@@ -602,6 +652,41 @@ class PushdownTable(GrowingLazyTable):
 
         rtn = build_rtn(frames, single_byte_tokens(vocab))
         return cls(PushdownDfa(rtn, token_trie(vocab).max_depth), vocab)
+
+    @classmethod
+    def of_constraint(cls, constraint: Constraint, vocab: TokenVocabulary) -> PushdownTable | None:
+        """The table of a grammar or JSON Schema whose recursion is kept on a stack, or
+        None where there is none to keep, or it cannot be kept here (left recursion through
+        several rules, a `$ref` a rewrite must read, an automaton past a limit): then the
+        constraint is unrolled into a regex as before, which answers with its own table or
+        error. A schema whose recursive definitions, written with the others inlined, pass
+        a limit is tried once more with every `$ref` a call.
+
+        Raises ConstraintError where the grammar or schema does not read."""
+        from gclm.compiler.front.grammar.frames import grammar_frames
+        from gclm.compiler.front.json_schema.frames import schema_frames
+
+        if constraint.kind == "grammar":
+            frames = grammar_frames(constraint.spec)
+            if frames is None:
+                return None
+            try:
+                return cls.of_frames(frames, vocab)
+            except ConstraintError:
+                return None
+        if constraint.kind != "json_schema":
+            return None
+        for every_ref in (False, True):
+            try:
+                frames = schema_frames(constraint, every_ref=every_ref)
+                if frames is None:
+                    return None
+                return cls.of_frames(frames, vocab)
+            except CompileLimitError:
+                continue
+            except ConstraintError:
+                return None
+        return None
 
     def _shortest_path(self, state: int) -> np.ndarray:  # pragma: no cover - not read
         return np.zeros(0, dtype=np.uint8)

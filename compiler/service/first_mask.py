@@ -41,7 +41,6 @@ from typing import Any, Protocol
 
 from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.front.deadline import OutOfTime, work_deadline
-from gclm.compiler.front.grammar.frames import grammar_frames
 from gclm.compiler.front.regex import to_regex
 from gclm.compiler.grown.lazy_dfa import GrowingLazyTable
 from gclm.compiler.grown.lazy_table import LazyTable
@@ -227,31 +226,24 @@ class FirstMasks:
     def _grow_pushdown(
         self, constraint: Constraint, out: Compiling[CompiledTable | LazyTable | None]
     ) -> bool:
-        """A `pushdown` grammar's PushdownTable into `out` (or its error); False where the
-        grammar has no rule that recurses inside its alternatives (its regex is exact)."""
+        """A `pushdown` constraint's PushdownTable into `out` (or its error); False where it
+        has no recursion to keep (a grammar whose rules recurse only at their ends: its
+        regex is exact; a schema whose recursion cannot be kept as calls: it is unrolled)."""
         if not constraint.pushdown:
             return False
         started = time.perf_counter()
         try:
             with work_deadline(LIGHT_REGEX_SECONDS):
-                frames = grammar_frames(constraint.spec)
-                if frames is None:
-                    return False
-                table = PushdownTable.of_frames(frames, self.vocab)
+                table = PushdownTable.of_constraint(constraint, self.vocab)
+            if table is None:
+                return False
         except OutOfTime:
-            out.end(
-                CompileLimitError(
-                    f"The grammar took over {LIGHT_REGEX_SECONDS:g} s to prepare. Use fewer "
-                    "rules, alternatives or counts."
-                )
-            )
-            return True
+            return False  # slow to prepare here: unrolled, on a worker if need be
         except ConstraintError as e:
             out.end(e)
             return True
-        except (Unsupported, ValueError) as e:
-            out.end(ConstraintError(f"The grammar cannot be served with recursion: {e}"))
-            return True
+        except (Unsupported, ValueError):
+            return False  # a regex part the parser does not read: unrolled
         except BaseException as e:  # never leave `out` unanswered
             log.exception("could not grow the pushdown masks of a grammar")
             out.end(e)

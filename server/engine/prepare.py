@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import weakref
 from concurrent.futures import Future
 from dataclasses import replace
@@ -110,7 +111,7 @@ class PreparesConstraints:
             CompilerBusyError: past `deadline`, while the compile goes on.
         """
         paced = self.budget_policy(policy) if budget_aware else None
-        if constraint.kind == "grammar" and thinking is None and self.grows_pushdown:
+        if thinking is None and self.grows_pushdown and await _recurses(constraint):
             constraint = replace(constraint, pushdown=True)
         table = await self._compiled(constraint, thinking is None, deadline, report)
         if not isinstance(table, CompiledTable) and table.final:  # no whole table behind it
@@ -224,6 +225,22 @@ def _budget(
     if budget.factor * source.upper_bound(source.initial) <= budget.floor:
         return budget.floor  # what the exact minimum gives too, without its search
     return max(budget.floor, budget.factor * source.request_minimum())
+
+
+async def _recurses(constraint: Constraint) -> bool:
+    """Whether the constraint may recurse: a Lark grammar, or a JSON Schema with a `$ref`
+    that leads back to itself (read off the event loop)."""
+    if constraint.kind == "grammar":
+        return True
+    if constraint.kind != "json_schema" or '"$ref"' not in constraint.spec:
+        return False
+    return await asyncio.to_thread(_schema_recurses, constraint.spec)
+
+
+def _schema_recurses(spec: str) -> bool:
+    from gclm.compiler.front.json_schema.frames import recursive_refs
+
+    return recursive_refs(json.loads(spec))
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:

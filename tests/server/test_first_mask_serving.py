@@ -87,6 +87,8 @@ class HeldCompiles:
 class FirstSource:
     """HeldCompiles as the cache's first_masks (its `compile` is the whole compile's)."""
 
+    grows = False
+
     def __init__(self, held: HeldCompiles) -> None:
         self.held = held
 

@@ -73,11 +73,13 @@ Part = Rx | Call | Chain | Choice | Loop
 @dataclass(frozen=True)
 class GrammarFrames:
     """Frame 0 is the whole output; `names[f]` is frame f's rule (frame 0: `start`) and
-    `lines[f]` the line it is defined on."""
+    `lines[f]` the line it is defined on. `text_calls`: the regex parts call frame f by
+    the character U+F0000 + f (a JSON Schema's frames: compiler/front/json_schema/frames.py)."""
 
     bodies: tuple[Part | None, ...]  # None: the frame generates no string
     names: tuple[str, ...]
     lines: tuple[int, ...]
+    text_calls: bool = False
 
 
 def recursive_rules(text: str) -> frozenset[str]:

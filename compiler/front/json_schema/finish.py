@@ -13,6 +13,7 @@ from collections.abc import Callable
 from itertools import combinations
 from math import comb
 
+from gclm.compiler.front.json_schema.calls import FrameCall
 from gclm.compiler.front.json_schema.ops import Node, escape_pointer
 from gclm.errors import UnsupportedSchemaError
 
@@ -34,6 +35,8 @@ class Finisher:
         self.note = note
 
     def finish(self, node: Node, ptr: str) -> Node:
+        if isinstance(node, FrameCall):  # a recursive definition's call, passed along
+            return node
         if "anyOf" in node:
             return {
                 "anyOf": [self.finish(b, f"{ptr}/anyOf/{i}") for i, b in enumerate(node["anyOf"])]

@@ -19,6 +19,7 @@ from functools import reduce
 from typing import Any
 
 from gclm.compiler.front.deadline import check
+from gclm.compiler.front.json_schema.calls import MAX_CALLS, FrameCall, OpaqueCall
 from gclm.compiler.front.json_schema.exclusions import (
     discriminated,
     exclusive_object,
@@ -167,6 +168,11 @@ class Normalizer:
         self.expansions = 0
         self.refs = Refs(root)
         self.prover = Prover(lambda ref: self.refs.resolve(ref, "")[1])
+        # Keeping calls (json_schema/frames.py): a $ref to a definition being expanded is a
+        # FrameCall, numbered here by its target (pointer -> (frame, subschema)).
+        self.calls: dict[str, tuple[int, Any]] | None = None
+        self.call_every_ref = False  # every $ref a call, not only those that recurse,
+        self.inline: set[str] = set()  # but those to these targets
 
     def note(self, pointer: str, text: str) -> None:
         self.rewrites[f"{cut(pointer or '/')}: {text}"] = None
@@ -495,6 +501,15 @@ class Normalizer:
         if not isinstance(ref, str):
             raise ConstraintError(f"'$ref' at {ptr or '/'} must be a string.")
         target_ptr, target = self.refs.resolve(ref, ptr)
+        if self.calls is not None and (
+            target_ptr in self.stack or self.call_every_ref and target_ptr not in self.inline
+        ):
+            found = self.calls.get(target_ptr)
+            if found is None:
+                if len(self.calls) + 1 >= MAX_CALLS:
+                    raise OpaqueCall("more definitions called than call characters")
+                found = self.calls[target_ptr] = (len(self.calls) + 1, target)
+            return FrameCall(found[0], target_ptr)
         if target_ptr in self.memo:
             return self.memo[target_ptr]
         if self.stack.count(target_ptr) >= self.max_recursion:

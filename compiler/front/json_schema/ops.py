@@ -23,6 +23,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from gclm.compiler.front.deadline import check
+from gclm.compiler.front.json_schema.calls import FrameCall, OpaqueCall, without_calls
 from gclm.compiler.front.json_schema.patterns import FORMATS
 from gclm.errors import ConstraintError, UnsupportedSchemaError
 
@@ -82,7 +83,12 @@ def keyword_types(keyword: str) -> set[str]:
 
 def canonical(value: Any) -> str:
     check()  # called throughout the meets and unions: a server thread's deadline
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except OpaqueCall:  # a node holding a recursive definition's call: one text for it
+        return json.dumps(
+            without_calls(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
 
 
 def json_type(value: Any) -> str:
@@ -102,6 +108,8 @@ def json_type(value: Any) -> str:
 def branches(node: Node | None) -> list[Node]:
     if node is None:
         return []
+    if isinstance(node, FrameCall):  # a recursive definition's call is one branch
+        return [node]
     return node["anyOf"] if "anyOf" in node else [node]
 
 
@@ -111,7 +119,7 @@ def union(nodes: Sequence[Node | None]) -> Node | None:
     values: dict[str, Any] = {}  # every enum branch folds into one
     for node in nodes:
         for branch in branches(node):
-            if "enum" in branch:
+            if not isinstance(branch, FrameCall) and "enum" in branch:
                 values.update((canonical(v), v) for v in branch["enum"])
             else:
                 seen.setdefault(canonical(branch), branch)

@@ -14,6 +14,7 @@ from typing import Any
 from outlines_core.json_schema import build_regex_from_schema
 
 from gclm.compiler.front.constraint import DEFAULT_WHITESPACE
+from gclm.compiler.front.json_schema.calls import FrameCall, OpaqueCall, call_char, without_calls
 from gclm.compiler.front.json_schema.numbers import number_regex
 from gclm.compiler.front.json_schema.open_objects import (
     counted_object_regex,
@@ -91,7 +92,10 @@ def schema_regex(
             f"{MAX_REGEX_CHARS:,}); no automaton that size compiles in time. Reduce nesting, "
             "recursion or repeated $refs."
         )
-    text = json.dumps(schema, ensure_ascii=False)
+    try:
+        text = json.dumps(schema, ensure_ascii=False)
+    except OpaqueCall:  # a schema with calls (compiler/front/json_schema/frames.py)
+        text = json.dumps(without_calls(schema), ensure_ascii=False)
     nonce = 0
     while f"gclm{nonce}x" in text:
         nonce += 1
@@ -144,6 +148,8 @@ def _regex_size(node: Any, memo: dict[int, int]) -> int:
     It writes an array's item and a free-key object's value twice, and with no required
     property it repeats property i in n - i alternatives (quadratic in optional properties).
     """
+    if isinstance(node, FrameCall):
+        return 8  # one placeholder character, grouped
     if not isinstance(node, dict):
         return 0
     if id(node) in memo:
@@ -174,7 +180,9 @@ def _prepare(
     if not isinstance(node, dict):
         return node
     leaf = None
-    if "enum" in node:
+    if isinstance(node, FrameCall):  # a recursive definition's call: one character
+        leaf = call_char(node.frame)
+    elif "enum" in node:
         if not any(isinstance(v, dict | list) for v in node["enum"]):
             return node
         # outlines-core writes the keys of an object in an enum or const raw into its

@@ -1,0 +1,89 @@
+"""End to end: JSON Schemas whose `$ref`s recurse, served by the pushdown masks
+(compiler/grown/pushdown.py) on a real `gclm serve` (embedded model) with the openai SDK:
+pushed by logit_bias, outputs nest as deep as the budget allows, validate with `jsonschema`,
+and stop within max_tokens."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+import openai
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "SmolLM2-135M-Instruct"
+# name: (schema, the characters of the tokens pushed, the character that opens a level)
+SCHEMAS: dict[str, tuple[dict[str, Any], str, str]] = {
+    "nested_lists": (
+        {"anyOf": [{"type": "integer"}, {"type": "array", "items": {"$ref": "#"}}]},
+        "[",
+        "[",
+    ),
+    "object_chain": (
+        {
+            "$defs": {
+                "node": {
+                    "type": "object",
+                    "properties": {
+                        "c": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/node"}]},
+                    },
+                    "required": ["c"],
+                }
+            },
+            "$ref": "#/$defs/node",
+        },
+        '{"',
+        "{",
+    ),
+}
+
+
+def nesting(text: str, opener: str) -> int:
+    closer = {"[": "]", "{": "}"}[opener]
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            escaped = not escaped and ch == "\\"
+            in_string = escaped or ch != '"'
+        elif ch == '"':
+            in_string = True
+        elif ch == opener:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == closer:
+            depth -= 1
+    return deepest
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+def test_recursive_refs_nest_as_deep_as_the_budget_allows(
+    name: str, client: openai.OpenAI, embedded_tokenizer: Any
+) -> None:
+    """logit_bias pushes the tokens that open a level (made of the opening text's
+    characters, the opener among them), and holds back those with a blank, which the
+    schemas allow between tokens: the budget goes to nesting."""
+    schema, pushed, opener = SCHEMAS[name]
+    bias = {}
+    for token, i in embedded_tokenizer.get_vocab().items():
+        text = embedded_tokenizer.convert_tokens_to_string([token])
+        if text and text != text.replace(" ", "").replace("\n", ""):
+            bias[str(i)] = -100
+        elif text and opener in text and set(text) <= set(pushed):
+            bias[str(i)] = 100
+    done = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Nest deeply."}],
+        response_format={"type": "json_schema", "json_schema": {"name": name, "schema": schema}},
+        logit_bias=bias,
+        max_tokens=96,
+        temperature=0,
+    )
+    text = done.choices[0].message.content
+    jsonschema.validate(json.loads(text), schema)
+    assert done.choices[0].finish_reason == "stop"
+    assert done.usage.completion_tokens <= 96
+    assert nesting(text, opener) >= 8, text
