@@ -352,29 +352,26 @@ def _left_cycle(rtn: Rtn) -> list[int]:
                     seen.add(t)
                     todo.append(t)
         left.append(callees)
-    # A cycle in the left-call graph, by depth-first search.
+    # A cycle in the left-call graph, by an iterative depth-first search (a chain of
+    # thousands of rules must not run out of Python's stack).
     colour = [0] * len(left)
-    path: list[int] = []
-
-    def visit(f: int) -> list[int]:
-        colour[f] = 1
-        path.append(f)
-        for g in sorted(left[f]):
-            if colour[g] == 1:
+    for root in range(len(left)):
+        if colour[root]:
+            continue
+        path = [root]
+        todo = [iter(sorted(left[root]))]
+        colour[root] = 1
+        while todo:
+            g = next(todo[-1], None)
+            if g is None:
+                colour[path.pop()] = 2
+                todo.pop()
+            elif colour[g] == 1:
                 return path[path.index(g) :]
-            if colour[g] == 0:
-                found = visit(g)
-                if found:
-                    return found
-        colour[f] = 2
-        path.pop()
-        return []
-
-    for f in range(len(left)):
-        if colour[f] == 0:
-            found = visit(f)
-            if found:
-                return found
+            elif colour[g] == 0:
+                colour[g] = 1
+                path.append(g)
+                todo.append(iter(sorted(left[g])))
     return []
 
 

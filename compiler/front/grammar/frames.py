@@ -107,24 +107,51 @@ def grammar_frames(text: str) -> GrammarFrames | None:
 
 
 def _cycles(scope: _Scope) -> frozenset[str]:
-    """The rules that reach themselves through the bodies `scope.body` gives."""
+    """The rules that reach themselves through the bodies `scope.body` gives: those in a
+    strongly connected component of the call graph with a cycle (Tarjan's algorithm,
+    iterative, linear in the grammar)."""
     rules = {name: d for name, d in scope.grammar.definitions.items() if not is_terminal_name(name)}
     calls = {
-        name: {r.name for r in _refs(scope.body(("", name), d)) if r.name in rules}
+        name: sorted({r.name for r in _refs(scope.body(("", name), d)) if r.name in rules})
         for name, d in rules.items()
     }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
     found: set[str] = set()
-    for name in rules:
-        seen: set[str] = set()
-        todo = list(calls[name])
-        while todo:
-            r = todo.pop()
-            if r == name:
-                found.add(name)
-                break
-            if r not in seen:
-                seen.add(r)
-                todo.extend(calls[r])
+    for root in rules:
+        if root in index:
+            continue
+        work = [(root, iter(calls[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            name, edges = work[-1]
+            callee = next(edges, None)
+            if callee is not None:
+                if callee not in index:
+                    index[callee] = low[callee] = len(index)
+                    stack.append(callee)
+                    on_stack.add(callee)
+                    work.append((callee, iter(calls[callee])))
+                elif callee in on_stack:
+                    low[name] = min(low[name], index[callee])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[name])
+            if low[name] == index[name]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == name:
+                        break
+                if len(component) > 1 or name in calls[name]:
+                    found.update(component)
     return frozenset(found)
 
 
