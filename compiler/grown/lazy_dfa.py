@@ -40,21 +40,45 @@ NOT_BUILT = -2  # a row no walk has read yet
 _DEAD = int(UNREACHABLE)  # an NFA state with no bytes to acceptance
 
 
-class GrowingDfa:
-    """A byte DFA made of `nfa` as it is read: `next[s, b]` is the state byte b leads to
-    from s (-1: none), once `built[s]`; `expand(s)` builds row s. `longest`: the longest
-    token's bytes, for the lower bound."""
+class GrownRows:
+    """The rows and bounds of a byte DFA made as it is read, which a LazyTable walks:
+    `next[s, b]` is the state byte b leads to from s (-1: none), once `built[s]`; by state,
+    `accepting_list` (0 / 1), `upper_list` (fewest bytes along single-byte tokens) and
+    `lower_list` (fewest bytes / the longest token's, rounded up). A subclass makes the
+    states (GrowingDfa below, compiler/grown/pushdown.py's PushdownDfa)."""
 
-    def __init__(self, nfa: Nfa, longest: int) -> None:
-        self.nfa = nfa
+    def __init__(self, longest: int) -> None:
         self._longest = max(longest, 1)
         self.next = np.full((64, 256), NOT_BUILT, dtype=np.int32)
         self.built = np.zeros(64, dtype=np.bool_)
-        # By state (array.array: see tables.scalars): accepting (0 / 1); fewest bytes along
-        # single-byte tokens; fewest bytes / the longest token, rounded up.
         self.accepting_list = array.array("b")
         self.upper_list = array.array("i")
         self.lower_list = array.array("i")
+
+    def _new_row(self, every: int, single: int, accepting: bool) -> int:
+        """A new state's id, with its bounds from its distances `every` (any bytes) and
+        `single` (single-byte tokens); `next` and `built` grown to hold its row."""
+        state = len(self.accepting_list)
+        if state == self.built.size:
+            grown = np.full((2 * state, 256), NOT_BUILT, dtype=np.int32)
+            grown[:state] = self.next
+            self.next = grown
+            self.built = np.concatenate([self.built, np.zeros(state, dtype=np.bool_)])
+        self.accepting_list.append(accepting)
+        self.upper_list.append(single)
+        self.lower_list.append(
+            int(UNREACHABLE) if every >= UNREACHABLE else -(-every // self._longest)
+        )
+        return state
+
+
+class GrowingDfa(GrownRows):
+    """A byte DFA made of `nfa` as it is read (GrownRows); `expand(s)` builds row s.
+    `longest`: the longest token's bytes, for the lower bound."""
+
+    def __init__(self, nfa: Nfa, longest: int) -> None:
+        super().__init__(longest)
+        self.nfa = nfa
         self._ids: dict[bytes, int] = {}
         self._members: list[np.ndarray] = []
         self._member_bytes = 0  # of the sets in _members (kept twice: as keys too)
@@ -96,20 +120,10 @@ class GrowingDfa:
     ) -> int:
         """A new state for the set `members` (`key`: its bytes), whose least distances to
         acceptance are `every` (any bytes) and `single` (single-byte tokens)."""
-        state = len(self._members)
-        if state == self.built.size:
-            grown = np.full((2 * state, 256), NOT_BUILT, dtype=np.int32)
-            grown[:state] = self.next
-            self.next = grown
-            self.built = np.concatenate([self.built, np.zeros(state, dtype=np.bool_)])
+        state = self._new_row(every, single, accepting)
         self._members.append(members)
         self._member_bytes += members.nbytes
         self._ids[key] = state
-        self.accepting_list.append(accepting)
-        self.upper_list.append(single)
-        self.lower_list.append(
-            int(UNREACHABLE) if every == UNREACHABLE else -(-every // self._longest)
-        )
         return state
 
     @property

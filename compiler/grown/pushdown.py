@@ -33,7 +33,6 @@ raised. The stack is as deep as the output nests, which the budget bounds.
 
 from __future__ import annotations
 
-import array
 import heapq
 import time
 from collections.abc import Callable, Iterable
@@ -54,7 +53,7 @@ from gclm.compiler.front.grammar.frames import (
 )
 from gclm.compiler.front.grammar.rx import Rx
 from gclm.compiler.front.json_schema.calls import FIRST_CALL_CHAR
-from gclm.compiler.grown.lazy_dfa import NOT_BUILT, GrowingLazyTable
+from gclm.compiler.grown.lazy_dfa import GrowingLazyTable, GrownRows
 from gclm.compiler.grown.lazy_table import _DEADLINE, NEEDS_WHOLE_TABLE
 from gclm.compiler.grown.regex_nfa import Nfa, NfaTooLarge, build_nfa
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
@@ -375,22 +374,16 @@ def _left_cycle(rtn: Rtn) -> list[int]:
     return []
 
 
-class PushdownDfa:
-    """The byte DFA of an Rtn's configurations, made as it is read (the interface of
-    compiler/grown/lazy_dfa.py's GrowingDfa, which a LazyTable walks): `next[s, b]` once
-    `built[s]`, `expand(s)` builds row s; bounds by state in `accepting_list`,
-    `upper_list`, `lower_list`. `longest`: the longest token's bytes."""
+class PushdownDfa(GrownRows):
+    """The byte DFA of an Rtn's configurations, made as it is read (compiler/grown/
+    lazy_dfa.py's GrownRows, which a LazyTable walks); `expand(s)` builds row s.
+    `longest`: the longest token's bytes."""
 
     def __init__(self, rtn: Rtn, longest: int, max_states: int | None = None) -> None:
+        super().__init__(longest)
         self.rtn = rtn
         self.max_states = max_states if max_states is not None else MAX_PUSHDOWN_STATES
         self._n = rtn.states
-        self._longest = max(longest, 1)
-        self.next = np.full((64, 256), NOT_BUILT, dtype=np.int32)
-        self.built = np.zeros(64, dtype=np.bool_)
-        self.accepting_list = array.array("b")
-        self.upper_list = array.array("i")
-        self.lower_list = array.array("i")
         self._ids: dict[tuple[bool, tuple[int, ...]], int] = {}
         self._members: list[tuple[int, ...]] = []
         self._member_count = 0
@@ -562,17 +555,10 @@ class PushdownDfa:
                 "states in one table (deep or long outputs of a large grammar). Lower "
                 "max_tokens or simplify the grammar."
             )
-        if state == self.built.size:
-            grown = np.full((2 * state, 256), NOT_BUILT, dtype=np.int32)
-            grown[:state] = self.next
-            self.next = grown
-            self.built = np.concatenate([self.built, np.zeros(state, dtype=np.bool_)])
+        self._new_row(every, single, accepting)
         self._members.append(members)
         self._member_count += len(members)
         self._ids[accepting, members] = state
-        self.accepting_list.append(accepting)
-        self.upper_list.append(single)
-        self.lower_list.append(_INF if every >= _INF else -(-every // self._longest))
         return state
 
     @property

@@ -16,6 +16,7 @@ from gclm.compiler.whole.compile import compile_constraint
 from gclm.compiler.whole.tables import CompiledTable
 from gclm.masking import (
     ConstraintState,
+    MaskSource,
     allocate_bitmask,
     apply_bitmask,
     check_budget,
@@ -63,16 +64,25 @@ def table(grammar: str) -> CompiledTable:
 def generate(grammar: str, budget: int, seed: int, space_bias: float = 0.0) -> str:
     """One output through the masks with random logits, at most `budget` tokens."""
     t = table(grammar)
+    bias = torch.zeros(t.vocab_size)
+    bias[t.eos_token_id] = -space_bias  # longer outputs
+    return sample(t, budget, seed, bias)
+
+
+def sample(
+    t: CompiledTable | MaskSource, budget: int, seed: int, bias: torch.Tensor, scale: float = 4.0
+) -> str:
+    """One output of VOCAB through `t`'s masks, at most `budget` tokens: random logits
+    (times `scale`) plus `bias` [V], sampled; checked to end accepting within budget."""
     check_budget(t, budget)
     gen = torch.Generator().manual_seed(seed)
     state = ConstraintState(t)
-    bitmask = allocate_bitmask(1, t.vocab_size)
+    bitmask = allocate_bitmask(1, VOCAB.size)
     out: list[int] = []
     left = budget
     while not state.must_stop(left):
         fill_bitmask(bitmask, 0, state, left)
-        logits = torch.randn(1, t.vocab_size, generator=gen) * 4  # [1, V]
-        logits[0, t.eos_token_id] -= space_bias  # longer outputs
+        logits = torch.randn(1, VOCAB.size, generator=gen) * scale + bias  # [1, V]
         apply_bitmask(logits, bitmask)
         tok = int(torch.multinomial(torch.softmax(logits, -1), 1, generator=gen))
         state.advance(tok, left)

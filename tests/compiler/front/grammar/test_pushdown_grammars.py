@@ -12,18 +12,14 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lark_oracle import VOCAB, parses
+from lark_oracle import VOCAB, parses, sample
 
 from gclm.compiler.front.grammar.frames import grammar_frames, recursive_rules
 from gclm.compiler.grown import pushdown
 from gclm.compiler.grown.pushdown import PushdownTable
 from gclm.errors import BudgetTooSmallError, CompileLimitError, ConstraintError
 from gclm.masking import (
-    ConstraintState,
-    allocate_bitmask,
-    apply_bitmask,
     check_budget,
-    fill_bitmask,
 )
 
 # name: (grammar, the characters its short texts are made of, the text that opens a level,
@@ -143,29 +139,11 @@ def generate(
     made of the bytes `prefer` get `strength` added to their logit (as a client's
     logit_bias)."""
     t = table(grammar)
-    check_budget(t, budget)
-    gen = torch.Generator().manual_seed(seed)
-    state = ConstraintState(t)
-    bitmask = allocate_bitmask(1, t.vocab_size)
     bias = torch.zeros(t.vocab_size)
     for i, data in enumerate(VOCAB.token_bytes):
         if data and set(data) <= set(prefer):
             bias[i] = strength
-    out: list[int] = []
-    left = budget
-    while not state.must_stop(left):
-        fill_bitmask(bitmask, 0, state, left)
-        logits = (torch.randn(1, t.vocab_size, generator=gen) * 2 + bias)[None, 0]
-        apply_bitmask(logits, bitmask)
-        tok = int(torch.multinomial(torch.softmax(logits, -1), 1, generator=gen))
-        state.advance(tok, left)
-        if state.finished:
-            break
-        out.append(tok)
-        left -= 1
-    assert len(out) <= budget
-    assert state.is_accepting
-    return VOCAB.decode(out)
+    return sample(t, budget, seed, bias, scale=2.0)
 
 
 @pytest.mark.parametrize("name", GRAMMARS)
