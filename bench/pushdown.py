@@ -18,6 +18,12 @@ For each Lark grammar (rules that recurse inside their alternatives) and JSON Sc
   llguidance's lexer differs on some (runs of `%ignore`d whitespace, long `-` chains).
 
 Medians over the steps and the repeats; prints gclm / llguidance ratios, writes JSON.
+
+`--http`: instead, one `gclm serve` (embedded model, defaults), and per grammar and schema
+a streamed /v1/completions sent twice on the idle server, closed at its first token: the
+first time the server has not seen the constraint, the second time its table is cached
+(bench/first_mask_http.py's method). Reported: the new one's first token minus the cached
+one's, p50 over the grammars and schemas.
 """
 
 from __future__ import annotations
@@ -101,7 +107,11 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--steps", type=int, default=48, help="tokens each sequence generates")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--http", action="store_true", help="first tokens over HTTP instead")
     args = parser.parse_args()
+    if args.http:
+        _http(args.json)
+        return
 
     import llguidance
     import llguidance.hf
@@ -148,6 +158,43 @@ def main() -> None:
     )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
+
+
+def _http(out: Path | None) -> None:
+    import httpx
+
+    from bench._server import GclmServer
+    from bench.first_mask_http import GCLM_BUSY, wait_idle
+
+    def first_token(client: httpx.Client, grammar: Any) -> float:
+        payload: dict[str, Any] = {"prompt": "Nested: ", "max_tokens": 64, "stream": True}
+        if isinstance(grammar, dict):
+            payload["guided_json"] = grammar
+        else:
+            payload["structured_outputs"] = {"grammar": grammar}
+        wait_idle(client, GCLM_BUSY)
+        started = time.perf_counter()
+        with client.stream("POST", "/v1/completions", json=payload) as response:
+            if response.status_code != 200:
+                raise RuntimeError(f"HTTP {response.status_code}: {response.read()[:200]!r}")
+            for line in response.iter_lines():
+                if line.startswith("data: {") and '"text":""' not in line.replace(" ", ""):
+                    return time.perf_counter() - started
+        raise RuntimeError("the stream ended without a token")
+
+    rows: dict[str, Any] = {}
+    with GclmServer() as server, httpx.Client(base_url=server.url, timeout=120) as client:
+        first_token(client, 'start: t\nt: "(" t ")" | "x"')  # warm
+        for name, (grammar, _) in GRAMMARS.items():
+            fresh = _fresh(grammar, 99)
+            new = first_token(client, fresh)
+            cached = first_token(client, fresh)
+            rows[name] = {"new_ms": 1e3 * new, "cached_ms": 1e3 * cached}
+            print(f"{name:16} new {1e3 * new:7.1f} ms  cached {1e3 * cached:7.1f} ms")
+    extra = statistics.median(r["new_ms"] - r["cached_ms"] for r in rows.values())
+    print(f"a new constraint's first token: p50 {extra:.1f} ms more than a cached one's")
+    if out:
+        out.write_text(json.dumps({"rows": rows, "extra_ms_p50": extra}, indent=1) + "\n")
 
 
 def _warm(vocab: Any, lltok: Any) -> None:
