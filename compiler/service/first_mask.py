@@ -75,6 +75,10 @@ LIGHT_NFA_STATES = 100_000
 # to_regex took 60-90 ms, and one of its schemas (WashingtonPost wp_124) minutes.
 LIGHT_REGEX_SECONDS = 1.0
 LIGHT_REGEX_CHARS = 1_000_000  # a longer regex goes to the heavy lane at once
+# A pushdown table (compiler/grown/pushdown.py) that takes longer than LIGHT_REGEX_SECONDS to
+# build is built again on the heavy lane, within this (MaskBench's Kubernetes kb_1161, with
+# each of its $refs a call: 13 s here); past it, the constraint is unrolled as before.
+HEAVY_PUSHDOWN_SECONDS = 60.0
 HEAVY_NICE = 10  # the heavy lane's thread: it yields the cores to the engine's threads
 LIGHT_LANE_DEPTH = 8
 GROW_LANE_DEPTH = 2
@@ -224,21 +228,27 @@ class FirstMasks:
                 self._growing -= 1
 
     def _grow_pushdown(
-        self, constraint: Constraint, out: Compiling[CompiledTable | LazyTable | None]
+        self,
+        constraint: Constraint,
+        out: Compiling[CompiledTable | LazyTable | None],
+        seconds: float = LIGHT_REGEX_SECONDS,
     ) -> bool:
-        """A `pushdown` constraint's PushdownTable into `out` (or its error); False where it
-        has no recursion to keep (a grammar whose rules recurse only at their ends: its
-        regex is exact; a schema whose recursion cannot be kept as calls: it is unrolled)."""
+        """A `pushdown` constraint's PushdownTable into `out` (or its error), within
+        `seconds`; past them on the light lane, again on the heavy lane within
+        HEAVY_PUSHDOWN_SECONDS. False where it has no recursion to keep (a grammar whose
+        rules recurse only at their ends: its regex is exact; a schema whose recursion
+        cannot be kept as calls: it is unrolled), or it took longer still (unrolled)."""
         if not constraint.pushdown:
             return False
         started = time.perf_counter()
         try:
-            with work_deadline(LIGHT_REGEX_SECONDS):
+            with work_deadline(seconds):
                 table = PushdownTable.of_constraint(constraint, self.vocab)
             if table is None:
                 return False
         except OutOfTime:
-            return False  # slow to prepare here: unrolled, on a worker if need be
+            heavy = seconds < HEAVY_PUSHDOWN_SECONDS
+            return heavy and self._to_heavy_pushdown(constraint, out)
         except ConstraintError as e:
             out.end(e)
             return True
@@ -261,6 +271,29 @@ class FirstMasks:
         try:
             if not out.cancelled():
                 self._grow_here(constraint, out, regex)
+        finally:
+            with self._lock:
+                self._heavy_growing -= 1
+
+    def _to_heavy_pushdown(
+        self, constraint: Constraint, out: Compiling[CompiledTable | LazyTable | None]
+    ) -> bool:
+        """Queue a slow pushdown build on the heavy lane, if it has room (False: none)."""
+        with self._lock:
+            if self._heavy is None or self._heavy_growing >= GROW_LANE_DEPTH:
+                return False
+            self._heavy_growing += 1
+        self._heavy.submit(self._grow_pushdown_heavy, constraint, out)
+        return True
+
+    def _grow_pushdown_heavy(
+        self, constraint: Constraint, out: Compiling[CompiledTable | LazyTable | None]
+    ) -> None:
+        try:
+            if not out.cancelled() and not self._grow_pushdown(
+                constraint, out, HEAVY_PUSHDOWN_SECONDS
+            ):
+                self._grow_here(constraint, out, None)
         finally:
             with self._lock:
                 self._heavy_growing -= 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Future
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -487,6 +488,38 @@ def test_a_grown_first_compile_needs_no_worker(embedded_vocab) -> None:
         assert gauges["first_masks_grown"] == 1 and gauges["first_mask_grow_seconds"] > 0
     finally:
         first.close()
+
+
+def test_a_recursive_grammar_grows_a_pushdown_table_on_the_heavy_lane_when_slow(
+    embedded_vocab, monkeypatch
+) -> None:
+    """A `pushdown` grammar's table is built here, no worker; a build that passes the light
+    lane's deadline is made again on the heavy lane, with its longer one; one that passes
+    that too is unrolled into its regex (a GrowingLazyTable)."""
+    from gclm.compiler.front.deadline import OutOfTime
+    from gclm.compiler.grown.pushdown import PushdownTable
+
+    constraint = replace(Constraint.grammar('start: t\nt: "(" t ")" | "x"'), pushdown=True)
+    build = PushdownTable.of_constraint
+    for slow_builds, kind in ((0, PushdownTable), (1, PushdownTable), (2, GrowingLazyTable)):
+        calls: list[int] = []
+
+        def slow(
+            c: Constraint, vocab: TokenVocabulary, *, n: int = slow_builds, calls: list[int] = calls
+        ) -> object:
+            calls.append(1)
+            if len(calls) <= n:
+                raise OutOfTime("slow")
+            return build(c, vocab)
+
+        monkeypatch.setattr(PushdownTable, "of_constraint", staticmethod(slow))
+        first = FirstMasks(lambda c: None, embedded_vocab, no_worker, grow=True)
+        try:
+            made = first.compile(constraint).result(timeout=60)
+            assert isinstance(made, kind), (slow_builds, made)
+            assert len(calls) == min(slow_builds + 1, 2)
+        finally:
+            first.close()
 
 
 @pytest.mark.parametrize(
