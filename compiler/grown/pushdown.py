@@ -58,7 +58,7 @@ from gclm.compiler.grown.lazy_table import _DEADLINE, NEEDS_WHOLE_TABLE
 from gclm.compiler.grown.regex_nfa import Nfa, NfaTooLarge, build_nfa
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
 from gclm.compiler.whole.tables import UNREACHABLE
-from gclm.errors import CompileLimitError, ConstraintError
+from gclm.errors import CompileLimitError, ConstraintError, InternalError
 
 _INF = int(UNREACHABLE)
 # NFA states of all frames together.
@@ -68,6 +68,9 @@ MAX_CONFIGURATIONS = 4_096
 # DFA states of one table (a row of 256 int32 each, and its configurations): ~0.15 GB;
 # deep outputs in bench/pushdown.py made 2-9 states a token.
 MAX_PUSHDOWN_STATES = 100_000
+# The longest shortest output whose fewest-token spelling is found for the request's
+# minimum (a byte a step down the table, then a walk a token); past it, its bytes.
+SPELLED_BYTES = 4_096
 # States a search for the request's minimum may walk (each walk makes the states its
 # tokens reach: 0.2-5 ms a state here).
 PUSHDOWN_SEARCH_STATES = 64
@@ -572,6 +575,26 @@ class PushdownDfa(GrownRows):
         )  # fmt: skip
 
 
+def _fewest_tokens(text: bytes, ids: dict[bytes, int]) -> list[int]:
+    """The fewest tokens (ids from `ids`, by bytes) that spell `text`; every single byte
+    must be one (a LazyTable's vocabulary has them all)."""
+    longest = max(map(len, ids), default=1)
+    best = [0] + [len(text) + 1] * len(text)
+    back = [(0, -1)] * (len(text) + 1)
+    for end in range(1, len(text) + 1):
+        for size in range(1, min(longest, end) + 1):
+            token = ids.get(text[end - size : end])
+            if token is not None and best[end - size] + 1 < best[end]:
+                best[end] = best[end - size] + 1
+                back[end] = (end - size, token)
+    out: list[int] = []
+    at = len(text)
+    while at:
+        at, token = back[at]
+        out.append(token)
+    return out[::-1]
+
+
 def _tails(rtn: Rtn) -> list[bool]:
     """By NFA state: whether it can only end its frame (no byte, no call, every epsilon
     edge to such a state or to the end): a call returning there needs no stack entry."""
@@ -625,6 +648,8 @@ class PushdownTable(GrowingLazyTable):
         self._slot = np.zeros(64, dtype=np.int64)
         self._witness: dict[int, int] = {}  # state -> tokens of a path found from it
         self._minimum: int | None = None
+        self._vocab_bytes = vocab.token_bytes
+        self._ids_by_bytes: dict[bytes, int] | None = None
 
     @classmethod
     def of_frames(cls, frames: GrammarFrames, vocab: TokenVocabulary) -> PushdownTable:
@@ -696,14 +721,66 @@ class PushdownTable(GrowingLazyTable):
     def request_minimum(self) -> int:
         """The fewest tokens of any output, searched from the start state at most
         PUSHDOWN_SEARCH_STATES states deep into the table (and within the request's
-        deadline); past that, the bytes of its shortest output."""
+        deadline); past that, the fewest tokens that spell one shortest output (its bytes,
+        when that is longer than SPELLED_BYTES)."""
         if self._minimum is None:
-            self._minimum = self._search_minimum()
+            self._minimum = self._search_minimum(self._spell_shortest())
         return self._minimum
 
-    def _search_minimum(self) -> int:
+    def _spell_shortest(self) -> int:
+        """The tokens of the fewest-token spelling of one shortest output, remembered for
+        each state it passes (so that each step of it fits again); the byte bound where
+        the output is longer than SPELLED_BYTES or the request's deadline passes."""
         start = self.initial
         bound = self._upper_list[start]
+        if not 1 < bound <= SPELLED_BYTES:
+            return bound
+        deadline = _DEADLINE.get()
+        dfa = self.grown
+        spelled = np.flatnonzero(self._single_bytes)
+        text = bytearray()
+        state = start
+        while not self._accepting_list[state]:  # down the single-byte bound, a byte a step
+            if deadline is not None and time.monotonic() > deadline:
+                return bound
+            if not dfa.built[state]:
+                dfa.expand(state)
+            row = dfa.next[state]
+            left = self._upper_list[state] - 1
+            byte = next(
+                (int(b) for b in spelled if row[b] >= 0 and self._upper_list[row[b]] == left),
+                None,
+            )
+            if byte is None:  # pragma: no cover - the bound always has a next byte
+                return bound
+            text.append(byte)
+            state = int(row[byte])
+        tokens = _fewest_tokens(bytes(text), self._token_ids())
+        if len(tokens) >= bound:
+            return bound
+        path = [start]
+        for token in tokens:
+            path.append(self.next_state(path[-1], token))
+            if path[-1] < 0:  # pragma: no cover - the spelling reads the same bytes
+                raise InternalError("a spelling of the shortest output left the automaton")
+        for i, state in enumerate(path):
+            if len(tokens) - i < self.spelled_upper(state):
+                self._witness[state] = len(tokens) - i
+        return len(tokens)
+
+    def _token_ids(self) -> dict[bytes, int]:
+        """Each token's bytes -> its id (the lowest id where bytes repeat), EOS aside."""
+        if self._ids_by_bytes is None:
+            found: dict[bytes, int] = {}
+            for i, data in enumerate(self._vocab_bytes):
+                if data and i != self.eos_token_id:
+                    found.setdefault(bytes(data), i)
+            self._ids_by_bytes = found
+        return self._ids_by_bytes
+
+    def _search_minimum(self, spelled: int) -> int:
+        start = self.initial
+        bound = min(self._upper_list[start], spelled)
         deadline = _DEADLINE.get()
         parents: dict[int, int] = {start: -1}
         frontier = [start]

@@ -225,3 +225,15 @@ def test_an_ambiguous_grammars_readings_are_a_wall(monkeypatch):
     with pytest.raises(CompileLimitError, match="ambiguous"):
         for _ in range(60):
             state = t.next_state(state, ord("("))
+
+
+@pytest.mark.parametrize("name", GRAMMARS)
+def test_the_minimum_is_the_exact_one(name):
+    """The 400's minimum is the whole table's exact one (the unrolled regex holds every
+    shortest output, none of which nests)."""
+    from gclm.compiler.front.constraint import Constraint
+    from gclm.compiler.whole.compile import compile_constraint
+
+    grammar = GRAMMARS[name][0]
+    whole = compile_constraint(Constraint.grammar(grammar), VOCAB)
+    assert table(grammar).request_minimum() == whole.min_tokens

@@ -200,3 +200,14 @@ def test_a_grammar_whose_rules_recurse_on_the_left_through_each_other_is_unrolle
     c = Constraint.grammar('start: a\na: b "x" | "y"\nb: a "z" | "w"')
     assert PushdownTable.of_constraint(c, VOCAB) is None
     assert to_regex(c).rewrites  # served as before: unrolled, with the note
+
+
+@pytest.mark.parametrize("name", SCHEMAS)
+def test_the_minimum_is_the_exact_one(name):
+    """The fewest tokens that spell one shortest output, found from the start state: the
+    whole (unrolled) table's exact minimum, not the bytes (the tree's: 14 tokens of this
+    vocabulary, where `{"n":0,"kids":[]}` is 17 bytes)."""
+    from gclm.compiler.whole.compile import compile_constraint
+
+    whole = compile_constraint(Constraint.json_schema(SCHEMAS[name]), VOCAB)
+    assert table(name).request_minimum() == whole.min_tokens
