@@ -696,9 +696,6 @@ class PushdownTable(GrowingLazyTable):
                 return None
         return None
 
-    def _shortest_path(self, state: int) -> np.ndarray:  # pragma: no cover - not read
-        return np.zeros(0, dtype=np.uint8)
-
     def spelled_upper(self, state: int) -> int:
         """The sound distance: the single-byte bound, or a token path found from `state`."""
         bound = self._upper_list[state]
