@@ -23,7 +23,8 @@ Medians over the steps and the repeats; prints gclm / llguidance ratios, writes 
 a streamed /v1/completions sent twice on the idle server, closed at its first token: the
 first time the server has not seen the constraint, the second time its table is cached
 (bench/first_mask_http.py's method). Reported: the new one's first token minus the cached
-one's, p50 over the grammars and schemas.
+one's, p50 over the grammars and schemas; and the same for each grammar as a custom tool's
+input on /v1/chat/completions (named tool_choice), to the call's first streamed piece.
 """
 
 from __future__ import annotations
@@ -166,19 +167,31 @@ def _http(out: Path | None) -> None:
     from bench._server import GclmServer
     from bench.first_mask_http import GCLM_BUSY, wait_idle
 
-    def first_token(client: httpx.Client, grammar: Any) -> float:
+    def first_token(client: httpx.Client, grammar: Any, tool: bool = False) -> float:
         payload: dict[str, Any] = {"prompt": "Nested: ", "max_tokens": 64, "stream": True}
-        if isinstance(grammar, dict):
+        path, first = "/v1/completions", '"text":"'
+        if tool:  # a custom tool's input in the grammar: its call's first piece
+            path, first = "/v1/chat/completions", '"tool_calls"'
+            custom = {"name": "nest", "format": {"type": "grammar", "grammar": {
+                "syntax": "lark", "definition": grammar}}}  # fmt: skip
+            del payload["prompt"]
+            payload |= {
+                "messages": [{"role": "user", "content": "Nest."}],
+                "tools": [{"type": "custom", "custom": custom}],
+                "tool_choice": {"type": "custom", "custom": {"name": "nest"}},
+            }
+        elif isinstance(grammar, dict):
             payload["guided_json"] = grammar
         else:
             payload["structured_outputs"] = {"grammar": grammar}
         wait_idle(client, GCLM_BUSY)
         started = time.perf_counter()
-        with client.stream("POST", "/v1/completions", json=payload) as response:
+        with client.stream("POST", path, json=payload) as response:
             if response.status_code != 200:
                 raise RuntimeError(f"HTTP {response.status_code}: {response.read()[:200]!r}")
             for line in response.iter_lines():
-                if line.startswith("data: {") and '"text":""' not in line.replace(" ", ""):
+                compact = line.replace(" ", "")
+                if line.startswith("data: {") and first in compact and '"text":""' not in compact:
                     return time.perf_counter() - started
         raise RuntimeError("the stream ended without a token")
 
@@ -191,10 +204,25 @@ def _http(out: Path | None) -> None:
             cached = first_token(client, fresh)
             rows[name] = {"new_ms": 1e3 * new, "cached_ms": 1e3 * cached}
             print(f"{name:16} new {1e3 * new:7.1f} ms  cached {1e3 * cached:7.1f} ms")
-    extra = statistics.median(r["new_ms"] - r["cached_ms"] for r in rows.values())
+        for name, (grammar, _) in GRAMMARS.items():
+            if isinstance(grammar, dict):
+                continue
+            fresh = _fresh(grammar, 98)
+            new = first_token(client, fresh, tool=True)
+            cached = first_token(client, fresh, tool=True)
+            rows[f"tool {name}"] = {"new_ms": 1e3 * new, "cached_ms": 1e3 * cached}
+            print(f"{'tool ' + name:16} new {1e3 * new:7.1f} ms  cached {1e3 * cached:7.1f} ms")
+    extra = statistics.median(
+        r["new_ms"] - r["cached_ms"] for n, r in rows.items() if not n.startswith("tool ")
+    )
+    tools = statistics.median(
+        r["new_ms"] - r["cached_ms"] for n, r in rows.items() if n.startswith("tool ")
+    )
     print(f"a new constraint's first token: p50 {extra:.1f} ms more than a cached one's")
+    print(f"a new custom tool's first call piece: p50 {tools:.1f} ms more than a cached one's")
     if out:
-        out.write_text(json.dumps({"rows": rows, "extra_ms_p50": extra}, indent=1) + "\n")
+        summary = {"rows": rows, "extra_ms_p50": extra, "tool_extra_ms_p50": tools}
+        out.write_text(json.dumps(summary, indent=1) + "\n")
 
 
 def _warm(vocab: Any, lltok: Any) -> None:

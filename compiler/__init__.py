@@ -31,12 +31,15 @@ if TYPE_CHECKING:
     )
     from gclm.compiler.front.deadline import OutOfTime, work_deadline
     from gclm.compiler.front.grammar import grammar_regex
+    from gclm.compiler.front.grammar.frames import recursive_rules
+    from gclm.compiler.front.json_schema.calls import call_char
     from gclm.compiler.front.json_schema.normalize import SchemaLimits, normalize_schema
     from gclm.compiler.front.json_schema.patterns import escape_literal
     from gclm.compiler.front.json_schema.regex import schema_regex
     from gclm.compiler.front.regex import json_regex
     from gclm.compiler.front.rust_regex import check_regex, matches_empty, strip_anchors
     from gclm.compiler.grown.lazy_table import LazyTable, SearchTooLarge, request_deadline
+    from gclm.compiler.grown.substrings import grammar_holds
     from gclm.compiler.numba_cache import cache_per_version
     from gclm.compiler.service.cache import TableCache, cache_key
     from gclm.compiler.service.compile_job import Compiling
@@ -59,6 +62,9 @@ _FACE = {
     "OutOfTime": "front.deadline",
     "work_deadline": "front.deadline",
     "grammar_regex": "front.grammar",
+    "recursive_rules": "front.grammar.frames",
+    "call_char": "front.json_schema.calls",
+    "grammar_holds": "grown.substrings",
     "SchemaLimits": "front.json_schema.normalize",
     "normalize_schema": "front.json_schema.normalize",
     "escape_literal": "front.json_schema.patterns",
@@ -111,7 +117,10 @@ __all__ = [
     "check_regex",
     "compile_constraint",
     "escape_literal",
+    "grammar_holds",
     "grammar_regex",
+    "call_char",
+    "recursive_rules",
     "json_regex",
     "matches_empty",
     "normalize_schema",

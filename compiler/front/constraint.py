@@ -40,10 +40,14 @@ class Constraint:
     - choice: `spec` is the JSON list of choices
 
     `additional_properties` (json_schema only) is one of ADDITIONAL_PROPERTIES.
-    `pushdown` (grammar and json_schema): rules that recurse inside their alternatives, and
-    `$ref`s that lead back to themselves, are served with a stack by the server's own masks
-    (compiler/grown/pushdown.py), not unrolled into a regex; such a constraint has no whole
-    table (where its recursion cannot be kept, it is unrolled under this key too).
+    `calls` (regex only): Lark grammars whose rules recurse, which `calls_pattern` (the
+    pattern again) calls where `spec` has them unrolled: the character U+F0001 + i stands
+    for a text in `calls[i]` (a tool call's custom tools: server/openai/tools/prompt.py).
+    `pushdown` (grammar, json_schema, a regex with calls): rules that recurse inside their
+    alternatives, and `$ref`s that lead back to themselves, are served with a stack by the
+    server's own masks (compiler/grown/pushdown.py), not unrolled into a regex; such a
+    constraint has no whole table (where its recursion cannot be kept, it is unrolled under
+    this key too).
     """
 
     kind: str
@@ -51,6 +55,8 @@ class Constraint:
     whitespace: str = DEFAULT_WHITESPACE
     additional_properties: str = "declared"
     pushdown: bool = False
+    calls: tuple[str, ...] = ()
+    calls_pattern: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -62,8 +68,12 @@ class Constraint:
             )
         if self.additional_properties != "declared" and self.kind != "json_schema":
             raise ConstraintError("additional_properties applies to a JSON Schema only.")
-        if self.pushdown and self.kind not in ("grammar", "json_schema"):
-            raise ConstraintError("pushdown applies to a Lark grammar or a JSON Schema only.")
+        if self.calls and self.kind != "regex":
+            raise ConstraintError("calls apply to a regex only.")
+        if self.pushdown and self.kind not in ("grammar", "json_schema") and not self.calls:
+            raise ConstraintError(
+                "pushdown applies to a Lark grammar, a JSON Schema or a regex with calls only."
+            )
 
     @classmethod
     def json_schema(
@@ -137,6 +147,8 @@ class Constraint:
             key.append(self.additional_properties)
         if self.pushdown:
             key.append("pushdown")
+            if self.calls:  # `spec` unrolls them: the stack serves these texts
+                key += [self.calls_pattern, *self.calls]
         return json.dumps(key, ensure_ascii=False)
 
     def as_spec(self) -> dict[str, Any]:

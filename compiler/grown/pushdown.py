@@ -34,6 +34,8 @@ raised. The stack is as deep as the output nests, which the budget bounds.
 from __future__ import annotations
 
 import heapq
+import json
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -61,6 +63,8 @@ from gclm.compiler.whole.tables import UNREACHABLE
 from gclm.errors import CompileLimitError, ConstraintError, InternalError
 
 _INF = int(UNREACHABLE)
+# The characters that call a frame from a regex part (compiler/front/json_schema/calls.py).
+_CALL_CHARS = re.compile("[\U000f0000-\U000fffff]")
 # NFA states of all frames together.
 MAX_RTN_STATES = 200_000
 # Configurations in one DFA state: the readings an ambiguous grammar keeps open at once.
@@ -238,7 +242,7 @@ class _Writer:
             )
         self.eps[a].append(off)
         self.eps[off + nfa.accept].append(z)
-        if self.text_calls:
+        if self.text_calls and _CALL_CHARS.search(text):
             self._calls_in(off, nfa.states)
 
     def _calls_in(self, first: int, count: int) -> None:
@@ -663,28 +667,36 @@ class PushdownTable(GrowingLazyTable):
 
     @classmethod
     def of_constraint(cls, constraint: Constraint, vocab: TokenVocabulary) -> PushdownTable | None:
-        """The table of a grammar or JSON Schema whose recursion is kept on a stack, or
-        None where there is none to keep, or it cannot be kept here (left recursion through
-        several rules, a `$ref` a rewrite must read, an automaton past a limit): then the
-        constraint is unrolled into a regex as before, which answers with its own table or
-        error. A schema whose recursive definitions, written with the others inlined, pass
-        a limit is tried once more with every `$ref` a call.
+        """The table of a grammar, a JSON Schema or a regex that calls grammars (a tool
+        call's), its recursion kept on a stack; or None where there is none to keep, or it
+        cannot be kept here (left recursion through several rules, a `$ref` a rewrite must
+        read, an automaton past a limit): then the constraint is unrolled into a regex as
+        before, which answers with its own table or error. A schema whose recursive
+        definitions, written with the others inlined, pass a limit is tried once more with
+        every `$ref` a call; one whose `$ref`s do not recurse has every `$ref` a call (it is
+        asked for where its regex, inlined, passed a limit).
 
         Raises ConstraintError where the grammar or schema does not read."""
-        from gclm.compiler.front.grammar.frames import grammar_frames
-        from gclm.compiler.front.json_schema.frames import schema_frames
+        from gclm.compiler.front.grammar.frames import called_frames, grammar_frames
+        from gclm.compiler.front.json_schema.frames import recursive_refs, schema_frames
 
-        if constraint.kind == "grammar":
-            frames = grammar_frames(constraint.spec)
+        if constraint.kind in ("grammar", "regex"):
+            if constraint.kind == "grammar":
+                frames = grammar_frames(constraint.spec)
+            else:  # a tool call's, whose custom tools' grammars recurse
+                frames = called_frames(constraint.calls_pattern, constraint.calls)
             if frames is None:
                 return None
             try:
                 return cls.of_frames(frames, vocab)
             except ConstraintError:
                 return None
-        if constraint.kind != "json_schema":
+        if constraint.kind != "json_schema" or '"$ref"' not in constraint.spec:
             return None
-        for every_ref in (False, True):
+        # A schema whose $refs do not recurse is asked for here when, inlined, it passed a
+        # limit (server/engine/prepare.py): every $ref a call at once.
+        recursive = recursive_refs(json.loads(constraint.spec))
+        for every_ref in (False, True) if recursive else (True,):
             try:
                 frames = schema_frames(constraint, every_ref=every_ref)
                 if frames is None:

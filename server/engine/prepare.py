@@ -111,9 +111,18 @@ class PreparesConstraints:
             CompilerBusyError: past `deadline`, while the compile goes on.
         """
         paced = self.budget_policy(policy) if budget_aware else None
-        if thinking is None and self.grows_pushdown and await _recurses(constraint):
+        stack = thinking is None and self.grows_pushdown
+        if stack and await _recurses(constraint):
             constraint = replace(constraint, pushdown=True)
-        table = await self._compiled(constraint, thinking is None, deadline, report)
+        try:
+            table = await self._compiled(constraint, thinking is None, deadline, report)
+        except CompileLimitError:
+            # A schema whose $refs, inlined, pass a limit: every $ref a call instead
+            # (compiler/grown/pushdown.py); where that fails too, the same error again.
+            if not (stack and _calls_may_fit(constraint)):
+                raise
+            constraint = replace(constraint, pushdown=True)
+            table = await self._compiled(constraint, True, deadline, report)
         if not isinstance(table, CompiledTable) and table.final:  # no whole table behind it
             max_tokens = await asyncio.to_thread(
                 self._lazy_budget, table, budget, budget_aware, None, deadline
@@ -228,13 +237,22 @@ def _budget(
 
 
 async def _recurses(constraint: Constraint) -> bool:
-    """Whether the constraint may recurse: a Lark grammar, or a JSON Schema with a `$ref`
-    that leads back to itself (read off the event loop)."""
-    if constraint.kind == "grammar":
+    """Whether the constraint may recurse: a Lark grammar, a regex that calls grammars (a
+    tool call's), or a JSON Schema with a `$ref` that leads back to itself (read off the
+    event loop)."""
+    if constraint.kind == "grammar" or constraint.calls:
         return True
     if constraint.kind != "json_schema" or '"$ref"' not in constraint.spec:
         return False
     return await asyncio.to_thread(_schema_recurses, constraint.spec)
+
+
+def _calls_may_fit(constraint: Constraint) -> bool:
+    """Whether a constraint refused as too large may fit with its `$ref`s as calls: a JSON
+    Schema that has some, not served with calls already."""
+    return (
+        constraint.kind == "json_schema" and '"$ref"' in constraint.spec and not constraint.pushdown
+    )
 
 
 def _schema_recurses(spec: str) -> bool:

@@ -31,7 +31,7 @@ from gclm.server.openai.protocol import (
     StructuredOutputs,
 )
 from gclm.server.openai.responses.protocol import TextFormat
-from gclm.server.openai.tools.prompt import ToolPlan
+from gclm.server.openai.tools.prompt import CallFormat, ToolPlan
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class ConstraintSpec:
     param: str
     budget_aware: bool
     budget_policy: str = "graceful"  # masking.graceful.POLICY_NAMES
+    calls: CallFormat | None = None  # tools: how the calls are written
 
 
 def constraint_spec(
@@ -99,7 +100,9 @@ def _tools_with_format(
 def _spec(source: str, value: Any, additional_properties: str) -> ConstraintSpec:
     """The constraint of one source; ConstraintError names the parameter that is wrong."""
     if source == "tools":  # the functions' parameters follow the server's rule too
-        value = replace(value, additional_properties=additional_properties)
+        plan = replace(value, additional_properties=additional_properties)
+        constraint, calls = plan.constraint()
+        return ConstraintSpec(constraint, source, True, "graceful", calls)
     body, budget_aware = _READERS[source](value)
     policy = value.budget_policy if isinstance(value, StructuredOutputs) else "graceful"
     nested = source in ("response_format", "structured_outputs", "text.format")
@@ -158,9 +161,8 @@ _READERS: dict[str, Callable[[Any], tuple[dict[str, Any], bool]]] = {
     "guided_regex": lambda v: ({"regex": v}, True),
     "guided_choice": lambda v: ({"choice": v}, True),
     "guided_grammar": lambda v: ({"grammar": _read_grammar(v, "guided_grammar")}, True),
-    # A tool plan's regex (server/openai/tools/prompt.py); a function whose parameters cannot
-    # compile raises here, naming tools[i].function.parameters.
-    "tools": lambda plan: ({"regex": plan.regex()}, True),
+    # A tool plan's constraint is read in `_spec` (server/openai/tools/prompt.py); a function
+    # whose parameters cannot compile raises there, naming tools[i].function.parameters.
 }
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gclm.server.engine.protocol import FinishEvent, TokenLogprob
 from gclm.server.openai.tools.calls import Call, CallReader
+from gclm.server.openai.tools.prompt import CallFormat
 
 if TYPE_CHECKING:
     from gclm.server.openai.reasoning import ReasoningParser
@@ -84,8 +85,8 @@ class Thinking:
 class ToolCalls:
     """An answer that is text or tool calls (tool_choice allows calls)."""
 
-    def __init__(self) -> None:
-        self.reader = CallReader()
+    def __init__(self, how: CallFormat) -> None:
+        self.reader = CallReader(how)
 
     def feed(self, read: Read) -> Read:
         if read.content:
@@ -95,6 +96,7 @@ class ToolCalls:
         return read
 
     def flush(self, read: Read) -> Read:
+        read.calls += self.reader.release()
         read.content += self.reader.finish()
         return read
 
@@ -110,6 +112,7 @@ class OutputSpec:
     thinking: ReasoningParser | None = None  # a thinking request's markers
     include_reasoning: bool = True
     tool_calls: bool = False  # tools allow calls
+    calls: CallFormat = CallFormat()  # how they are written (the plan's constraint says)
 
     def parsers(self) -> list[OutputParser]:
         """One choice's parsers, fresh, in the order they read."""
@@ -117,7 +120,7 @@ class OutputSpec:
         if self.thinking is not None:
             parsers.append(Thinking(self.thinking, self.include_reasoning))
         if self.tool_calls:
-            parsers.append(ToolCalls())
+            parsers.append(ToolCalls(self.calls))
         return parsers
 
     def reader(self) -> ChoiceReader:
@@ -210,7 +213,10 @@ class StreamReader:
         read = reader.feed(content=text)
         return Delta(index, read.content, read.calls, reader.calls, logprobs)
 
-    def finish(self, index: int, finish_reason: str) -> Finished:
-        """The choice's end: what its parsers still held, and every call it made."""
+    def finish(self, index: int, finish_reason: str) -> tuple[Delta | None, Finished]:
+        """The choice's end: a call's input its parsers still held (a piece to send before
+        the end), and what they held as text, with every call it made."""
         reader = self._readers[index]
-        return Finished(index, reader.flush().content, reader.calls, finish_reason)
+        rest = reader.flush()
+        held = Delta(index, "", rest.calls, reader.calls, None) if rest.calls else None
+        return held, Finished(index, rest.content, reader.calls, finish_reason)

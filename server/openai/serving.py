@@ -17,7 +17,7 @@ import asyncio
 import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fastapi import Request, Response
 from pydantic import BaseModel
@@ -163,6 +163,8 @@ class Serving:
         # Off the event loop: reading a grammar or writing the tools' regex grows with the
         # request (a 20,000-character case-insensitive literal held the loop for 14 s).
         spec = await asyncio.to_thread(self.read_constraint, body)
+        if spec is not None and spec.calls is not None:
+            output = replace(output, calls=spec.calls)  # how its tool calls are written
         parser = self.reasoning if self.thinks(body) else None
         started = time.perf_counter()
         try:
@@ -315,7 +317,9 @@ class Serving:
                         logprobs = event.logprobs if plan.with_logprobs else None
                         chunks = renderer.delta(reader.delta(index, event.text, logprobs))
                 elif isinstance(event, FinishEvent):
-                    chunks = renderer.finish(reader.finish(index, fold.finish_reasons[index]))
+                    held, finished = reader.finish(index, fold.finish_reasons[index])
+                    chunks = renderer.delta(held) if held is not None else []
+                    chunks += renderer.finish(finished)
                 for chunk in chunks:
                     yield frame(chunk)
         usage = self.charged_usage(request, fold)

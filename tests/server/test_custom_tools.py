@@ -4,6 +4,7 @@ engine, streamed and not."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import lark
@@ -12,11 +13,14 @@ import pytest
 from fake_engine import FakeEngine
 from harness import openai_client
 
+from gclm.compiler.grown.pushdown import PushdownTable
+from gclm.compiler.vocab.vocabulary import TokenVocabulary
 from gclm.errors import ConstraintError, InvalidRequestError
 from gclm.server.app import create_app
 from gclm.server.openai.tools.calls import CallReader
 from gclm.server.openai.tools.prompt import (
     OPENER,
+    CallFormat,
     NamedToolChoice,
     ToolCallIn,
     ToolDef,
@@ -49,6 +53,8 @@ TOOLS = [
     custom("zip", {"type": "grammar", "grammar": {"syntax": "regex", "definition": "[0-9]{5}"}}),
     custom("note", {"type": "text"}),
 ]
+# Every single byte a token, and EOS.
+BYTES = TokenVocabulary((*(bytes([b]) for b in range(256)), None), 256, "plain")
 DEFS = [ToolDef.model_validate({k: v for k, v in t.items() if v is not None}) for t in TOOLS]
 NAMED_MATH = NamedToolChoice.model_validate({"type": "custom", "custom": {"name": "math"}})
 
@@ -263,3 +269,164 @@ async def test_responses_bad_grammar_names_the_tool_format(tmp_path) -> None:
             await client.responses.create(model="gclm-fake", input="x", tools=[bad])
     assert caught.value.param == "tools[0].format"
     assert "line 1: the rule 'x' is not defined" in caught.value.message
+
+
+# Several calls in one turn (parallel calls, custom tools among the tools).
+EXPR = 'start: e\ne: "(" e ")" | NUMBER ("+" NUMBER)*\n%import common.NUMBER'
+# Its texts can hold the separator ("a\n<tool_call>"): its input runs to the end.
+TAGS = 'start: item+\nitem: "<" NAME ">" | NAME | "(" item ")"\nNAME: /[a-z_]+/\n%ignore /\\n/'
+SEVERAL = [
+    *DEFS,
+    ToolDef.model_validate(
+        custom("expr", {"type": "grammar", "grammar": {"syntax": "lark", "definition": EXPR}})
+    ),
+    ToolDef.model_validate(
+        custom("tags", {"type": "grammar", "grammar": {"syntax": "lark", "definition": TAGS}})
+    ),
+]
+NOW = f'{OPENER}[{{"name": "now", "arguments": {{}}}}]'
+
+
+def test_several_calls_follow_one_another_each_after_its_opener() -> None:
+    plan = tool_plan(SEVERAL, "required", None)
+    assert plan is not None and plan.several
+    constraint, how = plan.constraint()
+    assert how == CallFormat(True, frozenset({"tags"}))
+    regex = constraint.spec
+    assert full(regex, f"{NOW}\n{OPENER}math\n1+2\n{OPENER}note\nfree\ntext\n{OPENER}zip\n75001")
+    assert full(regex, f"{OPENER}zip\n75001\n{OPENER}tags\na\n<tool_call>b")  # tags last
+    assert full(regex, f"{OPENER}note\nends like <tool_call\n{OPENER}zip\n75001")
+    assert not full(regex, f"{OPENER}tags\na\n{OPENER}zip\n75001")  # nothing after tags
+    assert not full(regex, f"{OPENER}note\nholds\n{OPENER}nope")  # a note never holds it
+    assert not full(regex, f"{NOW}\n")
+    # One call at a time without parallel calls, as before: a custom input runs to the end.
+    one = tool_plan(SEVERAL, "required", False)
+    assert one is not None and not one.several
+    assert one.constraint()[1] == CallFormat(False, frozenset(c.name for c in one.customs))
+    assert full(one.regex(), f"{OPENER}note\nholds\n{OPENER}anything")
+    assert not full(one.regex(), f"{OPENER}zip\n75001\n{OPENER}zip\n75001")
+
+
+def test_max_tool_calls_counts_every_call_of_the_turn() -> None:
+    plan = dataclasses.replace(tool_plan(SEVERAL, "required", None), max_calls=2)
+    regex = plan.regex()
+    assert full(regex, f"{NOW}\n{OPENER}zip\n75001")
+    assert not full(regex, f"{NOW}\n{OPENER}zip\n75001\n{OPENER}zip\n75001")
+    call = '{"name": "now", "arguments": {}}'
+    assert not full(regex, f"{OPENER}[{call}, {call}]")  # each list holds one call
+
+
+def test_recursive_grammars_are_called_not_unrolled() -> None:
+    plan = tool_plan(SEVERAL, "required", None)
+    constraint, _ = plan.constraint()  # type: ignore[union-attr]
+    assert constraint.calls == (EXPR, TAGS)
+    deep = "(" * 30 + "1+2" + ")" * 30
+    text = f"{OPENER}expr\n{deep}\n{OPENER}zip\n75001"
+    assert not full(constraint.spec, text)  # unrolled: 3 deep at most
+    table = PushdownTable.of_constraint(dataclasses.replace(constraint, pushdown=True), BYTES)
+    assert table is not None
+    assert walks(table, text) and not walks(table, text.replace(")", "", 1))
+    assert walks(table, f"{OPENER}tags\n" + "(" * 20 + "a" + ")" * 20 + "\n<tool_call>b")
+
+
+def walks(table: PushdownTable, text: str) -> bool:
+    """Whether `table`'s byte automaton accepts `text`."""
+    dfa, state = table.grown, 0
+    for byte in text.encode():
+        if not dfa.built[state]:
+            dfa.expand(state)
+        state = int(dfa.next[state, byte])
+        if state < 0:
+            return False
+    return bool(dfa.accepting_list[state])
+
+
+def test_the_reader_splits_calls_at_the_separator_in_any_pieces() -> None:
+    how = CallFormat(True, frozenset({"tags"}))
+    text = f"{NOW}\n{OPENER}math\n1+2\n{OPENER}note\na\n<tool\n\n{OPENER}tags\nx\n<tool_call>y"
+    for size in (1, 2, 3, 5, 7, len(text)):
+        reader = CallReader(how)
+        args: dict[int, str] = {}
+        for at in range(0, len(text), size):
+            content, events = reader.feed(text[at : at + size])
+            assert content == ""
+            for e in events:
+                if e[0] == "args":
+                    args[e[1]] = args.get(e[1], "") + e[2]
+        for e in reader.release():
+            args[e[1]] = args.get(e[1], "") + e[2]
+        assert [(c.name, c.custom) for c in reader.calls] == [
+            ("now", False), ("math", True), ("note", True), ("tags", True),
+        ]  # fmt: skip
+        assert [c.arguments for c in reader.calls] == ["{}", "1+2", "a\n<tool\n", "x\n<tool_call>y"]
+        assert args == {i: c.arguments for i, c in enumerate(reader.calls)}
+    # A separated input the output ends in the middle of a separator's start keeps it.
+    reader = CallReader(how)
+    reader.feed(f"{OPENER}note\nhi\n<tool_ca")
+    assert reader.calls[0].arguments == "hi"
+    assert reader.release() == [("args", 0, "\n<tool_ca")]
+    assert reader.calls[0].arguments == "hi\n<tool_ca"
+
+
+SEVERAL_SCRIPT = (
+    "<tool_call>",
+    '[{"name": "now", "arguments": {}}]',
+    "\n<tool_call>math\n2",
+    " + 3\n<tool",
+    "_call>note\nhi\n<to",
+)
+
+
+async def test_several_calls_over_http_streamed_and_not(tmp_path) -> None:
+    engine = FakeEngine(lambda request: SEVERAL_SCRIPT)
+    app = create_app(engine, ServerSettings(cache_dir=tmp_path))
+    messages = [{"role": "user", "content": "Do three things"}]
+    expected = [("now", "{}"), ("math", "2 + 3"), ("note", "hi\n<to")]
+    async with openai_client(app) as client:
+        done = await client.chat.completions.create(
+            model="gclm-fake", messages=messages, tools=TOOLS, tool_choice="required"
+        )
+        calls = done.choices[0].message.tool_calls
+        read = [
+            (c.function.name, c.function.arguments) if c.type == "function" else
+            (c.custom.name, c.custom.input)
+            for c in calls
+        ]  # fmt: skip
+        assert read == expected and done.choices[0].finish_reason == "tool_calls"
+        assert len({c.id for c in calls}) == 3
+
+        stream = await client.chat.completions.create(
+            model="gclm-fake", messages=messages, tools=TOOLS, tool_choice="required", stream=True
+        )
+        pieces: dict[int, list[str]] = {}
+        names: dict[int, str] = {}
+        async for chunk in stream:
+            for d in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+                body = d.function.model_dump() if d.function else d.model_extra["custom"]
+                if body.get("name"):
+                    names[d.index] = body["name"]
+                pieces.setdefault(d.index, []).append(
+                    body.get("arguments") or body.get("input") or ""
+                )
+        assert [(names[i], "".join(pieces[i])) for i in sorted(names)] == expected
+
+        response = await client.responses.create(
+            model="gclm-fake",
+            input="Do three things",
+            tools=[*RESPONSES_TOOLS, {"type": "custom", "name": "note"}],
+            tool_choice="required",
+        )
+        assert [(i.type, i.name) for i in response.output] == [
+            ("function_call", "now"), ("custom_tool_call", "math"), ("custom_tool_call", "note"),
+        ]  # fmt: skip
+        assert response.output[2].input == "hi\n<to"
+    # The turn's history writes the calls back as the model wrote them.
+    history = [
+        *messages,
+        {"role": "assistant", "content": None, "tool_calls": [c.model_dump() for c in calls]},
+    ]
+    async with openai_client(app) as client:
+        await client.chat.completions.create(
+            model="gclm-fake", messages=history, tools=TOOLS, tool_choice="none"
+        )
+    assert any("".join(SEVERAL_SCRIPT) in (m["content"] or "") for m in engine.chats[-1])

@@ -186,6 +186,68 @@ def test_responses_custom_tool_parses_streamed_and_not(client: openai.OpenAI) ->
     assert events[-1].type == "response.completed"
 
 
+def biased(tokenizer: Any, chars: str) -> dict[str, int]:
+    """logit_bias +100 on every token made only of `chars`."""
+    return {
+        str(i): 100
+        for token, i in tokenizer.get_vocab().items()
+        if (text := tokenizer.convert_tokens_to_string([token])) and set(text) <= set(chars)
+    }
+
+
+NEST = {"type": "custom", "custom": {"name": "nest", "format": {"type": "grammar", "grammar": {
+    "syntax": "lark", "definition": NESTED["parens"][0]}}}}  # fmt: skip
+
+
+def test_a_custom_tools_recursive_grammar_nests_as_deep_as_the_budget_allows(
+    client: openai.OpenAI, embedded_tokenizer: Any
+) -> None:
+    """The custom tool's grammar is called from the tool call's constraint, not unrolled:
+    pushed by logit_bias, its input nests 10 deep or more within max_tokens 64."""
+    done = client.chat.completions.create(
+        model=MODEL,
+        messages=ASK,
+        tools=[NEST],
+        tool_choice={"type": "custom", "custom": {"name": "nest"}},
+        logit_bias=biased(embedded_tokenizer, "("),
+        temperature=0,
+        max_tokens=64,
+    )
+    (call,) = done.choices[0].message.tool_calls
+    checker(NESTED["parens"][0]).parse(call.custom.input)
+    assert done.choices[0].finish_reason == "tool_calls"
+    assert done.usage.completion_tokens <= 64
+    assert nesting(call.custom.input, "(", ")") >= 10, call.custom.input
+
+
+def test_several_custom_calls_in_one_turn(client: openai.OpenAI, embedded_tokenizer: Any) -> None:
+    """Parallel calls allowed (the default), logit_bias on the newline that starts the next
+    call's opener: the turn holds several calls, each input in its grammar, all within
+    max_tokens; streamed, the same calls arrive in pieces."""
+    request = {
+        "model": MODEL,
+        "messages": ASK,
+        "tools": [NEST, TOOL],
+        "tool_choice": "required",
+        "logit_bias": biased(embedded_tokenizer, "\n"),
+        "temperature": 0,
+        "max_tokens": 64,
+    }
+    done = client.chat.completions.create(**request)
+    calls = done.choices[0].message.tool_calls
+    assert len(calls) >= 2, calls
+    grammars = {"nest": NESTED["parens"][0], "items": LIST}
+    for call in calls:
+        checker(grammars[call.custom.name]).parse(call.custom.input)
+    assert done.usage.completion_tokens <= 64
+    stream = client.chat.completions.create(stream=True, **request)
+    inputs: dict[int, str] = {}
+    for chunk in stream:
+        for d in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            inputs[d.index] = inputs.get(d.index, "") + d.model_extra["custom"]["input"]
+    assert list(inputs.values()) == [c.custom.input for c in calls]
+
+
 def test_doc_has_python_blocks() -> None:
     assert len(BLOCKS) >= 3
 

@@ -74,6 +74,6 @@ def test_a_stream_reads_each_choice_once_and_hands_on_what_it_read() -> None:
     assert (args.content, args.calls, args.called) == ("", [("args", 0, '{"x": 1}')], [call])
     held = reader.delta(1, "<tool", ())  # choice 1: text that began like a call
     assert (held.index, held.content, held.calls, held.logprobs) == (1, "", [], ())
-    assert reader.finish(1, "stop") == Finished(1, "<tool", [], "stop")
-    assert reader.finish(0, "stop") == Finished(0, "", [call], "stop")
+    assert reader.finish(1, "stop") == (None, Finished(1, "<tool", [], "stop"))
+    assert reader.finish(0, "stop") == (None, Finished(0, "", [call], "stop"))
     assert (call.name, call.arguments) == ("f", '{"x": 1}')

@@ -38,6 +38,7 @@ from gclm.compiler.front.grammar.syntax import (
     nesting_error,
     parse_grammar,
 )
+from gclm.compiler.front.json_schema.calls import FIRST_CALL_CHAR, NEAR_CALLS
 from gclm.errors import ConstraintError, quote
 
 
@@ -104,6 +105,52 @@ def grammar_frames(text: str) -> GrammarFrames | None:
     if not cycles:
         return None
     return _Framer(scope, cycles).frames()
+
+
+def called_frames(pattern: str, grammars: tuple[str, ...]) -> GrammarFrames | None:
+    """The frames of a regex that calls Lark grammars (a tool call's, whose custom tools'
+    inputs recurse: server/openai/tools/prompt.py): frame 0 is `pattern`, in which the
+    character U+F0001 + i stands for an input in `grammars[i]`; frame 1 + i is that
+    grammar's output, and the frames of its recursive rules follow. None where a text holds
+    a call character of its own, or a grammar has no recursive rule to keep.
+
+    Raises as grammar_frames does."""
+    own = {FIRST_CALL_CHAR + 1 + i: None for i in range(len(grammars))}
+    if NEAR_CALLS.search(pattern.translate(own)) or any(NEAR_CALLS.search(g) for g in grammars):
+        return None
+    each = [grammar_frames(g) for g in grammars]
+    if any(f is None for f in each):
+        return None
+    bodies: list[Part | None] = [Rx(pattern, False)]
+    names, lines = ["tool call"], [0]
+    tails: list[Part | None] = []
+    next_frame = 1 + len(grammars)
+    for i, frames in enumerate(each):
+        assert frames is not None
+        moved = {0: 1 + i} | {f: next_frame + f - 1 for f in range(1, len(frames.bodies))}
+        next_frame += len(frames.bodies) - 1
+        bodies.append(_moved(frames.bodies[0], moved))
+        tails += [_moved(b, moved) for b in frames.bodies[1:]]
+        names.append(frames.names[0])
+        lines.append(frames.lines[0])
+    for frames in each:
+        assert frames is not None
+        names += frames.names[1:]
+        lines += frames.lines[1:]
+    return GrammarFrames(tuple(bodies + tails), tuple(names), tuple(lines), text_calls=True)
+
+
+def _moved(part: Part | None, frames: dict[int, int]) -> Part | None:
+    """`part` with each call to frame f a call to `frames[f]`."""
+    if part is None or isinstance(part, Rx):
+        return part
+    if isinstance(part, Call):
+        return Call(frames[part.frame])
+    if isinstance(part, Chain):
+        return Chain(tuple(_moved(p, frames) for p in part.items))  # type: ignore[misc]
+    if isinstance(part, Choice):
+        return Choice(tuple(_moved(p, frames) for p in part.options))  # type: ignore[misc]
+    return Loop(_moved(part.part, frames), part.low, part.high)  # type: ignore[arg-type]
 
 
 def _cycles(scope: _Scope) -> frozenset[str]:

@@ -9,6 +9,7 @@ a proof over its values) raises OpaqueCall, and the schema is then unrolled as b
 
 from __future__ import annotations
 
+import re
 from typing import Any, NoReturn
 
 # The private-use characters of plane 15 (U+F0000 + f) stand for calls to frame f in a
@@ -16,6 +17,12 @@ from typing import Any, NoReturn
 # (compiler/front/json_schema/frames.py). In UTF-8 each is F3 then three bytes.
 FIRST_CALL_CHAR = 0xF0000
 MAX_CALLS = 0xFFFE
+# A text that holds a call character, or an escape that could write one (a regex's
+# \U000Fxxxx or \u{Fxxxx}, a JSON surrogate pair \udb80-\udbbf), keeps no calls: its own
+# characters would be read as calls.
+NEAR_CALLS = re.compile(
+    "[\U000f0000-\U000fffff]|(?i:\\\\U000F|\\\\[ux]\\{0*F[0-9A-F]{4}\\}|\\\\udb[89ab])"
+)
 
 
 class OpaqueCall(Exception):

@@ -10,6 +10,16 @@ or a custom tool's call, its name on the opener's line and its input to the end:
     <tool_call>name
     the input text
 
+or, where a turn may hold several calls and custom tools are among the tools
+(`CallFormat.several`), calls one after another, each after its own opener on a new line
+(a custom input that could hold that separator runs to the end, and is the last):
+
+    <tool_call>[{"name": "f", "arguments": {...}}]
+    <tool_call>name
+    the input text
+    <tool_call>other
+    its input
+
 or, under tool_choice "auto", text that does not start with the opener. `CallReader` reads it
 character by character as it streams: text goes out as content; a call goes out as its
 name (once the name is complete) and then its arguments in fragments, as they arrive.
@@ -24,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gclm.errors import InternalError
-from gclm.server.openai.tools.prompt import OPENER
+from gclm.server.openai.tools.prompt import OPENER, SEPARATOR, CallFormat
 
 
 @dataclass
@@ -47,9 +57,11 @@ class CallReader:
     it is; anything else is an InternalError.
     """
 
+    format: CallFormat = field(default_factory=CallFormat)
     calls: list[Call] = field(default_factory=list)
     content: list[str] = field(default_factory=list)
-    # detect, text, open, name_head, name, args_head, args, next, done; custom_name, input
+    # detect, text, open, name_head, name, args_head, args, next, done, after (several:
+    # a list's end, then maybe the separator); custom_name, input
     _state: str = "detect"
     _pending: str = ""  # held back while it may still be the opener or a literal part
     _depth: int = 0
@@ -60,7 +72,7 @@ class CallReader:
         if self._state == "text":
             self.content.append(text)
             return text, []
-        if self._state == "input" and text:
+        if self._state == "input" and text and not self._separated:
             self.calls[-1].arguments += text
             return "", [("args", len(self.calls) - 1, text)]
         events: list[tuple[Any, ...]] = []
@@ -81,6 +93,19 @@ class CallReader:
         if out_text:
             self.content.append(out_text)
         return out_text, events
+
+    @property
+    def _separated(self) -> bool:
+        """Whether the custom call being read ends where the next call's separator starts."""
+        return self.format.several and self.calls[-1].name not in self.format.to_end
+
+    def release(self) -> list[tuple[Any, ...]]:
+        """At the output's end: the input held back while it might have been a separator."""
+        if self._state != "input" or not self._pending:
+            return []
+        text, self._pending = self._pending, ""
+        self.calls[-1].arguments += text
+        return [("args", len(self.calls) - 1, text)]
 
     def finish(self) -> str:
         """Text still held back (an output that is a proper prefix of the opener)."""
@@ -109,11 +134,10 @@ class CallReader:
             else:
                 self.calls[-1].name += ch
         elif state == "input":
-            self.calls[-1].arguments += ch
-            if events and events[-1][0] == "args":
-                events[-1] = ("args", events[-1][1], events[-1][2] + ch)
-            else:
-                events.append(("args", len(self.calls) - 1, ch))
+            if self._separated:
+                ch = self._held_input(ch)
+            if ch:
+                self._input(ch, events)
         elif state == "open":
             self._literal(ch, "[", "name_head")
         elif state == "name_head":
@@ -140,13 +164,35 @@ class CallReader:
         elif state == "next":
             self._pending += ch
             if self._pending == "]":
-                self._state, self._pending = "done", ""
+                self._state, self._pending = "after" if self.format.several else "done", ""
             elif self._pending == ", ":
                 self._state, self._pending = "name_head", ""
             elif self._pending != ",":
                 raise InternalError(f"Tool call output left gclm's format at {self._pending!r}.")
+        elif state == "after":
+            self._literal(ch, SEPARATOR, "open")
         else:
             raise InternalError("Text after the tool calls' closing bracket.")
+
+    def _input(self, text: str, events: list[tuple[Any, ...]]) -> None:
+        self.calls[-1].arguments += text
+        if events and events[-1][0] == "args" and events[-1][1] == len(self.calls) - 1:
+            events[-1] = ("args", events[-1][1], events[-1][2] + text)
+        else:
+            events.append(("args", len(self.calls) - 1, text))
+
+    def _held_input(self, ch: str) -> str:
+        """A separated input's next character: the input it releases ("" while what is
+        held may still be the separator; at the separator, the next call is read)."""
+        self._pending += ch
+        if self._pending == SEPARATOR:
+            self._state, self._pending = "open", ""
+            return ""
+        start = 0
+        while not SEPARATOR.startswith(self._pending[start:]):
+            start += 1
+        released, self._pending = self._pending[:start], self._pending[start:]
+        return released
 
     def _ends_arguments(self, ch: str) -> bool:
         """Track JSON nesting; True at the '}' that closes the call object."""

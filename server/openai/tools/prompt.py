@@ -17,8 +17,21 @@ A custom tool (`{"type": "custom", "custom": {"name", "format"}}`) takes free te
     the input, in the tool's grammar (Lark or regex) or any text, to the end of the output
 
 The name follows the opener on its own line (a function call's list starts with `[`, which
-no name does), and the input runs to the end of the output, so a custom call is always the
-only call of its turn.
+no name does). Where a turn may hold several calls (parallel calls, custom tools among the
+tools: `ToolPlan.several`), calls follow one another, each after its own opener on a new
+line (SEPARATOR), the function calls' list among them:
+
+    <tool_call>[{"name": "get_weather", "arguments": {"city": "Paris"}}]
+    <tool_call>name
+    the input
+    <tool_call>other
+    its input
+
+A free-text input then never holds the separator; an input whose grammar can write it
+(decided on the grammar itself: compiler/grown/substrings.py) runs to the end of the output,
+as every custom input does where a turn holds one call. A custom tool's Lark grammar whose
+rules recurse is called from the constraint rather than unrolled (Constraint.calls): the
+server's pushdown masks serve it with no depth cap.
 
 Which constraint `tool_choice` asks for (see `ToolPlan.regex`); an `allowed_tools` choice is
 "auto" or "required" over the tools it allows (all the tools are still listed in the prompt,
@@ -61,17 +74,22 @@ from typing_extensions import Self
 from gclm.compiler import (
     Constraint,
     SchemaLimits,
+    call_char,
     check_regex,
     escape_literal,
+    grammar_holds,
     grammar_regex,
     matches_empty,
     normalize_schema,
+    recursive_rules,
     schema_regex,
     strip_anchors,
 )
 from gclm.errors import ConstraintError, InvalidRequestError
 
 OPENER = "<tool_call>"
+# Between two calls of one turn (ToolPlan.several): each call after its own opener.
+SEPARATOR = "\n" + OPENER
 # What OpenAI accepts as a function name; it also keeps names literal in the regex.
 NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
 # Every tool's parameters share one automaton, without json_regex's fallback to shallower
@@ -142,30 +160,48 @@ class CustomDef(_Strict):
     description: str | None = None
     format: CustomFormat | None = None  # None: free text
 
-    def input_regex(self, param: str) -> str:
-        """The regex of this tool's input (not anchored), any text without a grammar.
+    def input_regex(self, param: str, several: bool = False) -> CustomInput:
+        """This tool's input (not anchored): any text without a grammar; `several`: the
+        input is followed by another call when it cannot hold SEPARATOR (free text then
+        never does), else it runs to the end of the output.
 
         Raises ConstraintError naming `param` when the grammar cannot be compiled.
         """
         if self.format is None or self.format.grammar is None:
-            return r"[\s\S]*"
+            return CustomInput(without_separator() if several else r"[\s\S]*", several)
         grammar = self.format.grammar
         try:
             if grammar.syntax == "lark":
                 Constraint.grammar(grammar.definition)  # reads it: errors name the line
-                return grammar_regex(grammar.definition).regex
-            pattern = check_regex(strip_anchors(grammar.definition))
-            if matches_empty(pattern):
-                raise ConstraintError(
-                    "The regex matches the empty string; require at least one character."
-                )
-            return pattern
+                regex = grammar_regex(grammar.definition).regex
+                calls = bool(recursive_rules(grammar.definition))
+            else:
+                regex = check_regex(strip_anchors(grammar.definition))
+                if matches_empty(regex):
+                    raise ConstraintError(
+                        "The regex matches the empty string; require at least one character."
+                    )
+                calls = False
         except ConstraintError as e:
             raise ConstraintError(
                 f"The grammar of custom tool {self.name!r} cannot be compiled: {e.message}",
                 param=param,
                 code=e.code,
             ) from None
+        text = grammar.definition if grammar.syntax == "lark" else regex
+        followed = several and not grammar_holds(text, grammar.syntax, SEPARATOR)
+        return CustomInput(regex, followed, grammar.definition if calls else None)
+
+
+@dataclass(frozen=True)
+class CustomInput:
+    """A custom tool's input as the tool call's regex writes it: `regex` (unrolled), whether
+    another call may follow it, and the Lark grammar it calls where its rules recurse (the
+    pushdown masks serve it with no depth cap)."""
+
+    regex: str
+    followed: bool
+    grammar: str | None = None
 
 
 class ToolDef(_Strict):
@@ -327,35 +363,94 @@ class ToolPlan:
     def calls_allowed(self) -> bool:
         return self.mode != "none"
 
+    @property
+    def several(self) -> bool:
+        """Whether a turn may hold several calls, each after its own opener on a new line:
+        parallel calls where custom tools are among the tools (functions alone go in one
+        list)."""
+        return self.parallel and bool(self.customs) and self.max_calls != 1
+
     def regex(self) -> str:
-        """The constraint's regex (see the module docstring).
+        """The constraint's regex, every custom grammar unrolled (see `constraint`)."""
+        return self.constraint()[0].spec
+
+    def constraint(self) -> tuple[Constraint, CallFormat]:
+        """The constraint (see the module docstring), and how its calls read back.
+
+        A custom tool's Lark grammar whose rules recurse is called from the regex
+        (Constraint.calls), so that the server's pushdown masks serve it with no depth cap;
+        the regex itself has it unrolled, for every other path.
 
         Raises ConstraintError naming `tools[i].function.parameters` (with the JSON pointer
         in the message) when a function's schema cannot be compiled, or the custom tool's
         grammar when that cannot.
         """
         index = self.index or tuple(range(len(self.tools) + len(self.customs)))
-        branches = []
+        several = self.several
+        # Each call a turn may hold, as (regex, pattern with its grammar called).
+        followed: list[tuple[str, str]] = []
+        last: list[tuple[str, str]] = []
+        to_end: list[str] = []
+        grammars: list[str] = []
         if self.tools:
-            branches.append(
-                calls_regex(
-                    self.tools,
-                    self.parallel,
-                    self.parameters_param,
-                    self.max_calls,
-                    index,
-                    self.additional_properties,
-                )
+            array = calls_regex(
+                self.tools,
+                self.parallel,
+                self.parameters_param,
+                1 if several and self.max_calls is not None else self.max_calls,
+                index,
+                self.additional_properties,
             )
+            followed.append((array, array))
         for i, c in enumerate(self.customs):
             name = escape_literal(f"{c.name}\n")
-            param = self.custom_param.format(i=index[len(self.tools) + i])
-            branches.append(f"{name}(?:{c.input_regex(param)})")
-        calls = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+            inp = c.input_regex(self.custom_param.format(i=index[len(self.tools) + i]), several)
+            item = f"{name}(?:{inp.regex})"
+            written = item
+            if inp.grammar is not None:
+                grammars.append(inp.grammar)
+                written = name + call_char(len(grammars))
+            (followed if inp.followed else last).append((item, written))
+            if not inp.followed:
+                to_end.append(c.name)
+        regex, pattern = (
+            self._written([f[k] for f in followed], [c[k] for c in last]) for k in (0, 1)
+        )
+        calls_format = CallFormat(several, frozenset(to_end))
+        if grammars:
+            return Constraint(
+                "regex", regex, calls=tuple(grammars), calls_pattern=pattern
+            ), calls_format
+        return Constraint.regex(regex), calls_format
+
+    def _written(self, followed: list[str], last: list[str]) -> str:
+        """The whole regex of these calls: under `several`, calls that another may follow,
+        SEPARATOR between them, then maybe one that runs to the end (at most max_calls
+        calls); else one call of any of them."""
+        if not self.several or not followed:
+            calls = _one_of(followed + last)
+        else:
+            more = "*" if self.max_calls is None else f"{{0,{self.max_calls - 1}}}"
+            sep = escape_literal(SEPARATOR)
+            calls = f"(?:{_one_of(followed)}{sep}){more}{_one_of(followed + last)}"
         if self.mode == "required":
             return escape_literal(OPENER) + calls
         text = f"(?:{self.text_regex})" if self.text_regex else not_starting_with(OPENER)
         return f"{text}|{escape_literal(OPENER)}{calls}"
+
+
+@dataclass(frozen=True)
+class CallFormat:
+    """How a turn's calls are written, for their reader (calls.py): `several` calls, each
+    after its own opener on a new line, or one; the custom tools whose input runs to the
+    end of the output (under `several`, those whose grammar could write SEPARATOR)."""
+
+    several: bool = False
+    to_end: frozenset[str] = frozenset()
+
+
+def _one_of(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else "(?:" + "|".join(items) + ")"
 
 
 def tool_plan(
@@ -498,6 +593,18 @@ def calls_regex(
     return f"\\[{call}{more}\\]"
 
 
+def without_separator() -> str:
+    """A regex of every text (the empty one too) that does not hold SEPARATOR: lines, none
+    after the first starting with the opener (SEPARATOR is a newline then the opener)."""
+    e = escape_literal
+    leave = "|".join(f"{e(OPENER[:i])}[^\\n{e(c)}]" for i, c in enumerate(OPENER))
+    proper = ""
+    for c in reversed(OPENER[1:-1]):
+        proper = e(c) + (f"(?:{proper})?" if proper else "")
+    proper = e(OPENER[0]) + (f"(?:{proper})?" if proper else "")
+    return f"[^\\n]*(?:\\n(?:(?:{leave})[^\\n]*|{proper})?)*"
+
+
 def not_starting_with(prefix: str) -> str:
     """A regex of every non-empty text that does not start with `prefix`.
 
@@ -546,6 +653,10 @@ def tools_block(plan: ToolPlan | None, tools: list[ToolDef], native: bool = Fals
             f"own line, then its input as plain text (in the tool's grammar, when it has "
             f"one) and nothing else:\n{OPENER}<tool name>\n<input>\n"
         )
+        if plan is not None and plan.several:
+            call_format += (
+                f"To make several calls, write each after its own {OPENER} on a new line.\n"
+            )
     listed = [t for t in tools if not native or t.custom is not None]
     if native and not listed:
         return f"{call_format}{rule}"
