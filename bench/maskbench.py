@@ -21,8 +21,8 @@ rejected. Tokens are the tokenizer's own encoding of the text (no special tokens
 
 Engines: gclm compiles with compile_constraint (regex, outlines-core Index, tables; the
 server's state limit), with the server's default `--additional-properties declared`, or,
-for a schema whose `$ref`s recurse and can be kept as calls, a PushdownTable
-(compiler/grown/pushdown.py), as the server serves those by default; and
+for a schema whose `$ref`s recurse and can be kept as calls, or whose `$ref`s inlined pass a
+limit, a PushdownTable (compiler/grown/pushdown.py), as the server serves those by default; and
 gclm-spec the same with `spec` (other keys after the declared ones where a schema leaves
 additionalProperties unsaid); llguidance 1.x builds an LLMatcher (spec defaults); XGrammar compiles
 with `strict_mode=False` (spec defaults for additionalProperties) and `any_whitespace=True`.
@@ -113,16 +113,30 @@ class Engine:
         """What `accepts` needs; raises on a schema the engine refuses."""
         if self.name.startswith("gclm"):
             from gclm.compiler.front.constraint import Constraint
+            from gclm.compiler.front.json_schema.frames import recursive_refs
             from gclm.compiler.grown.pushdown import PushdownTable
             from gclm.compiler.service.worker import CompileLimits
             from gclm.compiler.whole.compile import compile_constraint
+            from gclm.errors import CompileLimitError
 
             objects = "spec" if self.name == "gclm-spec" else "declared"
             constraint = Constraint.json_schema(schema, additional_properties=objects)
-            table = PushdownTable.of_constraint(constraint, self.vocab)
+            table = None
+            if recursive_refs(schema):
+                table = PushdownTable.of_constraint(constraint, self.vocab)
             if table is not None:
                 return table
-            return compile_constraint(constraint, self.vocab, max_states=CompileLimits().max_states)
+            try:
+                limit = CompileLimits().max_states
+                return compile_constraint(constraint, self.vocab, max_states=limit)
+            except CompileLimitError:
+                # As the server does: every $ref a call (server/engine/prepare.py).
+                if '"$ref"' not in constraint.spec:
+                    raise
+                table = PushdownTable.of_constraint(constraint, self.vocab)
+                if table is None:
+                    raise
+                return table
         if self.name == "llguidance":
             import llguidance
 

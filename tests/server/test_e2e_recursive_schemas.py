@@ -87,3 +87,30 @@ def test_recursive_refs_nest_as_deep_as_the_budget_allows(
     assert done.choices[0].finish_reason == "stop"
     assert done.usage.completion_tokens <= 96
     assert nesting(text, opener) >= 8, text
+
+
+def test_refs_that_inline_past_the_limit_are_served_as_calls(client: openai.OpenAI) -> None:
+    """No recursion, but d0 holds two d1s, d1 two d2s, ... 15 deep: inlined, a regex of
+    about 4 M characters (over the limit, refused before); served with every $ref a call,
+    the answer validates and stops within max_tokens."""
+    defs: dict[str, Any] = {
+        f"d{i}": {
+            "type": "object",
+            "properties": {"a": {"$ref": f"#/$defs/d{i + 1}"}, "b": {"$ref": f"#/$defs/d{i + 1}"}},
+            "required": ["a"],
+        }
+        for i in range(15)
+    }
+    defs["d15"] = {"type": "integer", "minimum": 0, "maximum": 9}
+    schema = {"$defs": defs, "$ref": "#/$defs/d0"}
+    for max_tokens in (64, 160):
+        done = client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Fill it in."}],
+            response_format={"type": "json_schema", "json_schema": {"name": "d", "schema": schema}},
+            max_tokens=max_tokens,
+            temperature=0,
+        )
+        jsonschema.validate(json.loads(done.choices[0].message.content), schema)
+        assert done.choices[0].finish_reason == "stop"
+        assert done.usage.completion_tokens <= max_tokens

@@ -12,13 +12,12 @@ must read the called definition (a `$ref` beside other keywords, a proof under `
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.front.grammar.frames import GrammarFrames
 from gclm.compiler.front.grammar.rx import Rx
-from gclm.compiler.front.json_schema.calls import OpaqueCall
+from gclm.compiler.front.json_schema.calls import NEAR_CALLS, OpaqueCall
 from gclm.compiler.front.json_schema.finish import Finisher
 from gclm.compiler.front.json_schema.normalize import Normalizer, SchemaLimits
 from gclm.compiler.front.json_schema.refs import Refs
@@ -28,11 +27,6 @@ from gclm.errors import ConstraintError
 # Normalisations one schema may take, each writing inline one more definition a rewrite
 # had to read.
 MAX_ATTEMPTS = 16
-# A schema that holds a call character, or an escape that could write one (a regex's
-# \U000Fxxxx or \u{Fxxxx}, a JSON surrogate pair \udb80-\udbbf), keeps no calls.
-_NEAR_CALLS = re.compile(
-    "[\U000f0000-\U000fffff]|(?i:\\\\U000F|\\\\[ux]\\{0*F[0-9A-F]{4}\\}|\\\\udb[89ab])"
-)
 
 
 def recursive_refs(schema: Any) -> bool:
@@ -86,13 +80,13 @@ def schema_frames(
     """The frames of a json_schema constraint whose `$ref`s recurse, or None where none do
     or where the recursion cannot be kept as calls (then it is unrolled). `every_ref`:
     every `$ref` is a call, not only those that recurse (each definition written once:
-    a schema whose `$ref`s expand past the regex limit when inlined).
+    a schema whose `$ref`s expand past the regex limit when inlined, recursive or not).
 
     Raises as compiler/front/regex.py's json_regex does."""
-    if c.kind != "json_schema" or '"$ref"' not in c.spec or _NEAR_CALLS.search(c.spec):
+    if c.kind != "json_schema" or '"$ref"' not in c.spec or NEAR_CALLS.search(c.spec):
         return None
     schema = json.loads(c.spec)
-    if not recursive_refs(schema):
+    if not every_ref and not recursive_refs(schema):
         return None
     from gclm.compiler.front.regex import check_depth
 

@@ -194,6 +194,47 @@ def test_definitions_that_inline_past_the_limit_are_each_written_once():
     assert not accepts(t, json.dumps(value, separators=(",", ":")).replace("1", '"x"', 1))
 
 
+def doubling(depth: int) -> dict[str, Any]:
+    """d0 holds two d1s, d1 two d2s, ... down to an integer: no recursion, and 2^depth
+    copies of the leaf when inlined."""
+    defs: dict[str, Any] = {
+        f"d{i}": {
+            "type": "object",
+            "properties": {"a": {"$ref": f"#/$defs/d{i + 1}"}, "b": {"$ref": f"#/$defs/d{i + 1}"}},
+            "required": ["a"],
+        }
+        for i in range(depth)
+    }
+    defs[f"d{depth}"] = {"type": "integer", "minimum": 0, "maximum": 9}
+    return {"$defs": defs, "$ref": "#/$defs/d0"}
+
+
+def test_refs_that_do_not_recurse_but_inline_past_the_limit_are_calls():
+    """Asked for (the server asks where the inlined regex passed a limit), a schema whose
+    $refs do not recurse has every $ref a call: one frame a definition, its language the
+    schema's."""
+    from gclm.compiler.front.regex import to_regex
+    from gclm.errors import CompileLimitError
+
+    schema = doubling(15)
+    c = Constraint.json_schema(schema)
+    assert not recursive_refs(schema)
+    with pytest.raises(CompileLimitError, match="regex of about"):
+        to_regex(c)
+    t = PushdownTable.of_constraint(c, VOCAB)
+    assert t is not None
+    value: Any = 7
+    for _ in range(15):
+        value = {"a": value}
+    jsonschema.validate(value, schema)
+    assert accepts(t, json.dumps(value, separators=(",", ":")))
+    assert not accepts(t, json.dumps(value, separators=(",", ":")).replace("7", "17"))
+    assert not accepts(t, json.dumps(value, separators=(",", ":")).replace('{"a":7}', "{}"))
+    for seed in range(5):
+        text = generate(t, t.request_minimum() + 30, seed)
+        jsonschema.validate(json.loads(text), schema)
+
+
 def test_a_grammar_whose_rules_recurse_on_the_left_through_each_other_is_unrolled():
     from gclm.compiler.front.regex import to_regex
 
