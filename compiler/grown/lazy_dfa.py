@@ -71,6 +71,22 @@ class GrownRows:
         )
         return state
 
+    def expand(self, state: int) -> None:
+        """Build row `state` (the subclass's determinization)."""
+        raise NotImplementedError
+
+    def accepts(self, data: bytes) -> bool:
+        """Whether `data` leads from the start state to an accepting one (rows built as
+        they are read): the automaton's language, for checks."""
+        state = 0
+        for byte in data:
+            if not self.built[state]:
+                self.expand(state)
+            state = int(self.next[state, byte])
+            if state < 0:
+                return False
+        return bool(self.accepting_list[state])
+
 
 class GrowingDfa(GrownRows):
     """A byte DFA made of `nfa` as it is read (GrownRows); `expand(s)` builds row s.

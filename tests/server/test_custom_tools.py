@@ -330,15 +330,7 @@ def test_recursive_grammars_are_called_not_unrolled() -> None:
 
 
 def walks(table: PushdownTable, text: str) -> bool:
-    """Whether `table`'s byte automaton accepts `text`."""
-    dfa, state = table.grown, 0
-    for byte in text.encode():
-        if not dfa.built[state]:
-            dfa.expand(state)
-        state = int(dfa.next[state, byte])
-        if state < 0:
-            return False
-    return bool(dfa.accepting_list[state])
+    return table.grown.accepts(text.encode())
 
 
 def test_the_reader_splits_calls_at_the_separator_in_any_pieces() -> None:

@@ -596,12 +596,7 @@ def calls_regex(
 def without_separator() -> str:
     """A regex of every text (the empty one too) that does not hold SEPARATOR: lines, none
     after the first starting with the opener (SEPARATOR is a newline then the opener)."""
-    e = escape_literal
-    leave = "|".join(f"{e(OPENER[:i])}[^\\n{e(c)}]" for i, c in enumerate(OPENER))
-    proper = ""
-    for c in reversed(OPENER[1:-1]):
-        proper = e(c) + (f"(?:{proper})?" if proper else "")
-    proper = e(OPENER[0]) + (f"(?:{proper})?" if proper else "")
+    leave, proper = _leaving(OPENER, "\\n")
     return f"[^\\n]*(?:\\n(?:(?:{leave})[^\\n]*|{proper})?)*"
 
 
@@ -613,13 +608,20 @@ def not_starting_with(prefix: str) -> str:
     than linearly with the number of `[\\s\\S]*` copies in the regex.
     (Non-empty: gclm cannot compile a regex that matches the empty string.)
     """
+    leave, proper = _leaving(prefix)
+    return f"(?:(?:{leave})[\\s\\S]*|{proper})"
+
+
+def _leaving(prefix: str, never: str = "") -> tuple[str, str]:
+    """Two regexes: the texts that follow `prefix` for a while and then leave it by one
+    character (not one of `never`, a class's escaped characters), and the non-empty proper
+    prefixes of `prefix`."""
     e = escape_literal
-    leave = "|".join(f"{e(prefix[:i])}[^{e(c)}]" for i, c in enumerate(prefix))
+    leave = "|".join(f"{e(prefix[:i])}[^{never}{e(c)}]" for i, c in enumerate(prefix))
     proper = ""
     for c in reversed(prefix[1:-1]):
         proper = e(c) + (f"(?:{proper})?" if proper else "")
-    proper = e(prefix[0]) + (f"(?:{proper})?" if proper else "")
-    return f"(?:(?:{leave})[\\s\\S]*|{proper})"
+    return leave, e(prefix[0]) + (f"(?:{proper})?" if proper else "")
 
 
 def tools_block(plan: ToolPlan | None, tools: list[ToolDef], native: bool = False) -> str:

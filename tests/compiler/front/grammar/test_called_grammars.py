@@ -40,15 +40,7 @@ def constraint() -> Constraint:
 
 
 def accepts(t: PushdownTable, text: str) -> bool:
-    dfa = t.grown
-    state = 0
-    for byte in text.encode():
-        if not dfa.built[state]:
-            dfa.expand(state)
-        state = int(dfa.next[state, byte])
-        if state < 0:
-            return False
-    return bool(dfa.accepting_list[state])
+    return t.grown.accepts(text.encode())
 
 
 def test_the_masks_accept_the_pattern_around_each_grammars_language() -> None:
