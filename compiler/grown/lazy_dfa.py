@@ -71,6 +71,11 @@ class GrownRows:
         )
         return state
 
+    @property
+    def longest(self) -> int:
+        """The longest token's bytes (at least 1)."""
+        return self._longest
+
     def expand(self, state: int) -> None:
         """Build row `state` (the subclass's determinization)."""
         raise NotImplementedError

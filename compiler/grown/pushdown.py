@@ -579,10 +579,9 @@ class PushdownDfa(GrownRows):
         )  # fmt: skip
 
 
-def _fewest_tokens(text: bytes, ids: dict[bytes, int]) -> list[int]:
-    """The fewest tokens (ids from `ids`, by bytes) that spell `text`; every single byte
-    must be one (a LazyTable's vocabulary has them all)."""
-    longest = max(map(len, ids), default=1)
+def _fewest_tokens(text: bytes, ids: dict[bytes, int], longest: int) -> list[int]:
+    """The fewest tokens (ids from `ids`, by bytes, none over `longest` bytes) that spell
+    `text`; every single byte must be one (a LazyTable's vocabulary has them all)."""
     best = [0] + [len(text) + 1] * len(text)
     back = [(0, -1)] * (len(text) + 1)
     for end in range(1, len(text) + 1):
@@ -652,8 +651,7 @@ class PushdownTable(GrowingLazyTable):
         self._slot = np.zeros(64, dtype=np.int64)
         self._witness: dict[int, int] = {}  # state -> tokens of a path found from it
         self._minimum: int | None = None
-        self._vocab_bytes = vocab.token_bytes
-        self._ids_by_bytes: dict[bytes, int] | None = None
+        self._ids_by_bytes = vocab.ids_by_bytes
 
     @classmethod
     def of_frames(cls, frames: GrammarFrames, vocab: TokenVocabulary) -> PushdownTable:
@@ -764,7 +762,7 @@ class PushdownTable(GrowingLazyTable):
                 return bound
             text.append(byte)
             state = int(row[byte])
-        tokens = _fewest_tokens(bytes(text), self._token_ids())
+        tokens = _fewest_tokens(bytes(text), self._ids_by_bytes, dfa.longest)
         if len(tokens) >= bound:
             return bound
         path = [start]
@@ -776,16 +774,6 @@ class PushdownTable(GrowingLazyTable):
             if len(tokens) - i < self.spelled_upper(state):
                 self._witness[state] = len(tokens) - i
         return len(tokens)
-
-    def _token_ids(self) -> dict[bytes, int]:
-        """Each token's bytes -> its id (the lowest id where bytes repeat), EOS aside."""
-        if self._ids_by_bytes is None:
-            found: dict[bytes, int] = {}
-            for i, data in enumerate(self._vocab_bytes):
-                if data and i != self.eos_token_id:
-                    found.setdefault(bytes(data), i)
-            self._ids_by_bytes = found
-        return self._ids_by_bytes
 
     def _search_minimum(self, spelled: int) -> int:
         start = self.initial

@@ -124,6 +124,16 @@ class TokenVocabulary:
         return cls(tuple(table), int(eos), scheme)
 
     @cached_property
+    def ids_by_bytes(self) -> dict[bytes, int]:
+        """Each token's bytes -> its id (the lowest id where bytes repeat), EOS aside; made
+        once per vocabulary (~60 ms for 49k tokens)."""
+        found: dict[bytes, int] = {}
+        for i, data in enumerate(self.token_bytes):
+            if data and i != self.eos_token_id:
+                found.setdefault(bytes(data), i)
+        return found
+
+    @cached_property
     def fingerprint(self) -> str:
         """sha256 over every kept token's id and bytes, plus EOS and the size."""
         h = hashlib.sha256(f"{self.size}:{self.eos_token_id}:".encode())
