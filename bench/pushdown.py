@@ -17,7 +17,12 @@ For each Lark grammar (rules that recurse inside their alternatives) and JSON Sc
   parse with Lark's Earley parser (tests/compiler/front/grammar/test_pushdown_grammars.py);
   llguidance's lexer differs on some (runs of `%ignore`d whitespace, long `-` chains).
 
-Medians over the steps and the repeats; prints gclm / llguidance ratios, writes JSON.
+Beside them, "regular": the same grammar or schema with its recursion unrolled 3 deep into
+one regex (as gclm served it before the stack), a fresh grown table generated the same way,
+its own outputs (they nest 3 deep at most): the cost of a regular constraint's step.
+
+Medians over the steps and the repeats; prints gclm / llguidance and gclm / regular ratios,
+writes JSON.
 
 `--http`: instead, one `gclm serve` (embedded model, defaults), and per grammar and schema
 a streamed /v1/completions sent twice on the idle server, closed at its first token: the
@@ -128,7 +133,7 @@ def main() -> None:
     _warm(vocab, lltok)
     results: dict[str, Any] = {"vocab_size": vocab.size, "grammars": {}}
     print(f"{'grammar':16} {'first new/cached ms (gclm)':>27} {'(llg)':>14}", end="")
-    print(f" {'step b8 ms gclm/llg':>22} {'step b64 ms gclm/llg':>22} {'depth':>6}")
+    print(f" {'step b8 ms gclm/llg/regular':>30} {'step b64 ms gclm/llg/regular':>30} {'depth':>6}")
     for name, (grammar, opener) in GRAMMARS.items():
         row = _one(name, grammar, opener, vocab, lltok, args.steps, args.repeats)
         results["grammars"][name] = row
@@ -136,7 +141,9 @@ def main() -> None:
             f"{name:16} {row['gclm_first_new_ms']:12.2f} / {row['gclm_first_cached_ms']:6.3f}"
             f"{row['llg_first_new_ms']:8.2f} / {row['llg_first_cached_ms']:5.2f}"
             f"{row['gclm_step_ms'][8]:10.2f} / {row['llg_step_ms'][8]:6.2f}"
+            f" / {row['regular_step_ms'][8]:6.2f}"
             f"{row['gclm_step_ms'][64]:10.2f} / {row['llg_step_ms'][64]:6.2f}"
+            f" / {row['regular_step_ms'][64]:6.2f}"
             f"{row['deepest']:6d}"
         )
     rows = results["grammars"].values()
@@ -150,13 +157,21 @@ def main() -> None:
         "step_ratio_b64_median": statistics.median(
             r["gclm_step_ms"][64] / r["llg_step_ms"][64] for r in rows
         ),
+        "regular_ratio_b8_median": statistics.median(
+            r["gclm_step_ms"][8] / r["regular_step_ms"][8] for r in rows
+        ),
+        "regular_ratio_b64_median": statistics.median(
+            r["gclm_step_ms"][64] / r["regular_step_ms"][64] for r in rows
+        ),
         "llg_rejected_tokens": sum(r["llg_rejected"] for r in rows),
     }
     results["summary"] = summary
     print(
         f"new grammar's first mask: p50 {summary['gclm_first_extra_ms_p50']:.1f} ms more than a "
         f"cached one's; step gclm/llguidance: b8 {summary['step_ratio_b8_median']:.2f}x, "
-        f"b64 {summary['step_ratio_b64_median']:.2f}x (medians over grammars); tokens "
+        f"b64 {summary['step_ratio_b64_median']:.2f}x; gclm's stack / its regular (unrolled) "
+        f"table: b8 {summary['regular_ratio_b8_median']:.2f}x, "
+        f"b64 {summary['regular_ratio_b64_median']:.2f}x (medians over grammars); tokens "
         f"llguidance rejected: {summary['llg_rejected_tokens']}"
     )
     if args.json:
@@ -329,6 +344,7 @@ def _one(
     )
     step_g: dict[int, float] = {}
     step_l: dict[int, float] = {}
+    step_r: dict[int, float] = {}
     deepest = rejected = 0
     for batch in (8, 64):
         times_g: list[float] = []
@@ -379,6 +395,11 @@ def _one(
                         chosen[i] = chosen[i][:step]
         step_g[batch] = 1e3 * statistics.median(times_g)
         step_l[batch] = 1e3 * statistics.median(times_l)
+        step_r[batch] = 1e3 * statistics.median(
+            t
+            for r in range(repeats)
+            for t in _regular_steps(grammar, r, batch, steps, vocab, opening)
+        )
     return {
         "gclm_first_new_ms": 1e3 * statistics.median(new_g),
         "gclm_first_cached_ms": 1e3 * statistics.median(cached_g),
@@ -386,9 +407,49 @@ def _one(
         "llg_first_cached_ms": 1e3 * statistics.median(cached_l),
         "gclm_step_ms": step_g,
         "llg_step_ms": step_l,
+        "regular_step_ms": step_r,
         "deepest": deepest,
         "llg_rejected": rejected,
     }
+
+
+def _regular_steps(
+    grammar: Any, r: int, batch: int, steps: int, vocab: Any, opening: np.ndarray
+) -> list[float]:
+    """Per step, the time to fill `batch` rows of the same grammar as a regular constraint:
+    its recursion unrolled into one regex (3 deep, as served before the stack), a fresh
+    grown table, generated the same way (its outputs are its own: the regex stops nesting
+    at 3)."""
+    from gclm.compiler.front.constraint import Constraint
+    from gclm.compiler.front.regex import to_regex
+    from gclm.compiler.grown.lazy_dfa import GrowingLazyTable
+    from gclm.masking import ConstraintState, allocate_bitmask, fill_bitmask
+
+    text = _fresh(grammar, r + 1)
+    c = Constraint.json_schema(text) if isinstance(text, dict) else Constraint.grammar(text)
+    table = GrowingLazyTable.of_regex(to_regex(c).regex, vocab)
+    budget = steps + 16
+    rng = np.random.default_rng(r)
+    states = [ConstraintState(table) for _ in range(batch)]
+    bitmask = allocate_bitmask(batch, vocab.size)
+    times = []
+    for step in range(steps):
+        live = [i for i, s in enumerate(states) if not s.finished]
+        if not live:
+            break
+        t0 = time.perf_counter()
+        for i in live:
+            fill_bitmask(bitmask, i, states[i], budget - step)
+        times.append(time.perf_counter() - t0)
+        for i in live:
+            allowed = np.flatnonzero(
+                np.unpackbits(bitmask[i].numpy().view(np.uint8), bitorder="little")
+            )
+            allowed = allowed[allowed < vocab.size]
+            pushed = allowed[opening[allowed]]
+            pick = pushed if pushed.size and rng.random() < 0.7 else allowed
+            states[i].advance(int(rng.choice(pick)), budget - step)
+    return times
 
 
 if __name__ == "__main__":
