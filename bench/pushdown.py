@@ -312,7 +312,6 @@ def _one(
     import llguidance.torch as llt
 
     from gclm.compiler.grown.pushdown import PushdownTable
-    from gclm.masking import ConstraintState, allocate_bitmask, fill_bitmask
 
     budget = steps + 16
     new_g, cached_g, new_l, cached_l = [], [], [], []
@@ -353,30 +352,9 @@ def _one(
             frames = _frames(_fresh(grammar, r + 1))  # a fresh table each repeat
             assert frames is not None
             table = PushdownTable.of_frames(frames, vocab)
-            rng = np.random.default_rng(r)
-            states = [ConstraintState(table) for _ in range(batch)]
-            bitmask = allocate_bitmask(batch, vocab.size)
-            chosen: list[list[int]] = [[] for _ in range(batch)]
-            for step in range(steps):
-                live = [i for i, s in enumerate(states) if not s.finished]
-                if not live:
-                    break
-                t0 = time.perf_counter()
-                for i in live:
-                    fill_bitmask(bitmask, i, states[i], budget - step)
-                times_g.append(time.perf_counter() - t0)
-                for i in live:
-                    allowed = np.flatnonzero(
-                        np.unpackbits(bitmask[i].numpy().view(np.uint8), bitorder="little")
-                    )
-                    allowed = allowed[allowed < vocab.size]
-                    pushed = allowed[opening[allowed]]
-                    pick = pushed if pushed.size and rng.random() < 0.7 else allowed
-                    token = int(rng.choice(pick))
-                    states[i].advance(token, budget - step)
-                    if not states[i].finished:
-                        chosen[i].append(token)
-                        deepest = max(deepest, table.depth(states[i].state))
+            times, chosen, deep = _generate(table, batch, steps, vocab, opening, r)
+            times_g += times
+            deepest = max(deepest, deep)
             # llguidance: the same tokens, a matcher per row.
             lark = _llg_grammar(grammar)
             matchers = [llguidance.LLMatcher(lltok, lark, log_level=0) for _ in range(batch)]
@@ -423,16 +401,29 @@ def _regular_steps(
     from gclm.compiler.front.constraint import Constraint
     from gclm.compiler.front.regex import to_regex
     from gclm.compiler.grown.lazy_dfa import GrowingLazyTable
-    from gclm.masking import ConstraintState, allocate_bitmask, fill_bitmask
 
     text = _fresh(grammar, r + 1)
     c = Constraint.json_schema(text) if isinstance(text, dict) else Constraint.grammar(text)
     table = GrowingLazyTable.of_regex(to_regex(c).regex, vocab)
+    return _generate(table, batch, steps, vocab, opening, r)[0]
+
+
+def _generate(
+    table: Any, batch: int, steps: int, vocab: Any, opening: np.ndarray, seed: int
+) -> tuple[list[float], list[list[int]], int]:
+    """`batch` sequences through `table`'s masks, each token random, pushed toward the
+    opening tokens (7 times in 10), with a budget of steps + 16: the seconds each step's
+    rows took to fill, each sequence's tokens, and the deepest stack reached (a
+    PushdownTable's; 0 for another table)."""
+    from gclm.masking import ConstraintState, allocate_bitmask, fill_bitmask
+
     budget = steps + 16
-    rng = np.random.default_rng(r)
+    rng = np.random.default_rng(seed)
     states = [ConstraintState(table) for _ in range(batch)]
     bitmask = allocate_bitmask(batch, vocab.size)
-    times = []
+    chosen: list[list[int]] = [[] for _ in range(batch)]
+    times: list[float] = []
+    deepest = 0
     for step in range(steps):
         live = [i for i, s in enumerate(states) if not s.finished]
         if not live:
@@ -448,8 +439,13 @@ def _regular_steps(
             allowed = allowed[allowed < vocab.size]
             pushed = allowed[opening[allowed]]
             pick = pushed if pushed.size and rng.random() < 0.7 else allowed
-            states[i].advance(int(rng.choice(pick)), budget - step)
-    return times
+            token = int(rng.choice(pick))
+            states[i].advance(token, budget - step)
+            if not states[i].finished:
+                chosen[i].append(token)
+                if hasattr(table, "depth"):
+                    deepest = max(deepest, table.depth(states[i].state))
+    return times, chosen, deepest
 
 
 if __name__ == "__main__":
