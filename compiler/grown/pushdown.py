@@ -14,7 +14,9 @@ frame per rule on a cycle of calls, each a tree of regex parts and calls. Here:
   call pushes its return state, the end of a frame pops one. A DFA state is a set of
   configurations: the readings of the text so far that can still finish. Its byte
   distance is exact, the least over its configurations of the state's own distance plus
-  those of every return state on its stack: the bytes that close every open frame.
+  those of every return state on its stack: the bytes that close every open frame. A
+  state is kept as a base stack and the configurations above it, so that a row made at
+  one depth serves every depth (`PushdownDfa`).
 - `PushdownTable` is a LazyTable over it (compiler/grown/lazy_table.py): the same trie
   walks, rows and groups. No whole table exists, so budgets are decided by a sound bound
   rather than the exact token distance: a state fits in k tokens when its shortest way to
@@ -37,7 +39,7 @@ import heapq
 import json
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -381,19 +383,47 @@ def _left_cycle(rtn: Rtn) -> list[int]:
     return []
 
 
+# A configuration seen from a DFA state's base: an NFA state and the return states pushed
+# above the base (bottom first). A DFA state's local set is a sorted tuple of them.
+Local = tuple[tuple[int, tuple[int, ...]], ...]
+# Where a byte leads from a local set, seen from the base: the local set reached (its id),
+# the returns it pushes on the base, its `every` and `single` above the base, and whether a
+# reading ended a frame at the base (then the base's top return is read: see `expand`).
+Target = tuple[int, tuple[int, ...], int, int, bool]
+# A local set's row: byte intervals [a, z), the configurations each leads to (seen from
+# the base) before the closure, and their Target (None: no reading goes on).
+LocalRow = list[tuple[int, int, frozenset[tuple[int, tuple[int, ...]]], Target | None]]
+
+
 class PushdownDfa(GrownRows):
     """The byte DFA of an Rtn's configurations, made as it is read (compiler/grown/
     lazy_dfa.py's GrownRows, which a LazyTable walks); `expand(s)` builds row s.
-    `longest`: the longest token's bytes."""
+    `longest`: the longest token's bytes.
+
+    A DFA state is a set of configurations, kept as a base and a local set: the base is
+    the deepest stack every configuration's stack stands on, the local set each one's NFA
+    state and the returns above the base. Where a byte leads depends on the local set
+    alone until a reading ends a frame at the base, and then on the base's top returns
+    only as far as such readings pop. So each local set's row is made once (`_local_row`)
+    and the configurations a byte leads to, seen from a base, are closed once (`_target`):
+    a state's row at a new depth is dictionary lookups."""
 
     def __init__(self, rtn: Rtn, longest: int, max_states: int | None = None) -> None:
         super().__init__(longest)
         self.rtn = rtn
         self.max_states = max_states if max_states is not None else MAX_PUSHDOWN_STATES
         self._n = rtn.states
-        self._ids: dict[tuple[bool, tuple[int, ...]], int] = {}
-        self._members: list[tuple[int, ...]] = []
-        self._member_count = 0
+        # A state is (accepting, local set id, base stack id); by state, the last two.
+        self._ids: dict[tuple[bool, int, int], int] = {}
+        self._local_of: list[int] = []
+        self._base_of: list[int] = []
+        self._local_sets: list[Local] = []
+        self._local_ids: dict[Local, int] = {}
+        self._member_count = 0  # configurations of every local set
+        self._local_rows: dict[int, LocalRow] = {}
+        self._local_row_count = 0
+        self._targets: dict[frozenset[tuple[int, tuple[int, ...]]], Target | None] = {}
+        self._target_count = 0  # configurations of every key of `_targets`
         # Stacks, interned: stack 0 is the empty one; stack s is `_ret[s]` on `_parent[s]`.
         self._parent = [-1]
         self._ret = [-1]
@@ -401,8 +431,9 @@ class PushdownDfa(GrownRows):
         self._below_every = [0]  # the bytes that close every frame on the stack
         self._below_single = [0]
         self._stacks: dict[tuple[int, int], int] = {}
-        # A configuration is the int q + states * stack. Only those that read a byte are
-        # kept in a set (with whether the set accepts): the others add nothing to it.
+        self._costs: dict[tuple[int, ...], tuple[int, int]] = {(): (0, 0)}
+        # Only configurations that read a byte are kept in a set (with whether the set
+        # accepts): the others add nothing to it.
         self._reads = [bool(e) for e in rtn.edges]
         self._ends = frozenset(rtn.ends)
         self._tail = _tails(rtn)
@@ -410,49 +441,144 @@ class PushdownDfa(GrownRows):
         self._segments: dict[tuple[int, ...], list[tuple[int, int, tuple[tuple[int, int], ...]]]]
         self._segments = {}
         self._segment_count = 0
-        members, every, single, accepting = self._closure([rtn.starts[0]])
-        self._add(members, every, single, accepting)
+        start = self._target(frozenset([(rtn.starts[0], ())]))
+        if start is None:  # pragma: no cover - build_rtn refused a start that never ends
+            raise InternalError("the grammar's start rule has no live state")
+        self._state(start, 0)
 
     @property
     def states(self) -> int:
-        return len(self._members)
+        return len(self._local_of)
+
+    @property
+    def closures(self) -> int:
+        """Configurations closed so far (`_target`, each set once, whatever its depth)."""
+        return len(self._targets)
 
     def depth(self, state: int) -> int:
         """The deepest stack among `state`'s configurations (how deep the output nests)."""
-        n = self._n
-        return max((self._depth[c // n] for c in self._members[state]), default=0)
+        local = self._local_sets[self._local_of[state]]
+        above = max((len(rel) for _, rel in local), default=0)
+        return self._depth[self._base_of[state]] + above
 
     def expand(self, state: int) -> None:
-        """Build row `state`: each byte's set of configurations, a new DFA state when new.
-        Which bytes lead where depends on the configurations' NFA states alone, so those
-        intervals are found once per set of NFA states (`_segments`)."""
-        n = self._n
-        stacks: dict[int, list[int]] = {}
-        for c in self._members[state]:
-            stacks.setdefault(c % n, []).append(c // n)
-        qs = tuple(sorted(stacks))
+        """Build row `state` from its local set's row: a byte that stays above the base
+        leads to that local set on the same base (plus what it pushed). Where a reading
+        ends a frame at the base, the base's top return is read: the byte's configurations
+        seen from the base below it, as often as that happens (at the empty base, that
+        reading is the text's end: the state accepts)."""
+        local_row = self._local_rows.get(self._local_of[state])
+        if local_row is None:
+            local_row = self._local_row(self._local_of[state])
+        base = self._base_of[state]
+        parent, ret = self._parent, self._ret
+        row = np.full(256, -1, dtype=np.int32)
+        for a, z, seeds, target in local_row:
+            on = base
+            while target is not None and target[4] and on:
+                r, on = ret[on], parent[on]
+                seeds = frozenset((t, (r, *rel)) for t, rel in seeds)
+                target = self._target(seeds)
+            if target is not None:
+                row[a:z] = self._state(target, on)
+        self.next[state] = row  # after the adds: they may have grown `next`
+        self.built[state] = True
+
+    def _state(self, target: Target, base: int) -> int:
+        """The state `target` names on `base` (made if new)."""
+        lid, ext, every, single, exits = target
+        on = base
+        for r in ext:
+            on = self._push(on, r)
+        found = self._ids.get((exits, lid, on))
+        if found is not None:
+            return found
+        if exits:  # at the empty base: the text may end here
+            every = single = 0
+        else:
+            every += self._below_every[base]
+            single += self._below_single[base]
+        return self._add(lid, on, every, single, exits)
+
+    def _local_row(self, lid: int) -> LocalRow:
+        """Local set `lid`'s row, seen from its base, made once."""
+        rels: dict[int, list[tuple[int, ...]]] = {}
+        for q, rel in self._local_sets[lid]:
+            rels.setdefault(q, []).append(rel)
+        qs = tuple(sorted(rels))
         segments = self._segments.get(qs)
         if segments is None:
             segments = self._segments[qs] = self._cut(qs)
             self._segment_count += len(segments) + len(qs)
-        row = np.full(256, -1, dtype=np.int32)
-        memo: dict[tuple[int, ...], int] = {}
+        out = []
         for a, z, pairs in segments:
-            seeds = tuple(sorted({t + n * st for q, t in pairs for st in stacks[q]}))
-            target = memo.get(seeds)
-            if target is None:
-                members, every, single, accepting = self._closure(seeds)
-                if not members and not accepting:
-                    target = -1
+            seeds = frozenset((t, rel) for q, t in pairs for rel in rels[q])
+            out.append((a, z, seeds, self._target(seeds)))
+        self._local_rows[lid] = out
+        self._local_row_count += len(out)
+        return out
+
+    def _target(self, seeds: frozenset[tuple[int, tuple[int, ...]]]) -> Target | None:
+        """Where the configurations `seeds` (seen from a base) lead without reading a byte
+        (remembered): `_closure` above a base, which stops where a reading ends a frame at
+        the base."""
+        if seeds in self._targets:
+            return self._targets[seeds]
+        every, single = self.rtn.every, self.rtn.single
+        seen: set[tuple[int, tuple[int, ...]]] = set()
+        kept: set[tuple[int, tuple[int, ...]]] = set()
+        least_every = least_single = _INF
+        exits = False
+        todo = list(seeds)
+        while todo:
+            item = todo.pop()
+            if item in seen:
+                continue
+            seen.add(item)
+            q, rel = item
+            items, ends = self._local(q)
+            for p, pushes in items:
+                conf = (p, rel + pushes) if pushes else (p, rel)
+                if conf not in kept:
+                    kept.add(conf)
+                    cost_every, cost_single = self._cost(conf[1])
+                    least_every = min(least_every, every[p] + cost_every)
+                    least_single = min(least_single, single[p] + cost_single)
+            if len(kept) > MAX_CONFIGURATIONS:
+                raise _ambiguous()
+            if ends:
+                if rel:
+                    todo.append((rel[-1], rel[:-1]))
                 else:
-                    found = self._ids.get((accepting, members))
-                    target = (
-                        found if found is not None else self._add(members, every, single, accepting)
-                    )
-                memo[seeds] = target
-            row[a:z] = target
-        self.next[state] = row  # after the adds: they may have grown `next`
-        self.built[state] = True
+                    exits = True
+        target: Target | None = None
+        if kept or exits:
+            ext = _common_prefix([rel for _, rel in kept])
+            cut = len(ext)
+            lid = self._local_id(tuple(sorted((p, rel[cut:]) for p, rel in kept)))
+            target = (lid, ext, least_every, least_single, exits)
+        self._targets[seeds] = target
+        self._target_count += len(seeds)
+        return target
+
+    def _cost(self, rel: tuple[int, ...]) -> tuple[int, int]:
+        """The bytes that close the frames of returns `rel` (any bytes, single-byte ones)."""
+        found = self._costs.get(rel)
+        if found is None:
+            rtn = self.rtn
+            found = self._costs[rel] = (
+                sum(rtn.every[r] for r in rel),
+                sum(rtn.single[r] for r in rel),
+            )
+        return found
+
+    def _local_id(self, local: Local) -> int:
+        found = self._local_ids.get(local)
+        if found is None:
+            found = self._local_ids[local] = len(self._local_sets)
+            self._local_sets.append(local)
+            self._member_count += len(local)
+        return found
 
     def _cut(self, qs: tuple[int, ...]) -> list[tuple[int, int, tuple[tuple[int, int], ...]]]:
         """The byte intervals [a, z) out of the NFA states `qs`, each with the (state,
@@ -516,46 +642,8 @@ class PushdownDfa(GrownRows):
         found = self._locals[q] = (tuple(items), ends)
         return found
 
-    def _closure(self, seeds: Iterable[int]) -> tuple[tuple[int, ...], int, int, bool]:
-        """The live configurations `seeds` reach without reading a byte (calls push, frame
-        ends pop), those that read one, their least `every` and `single` distances, and
-        whether the text may end here."""
-        n = self._n
-        every, single = self.rtn.every, self.rtn.single
-        seen: set[int] = set()
-        kept: set[int] = set()
-        least_every = least_single = _INF
-        accepting = False
-        todo = list(seeds)
-        while todo:
-            c = todo.pop()
-            if c in seen:
-                continue
-            seen.add(c)
-            q, s = c % n, c // n
-            items, ends = self._local(q)
-            for p, pushes in items:
-                stack = s
-                for r in pushes:
-                    stack = self._push(stack, r)
-                code = p + n * stack
-                if code not in kept:
-                    kept.add(code)
-                    least_every = min(least_every, every[p] + self._below_every[stack])
-                    least_single = min(least_single, single[p] + self._below_single[stack])
-            if len(kept) > MAX_CONFIGURATIONS:
-                raise _ambiguous()
-            if ends:
-                if s:
-                    todo.append(self._ret[s] + n * self._parent[s])
-                else:
-                    accepting = True
-        if accepting:
-            least_every = least_single = 0
-        return tuple(sorted(kept)), least_every, least_single, accepting
-
-    def _add(self, members: tuple[int, ...], every: int, single: int, accepting: bool) -> int:
-        state = len(self._members)
+    def _add(self, lid: int, base: int, every: int, single: int, accepting: bool) -> int:
+        state = len(self._local_of)
         if state >= self.max_states:
             raise CompileLimitError(
                 f"The grammar's masks passed gclm's limit of {self.max_states:,} automaton "
@@ -563,20 +651,33 @@ class PushdownDfa(GrownRows):
                 "max_tokens or simplify the grammar."
             )
         self._new_row(every, single, accepting)
-        self._members.append(members)
-        self._member_count += len(members)
-        self._ids[accepting, members] = state
+        self._local_of.append(lid)
+        self._base_of.append(base)
+        self._ids[accepting, lid, base] = state
         return state
 
     @property
     def nbytes(self) -> int:
-        """The rows and bounds so far, the sets of configurations (as Python holds them:
-        ~36 bytes a member, twice with the key), the stacks (~200 bytes each)."""
+        """The rows and bounds so far, each state's key (~150 bytes), the local sets (~72
+        bytes a configuration, twice with the key) and their rows (~150 bytes an
+        interval), the stacks (~200 bytes each)."""
         return (
-            self.next.nbytes + self.built.nbytes + 9 * len(self._members)
-            + 72 * self._member_count + 200 * len(self._parent) + 400 * self._n
-            + 120 * self._segment_count
+            self.next.nbytes + self.built.nbytes + 150 * len(self._local_of)
+            + 144 * self._member_count + 150 * self._local_row_count
+            + 100 * self._target_count
+            + 200 * len(self._parent) + 400 * self._n + 120 * self._segment_count
         )  # fmt: skip
+
+
+def _common_prefix(rels: list[tuple[int, ...]]) -> tuple[int, ...]:
+    """The longest tuple every one of `rels` starts with."""
+    if not rels:
+        return ()
+    shortest = min(rels, key=len)
+    for i, r in enumerate(shortest):
+        if any(rel[i] != r for rel in rels):
+            return shortest[:i]
+    return shortest
 
 
 def _fewest_tokens(text: bytes, ids: dict[bytes, int], longest: int) -> list[int]:

@@ -194,6 +194,29 @@ def test_a_recursion_that_never_ends_is_refused():
         table('start: t\nt: "(" t ")"')
 
 
+@pytest.mark.parametrize("name", ["lists", "calls", "two_rules", "json"])
+def test_a_row_made_at_one_depth_serves_every_depth(name):
+    """Going deeper makes new states (their stacks differ) but no new closures: each byte's
+    configurations, seen from the state's base, were closed at a shallower depth."""
+    grammar, _, _, opener = GRAMMARS[name]
+    frames = grammar_frames(grammar)
+    assert frames is not None
+    t = PushdownTable.of_frames(frames, VOCAB)
+    state = t.initial
+    counts = []
+    for level in range(1, 31):
+        for byte in opener:
+            state = t.next_state(state, byte)
+            assert state >= 0
+        t.forward_row(state)  # the walk over the whole vocabulary from there
+        assert t.depth(state) >= level
+        if level in (6, 30):
+            counts.append((t.grown.states, t.grown.closures))
+    (states_6, closures_6), (states_30, closures_30) = counts
+    assert states_30 > states_6
+    assert closures_30 == closures_6
+
+
 def test_the_tables_states_are_a_wall(monkeypatch):
     monkeypatch.setattr(pushdown, "MAX_PUSHDOWN_STATES", 40)
     grammar = 'start: t\nt: "(" t ")" | "x"'
