@@ -69,6 +69,7 @@ from gclm.errors import InternalError
 # cost 0.1-0.3 ms and 1-4 KB a state here; `start: ("a"~1000)~1000` walked 270 k states and
 # 1.2 GB in 40 s before this bound.
 REQUEST_SEARCH_STATES = 5_000
+_NO_LEVELS = np.zeros(0, dtype=np.int32)
 
 
 class SearchTooLarge(Exception):
@@ -186,6 +187,7 @@ class LazyTable:
         self._beyond: dict[int, int] = {}  # state -> k: its distance is known to exceed k
         self._lock = threading.RLock()
         self._walks = 0
+        self._floor = np.zeros(1, dtype=np.int64)  # see `_levels`
         eos_only = np.zeros(self.width, dtype=np.int32)
         eos_only.view(np.uint32)[self.eos_token_id >> 5] |= np.uint32(1 << (self.eos_token_id & 31))
         eos_only.flags.writeable = False
@@ -272,7 +274,7 @@ class LazyTable:
             status, k, ng, n_pairs = walk_trie(
                 trans, self._columns, built, trie.byte, trie.depth, trie.skip, trie.token_lo,
                 trie.token_ids, k, path, ng, nexts, rows, counts, self._stamp, self._slot,
-                self._walks, pairs[0], pairs[1], n_pairs,
+                self._walks, pairs[0], pairs[1], n_pairs, self._levels(), self._floor,
             )  # fmt: skip
             if status == 1:
                 self._build_row(int(path[trie.depth[k] - 1]))
@@ -300,7 +302,9 @@ class LazyTable:
         """The state every text token leads to from `state`, if one (else -1)."""
         while True:
             trans, built = self._readable()
-            status, found = text_target(trans, self._columns, built, state)
+            status, found = text_target(
+                trans, self._columns, built, state, self._levels(), self._floor
+            )
             if status != 1:
                 return found if status == 0 else -1
             self._build_row(found)
@@ -309,6 +313,11 @@ class LazyTable:
         """The transitions the walk reads, and which states' rows are there (all of them
         for a whole DFA; compiler/grown/lazy_dfa.py's grows)."""
         return self._trans, self._built
+
+    def _levels(self) -> np.ndarray:
+        """int32 by state: how far down its stack each row read, for a walk to lower
+        `_floor` to (compiler/grown/pushdown.py's; empty: rows that read no stack)."""
+        return _NO_LEVELS
 
     def _build_row(self, state: int) -> None:
         raise InternalError(f"state {state} of a whole byte DFA has no row")

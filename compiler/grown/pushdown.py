@@ -27,6 +27,13 @@ frame per rule on a cycle of calls, each a tree of regex parts and calls. Here:
   max_tokens. The request's minimum is searched exactly from the start state, bounded
   (PUSHDOWN_SEARCH_STATES and the request's deadline); past that bound it is the byte
   bound. docs/guarantee.md says which is which.
+- A walk is taken over rather than walked again: each row records how far down its
+  stack it read (`PushdownDfa.levels`), a walk the least level of the rows it read, and a
+  state with the same local set whose base holds the same returns down to that level
+  takes that walk's token groups, its successors put on its own base
+  (`PushdownTable._walk`; tests/compiler/grown/test_pushdown_walks.py checks the masks
+  against walking every state). One more level of a list is then lookups, not a walk of
+  the vocabulary.
 
 Walls: a DFA state holds at most MAX_CONFIGURATIONS configurations (an ambiguous grammar's
 readings), a table at most MAX_PUSHDOWN_STATES states; past either a CompileLimitError is
@@ -40,7 +47,7 @@ import json
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -58,7 +65,7 @@ from gclm.compiler.front.grammar.frames import (
 from gclm.compiler.front.grammar.rx import Rx
 from gclm.compiler.front.json_schema.calls import FIRST_CALL_CHAR
 from gclm.compiler.grown.lazy_dfa import GrowingLazyTable, GrownRows
-from gclm.compiler.grown.lazy_table import _DEADLINE, NEEDS_WHOLE_TABLE
+from gclm.compiler.grown.lazy_table import _DEADLINE, NEEDS_WHOLE_TABLE, Walked
 from gclm.compiler.grown.regex_nfa import Nfa, NfaTooLarge, build_nfa
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
 from gclm.compiler.whole.tables import UNREACHABLE
@@ -77,6 +84,8 @@ MAX_PUSHDOWN_STATES = 100_000
 # The longest shortest output whose fewest-token spelling is found for the request's
 # minimum (a byte a step down the table, then a walk a token); past it, its bytes.
 SPELLED_BYTES = 4_096
+# Walked states a state of the same shape may take its walk from (each tried in turn).
+SHAPE_SOURCES = 8
 # States a search for the request's minimum may walk (each walk makes the states its
 # tokens reach: 0.2-5 ms a state here).
 PUSHDOWN_SEARCH_STATES = 64
@@ -417,6 +426,12 @@ class PushdownDfa(GrownRows):
         self._ids: dict[tuple[bool, int, int], int] = {}
         self._local_of: list[int] = []
         self._base_of: list[int] = []
+        self._every: list[int] = []  # by state: its fewest bytes to acceptance
+        # By state, once its row is built: the stack depth down to which the row read its
+        # base's returns (-1: it read that the stack is empty, where the text may end).
+        self.levels = np.zeros(64, dtype=np.int32)
+        self._descriptors: dict[int, list[tuple[bool, int, int, tuple[int, ...], int, int]]] = {}
+        self._descriptor_count = 0
         self._local_sets: list[Local] = []
         self._local_ids: dict[Local, int] = {}
         self._member_count = 0  # configurations of every local set
@@ -473,16 +488,85 @@ class PushdownDfa(GrownRows):
         base = self._base_of[state]
         parent, ret = self._parent, self._ret
         row = np.full(256, -1, dtype=np.int32)
+        level = self._depth[base]
         for a, z, seeds, target in local_row:
             on = base
             while target is not None and target[4] and on:
                 r, on = ret[on], parent[on]
                 seeds = frozenset((t, (r, *rel)) for t, rel in seeds)
                 target = self._target(seeds)
+            level = min(level, self._depth[on] if on or target is None or not target[4] else -1)
             if target is not None:
                 row[a:z] = self._state(target, on)
         self.next[state] = row  # after the adds: they may have grown `next`
+        self.levels[state] = level
         self.built[state] = True
+
+    def shape(self, state: int) -> tuple[bool, int]:
+        """What `state` is apart from its base: whether it accepts, and its local set."""
+        return bool(self.accepting_list[state]), self._local_of[state]
+
+    def base_depth(self, state: int) -> int:
+        return self._depth[self._base_of[state]]
+
+    def tops(self, state: int, m: int) -> tuple[int, ...] | None:
+        """The top `m` returns of `state`'s base, top first (None: it holds fewer)."""
+        stack, out = self._base_of[state], []
+        for _ in range(m):
+            if not stack:
+                return None
+            out.append(self._ret[stack])
+            stack = self._parent[stack]
+        return tuple(out)
+
+    def translate(self, source: int, state: int, successors: list[int]) -> list[int]:
+        """The states `successors` of `source` are from `state`, whose local set is
+        source's and whose base's top returns are those the rows between them read:
+        each one's base seen from source's (so many returns popped, then pushed) is
+        put on `state`'s base instead (made if new)."""
+        found = self._descriptors.get(source)
+        if found is None:
+            found = self._descriptors[source] = [self._seen_from(source, t) for t in successors]
+            self._descriptor_count += len(found)
+        parent, base, out = self._parent, self._base_of[state], []
+        for accepting, lid, popped, pushed, every, single in found:
+            on = base
+            for _ in range(popped):
+                on = parent[on]
+            for r in pushed:
+                on = self._push(on, r)
+            t = self._ids.get((accepting, lid, on))
+            if t is None:
+                every += self._below_every[on]
+                single += self._below_single[on]
+                t = self._add(lid, on, every, single, accepting)
+            out.append(t)
+        return out
+
+    def _seen_from(
+        self, source: int, state: int
+    ) -> tuple[bool, int, int, tuple[int, ...], int, int]:
+        """`state` seen from `source`'s base: whether it accepts, its local set, the returns
+        popped off source's base and those pushed after, and its distances above its base."""
+        depth, parent, ret = self._depth, self._parent, self._ret
+        a, b = self._base_of[source], self._base_of[state]
+        if self.accepting_list[state]:  # pragma: no cover - its row read the empty stack
+            raise InternalError("an accepting state is no other state's successor seen so")
+        popped, pushed = 0, []
+        while depth[b] > depth[a]:
+            pushed.append(ret[b])
+            b = parent[b]
+        while depth[a] > depth[b]:
+            popped += 1
+            a = parent[a]
+        while a != b:
+            pushed.append(ret[b])
+            b, a = parent[b], parent[a]
+            popped += 1
+        on = self._base_of[state]
+        every = self._every[state] - self._below_every[on]
+        single = self.upper_list[state] - self._below_single[on]
+        return False, self._local_of[state], popped, tuple(reversed(pushed)), every, single
 
     def _state(self, target: Target, base: int) -> int:
         """The state `target` names on `base` (made if new)."""
@@ -651,8 +735,11 @@ class PushdownDfa(GrownRows):
                 "max_tokens or simplify the grammar."
             )
         self._new_row(every, single, accepting)
+        if state == self.levels.size:
+            self.levels = np.concatenate([self.levels, np.zeros(state, dtype=np.int32)])
         self._local_of.append(lid)
         self._base_of.append(base)
+        self._every.append(every)
         self._ids[accepting, lid, base] = state
         return state
 
@@ -660,11 +747,12 @@ class PushdownDfa(GrownRows):
     def nbytes(self) -> int:
         """The rows and bounds so far, each state's key (~150 bytes), the local sets (~72
         bytes a configuration, twice with the key) and their rows (~150 bytes an
-        interval), the stacks (~200 bytes each)."""
+        interval), the closures' keys, the successors of walks taken over (~120 bytes
+        each), the stacks (~200 bytes each)."""
         return (
             self.next.nbytes + self.built.nbytes + 150 * len(self._local_of)
             + 144 * self._member_count + 150 * self._local_row_count
-            + 100 * self._target_count
+            + 100 * self._target_count + 120 * self._descriptor_count
             + 200 * len(self._parent) + 400 * self._n + 120 * self._segment_count
         )  # fmt: skip
 
@@ -751,6 +839,11 @@ class PushdownTable(GrowingLazyTable):
         self._stamp = np.full(64, -1, dtype=np.int64)
         self._slot = np.zeros(64, dtype=np.int64)
         self._witness: dict[int, int] = {}  # state -> tokens of a path found from it
+        # By shape (PushdownDfa.shape): states walked, each with how many of its base's
+        # returns its walk read and which (`_walk`).
+        self._shapes: dict[tuple[bool, int], list[tuple[int, tuple[int, ...], int]]] = {}
+        self.shape_sources = SHAPE_SOURCES
+        self.walks_taken = 0  # walks taken over from a state of the same shape
         self._minimum: int | None = None
         self._ids_by_bytes = vocab.ids_by_bytes
 
@@ -806,6 +899,36 @@ class PushdownTable(GrowingLazyTable):
             except ConstraintError:
                 return None
         return None
+
+    def _levels(self) -> np.ndarray:
+        return self.grown.levels  # type: ignore[attr-defined]
+
+    def _walk(self, state: int) -> Walked:
+        """`state`'s walk: a walk of another state is taken over where the two differ only
+        below the returns that walk read (same local set, same top returns of the base:
+        every row it read reads the same from here), its successors put on this base;
+        else walked, and remembered for the states it can serve so."""
+        dfa: PushdownDfa = self.grown  # type: ignore[assignment]
+        shape = dfa.shape(state)
+        for read, tops, source in self._shapes.get(shape, ()):
+            if dfa.tops(state, read) == tops:
+                walked = self._walked[source]
+                nexts = dfa.translate(source, state, walked.next_list)
+                upper = max((self._upper_list[n] for n in nexts), default=-1)
+                taken = np.array(nexts, dtype=np.int64)
+                self._held += taken.nbytes
+                self.walks_taken += 1
+                return replace(walked, nexts=taken, next_list=nexts, max_upper=upper)
+        depth = dfa.base_depth(state)
+        self._floor[0] = depth
+        walked = super()._walk(state)
+        floor = int(self._floor[0])
+        same = self._shapes.setdefault(shape, [])
+        if floor >= 0 and len(same) < self.shape_sources:
+            tops = dfa.tops(state, depth - floor)
+            assert tops is not None
+            same.append((depth - floor, tops, state))
+        return walked
 
     def spelled_upper(self, state: int) -> int:
         """The sound distance: the single-byte bound, or a token path found from `state`."""

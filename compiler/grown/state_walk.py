@@ -56,7 +56,7 @@ def clear_scratch() -> None:
 @nb.njit(cache=True, nogil=True)
 def walk_trie(
     trans, columns, built, node_byte, node_depth, node_skip, token_lo, token_ids, k, path, ng,
-    nexts, rows, counts, stamp, slot_of, walk_id, pair_tok, pair_slot, n_pairs,
+    nexts, rows, counts, stamp, slot_of, walk_id, pair_tok, pair_slot, n_pairs, levels, floor,
 ):  # fmt: skip
     """The trie in preorder through `trans` (a byte's column: `columns[byte]`) from the
     state `path[0]`, from trie node `k` with the states of `path` so far: each token's bit
@@ -66,12 +66,17 @@ def walk_trie(
     Returns (status, k, groups, pairs): status 0 when done; 1 when the walk needs row
     `path[node_depth[k] - 1]`, which `built` says is not there yet; 2 when `nexts` is full.
     Then call again with the same k, groups and pairs, once the row is built or `nexts`,
-    `counts` and `rows` are larger."""
+    `counts` and `rows` are larger.
+
+    `levels` (by state; empty: none) is how far down its stack each state's row read
+    (compiler/grown/pushdown.py): `floor[0]` is lowered to the least among the rows read."""
     n_nodes = node_byte.size
     while k < n_nodes:
         s = path[node_depth[k] - 1]
         if not built[s]:
             return 1, k, ng, n_pairs
+        if levels.size > 0 and levels[s] < floor[0]:
+            floor[0] = levels[s]
         nxt = trans[s, columns[node_byte[k]]]
         if nxt < 0:  # dead: so is every token under this node
             k = node_skip[k]

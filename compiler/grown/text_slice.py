@@ -58,6 +58,8 @@ _CHAR[5, 0x80:0xA0] = 1
 _CHAR[6, 0x90:0xC0] = 2
 _CHAR[7, 0x80:0x90] = 2
 _MAX_PAIRS = 64  # (automaton state, DFA state) pairs a check may meet before it gives up
+_NO_LEVELS = np.zeros(0, dtype=np.int32)  # a DFA whose rows read no stack
+_NO_FLOOR = np.zeros(1, dtype=np.int64)
 
 
 def is_text(data: bytes) -> bool:
@@ -100,23 +102,26 @@ def text_slice(vocab: TokenVocabulary) -> TextSlice:
     return found
 
 
-def text_target(trans, columns, built, state) -> tuple[int, int]:  # noqa: ANN001
+def text_target(  # noqa: ANN001
+    trans, columns, built, state, levels=_NO_LEVELS, floor=_NO_FLOOR
+) -> tuple[int, int]:
     """Where every text token leads from `state` through `trans` (a byte's column:
     `columns[byte]`), if they all lead to one state: (0, t) when every raw JSON string
     character leads `state` to t and t back to itself; (2, -1) when not, or when the check
     met too many states; (1, s) when it needs row `s`, which `built` says is not there yet:
-    build it and ask again."""
-    status, target = _one_target(trans, columns, built, state, _CHAR)
+    build it and ask again. `levels` and `floor`: as compiler/grown/state_walk.py's
+    walk_trie reads them."""
+    status, target = _one_target(trans, columns, built, state, _CHAR, levels, floor)
     if status != 0 or target == state:
         return status, target
-    status, again = _one_target(trans, columns, built, target, _CHAR)
+    status, again = _one_target(trans, columns, built, target, _CHAR, levels, floor)
     if status != 0 or again == target:
         return status, target if status == 0 else again
     return 2, -1
 
 
 @nb.njit(cache=True, nogil=True)
-def _one_target(trans, columns, built, state, char):
+def _one_target(trans, columns, built, state, char, levels, floor):
     """(0, t) when every character of `char` leads `state` to t; else as text_target."""
     at_x = np.empty(_MAX_PAIRS, dtype=np.int64)  # the pairs met, in the order met
     at_s = np.empty(_MAX_PAIRS, dtype=np.int64)
@@ -129,6 +134,8 @@ def _one_target(trans, columns, built, state, char):
         read += 1
         if not built[s]:
             return 1, s
+        if levels.size > 0 and levels[s] < floor[0]:
+            floor[0] = levels[s]
         for b in range(256):
             y = char[x, b]
             if y == -1:
