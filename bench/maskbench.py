@@ -130,9 +130,8 @@ class Engine:
                 limit = CompileLimits().max_states
                 return compile_constraint(constraint, self.vocab, max_states=limit)
             except CompileLimitError:
-                # As the server does: every $ref a call (server/engine/prepare.py).
-                if '"$ref"' not in constraint.spec:
-                    raise
+                # As the server does: every $ref a call, or large subschemas split into
+                # frames (server/engine/prepare.py).
                 table = PushdownTable.of_constraint(constraint, self.vocab)
                 if table is None:
                     raise

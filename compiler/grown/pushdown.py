@@ -865,8 +865,9 @@ class PushdownTable(GrowingLazyTable):
         read, an automaton past a limit): then the constraint is unrolled into a regex as
         before, which answers with its own table or error. A schema whose recursive
         definitions, written with the others inlined, pass a limit is tried once more with
-        every `$ref` a call; one whose `$ref`s do not recurse has every `$ref` a call (it is
-        asked for where its regex, inlined, passed a limit).
+        every `$ref` a call, and then with its large subschemas split into frames; one
+        whose `$ref`s do not recurse, or that has none, is asked for where its regex,
+        inlined, passed a limit: every `$ref` a call, then split.
 
         Raises ConstraintError where the grammar or schema does not read."""
         from gclm.compiler.front.grammar.frames import called_frames, grammar_frames
@@ -883,14 +884,19 @@ class PushdownTable(GrowingLazyTable):
                 return cls.of_frames(frames, vocab)
             except ConstraintError:
                 return None
-        if constraint.kind != "json_schema" or '"$ref"' not in constraint.spec:
+        if constraint.kind != "json_schema":
             return None
-        # A schema whose $refs do not recurse is asked for here when, inlined, it passed a
-        # limit (server/engine/prepare.py): every $ref a call at once.
-        recursive = recursive_refs(json.loads(constraint.spec))
-        for every_ref in (False, True) if recursive else (True,):
+        # A schema whose $refs do not recurse, or that has none, is asked for here when,
+        # inlined, its regex passed a limit (server/engine/prepare.py): every $ref a call at
+        # once, and past that its large subschemas split into frames.
+        refs = '"$ref"' in constraint.spec
+        tries = [(True, False)] if refs else []  # (every_ref, split)
+        if refs and recursive_refs(json.loads(constraint.spec)):
+            tries.insert(0, (False, False))
+        tries.append((refs, True))
+        for every_ref, split in tries:
             try:
-                frames = schema_frames(constraint, every_ref=every_ref)
+                frames = schema_frames(constraint, every_ref=every_ref, split=split)
                 if frames is None:
                     return None
                 return cls.of_frames(frames, vocab)

@@ -117,8 +117,9 @@ class PreparesConstraints:
         try:
             table = await self._compiled(constraint, thinking is None, deadline, report)
         except CompileLimitError:
-            # A schema whose $refs, inlined, pass a limit: every $ref a call instead
-            # (compiler/grown/pushdown.py); where that fails too, the same error again.
+            # A schema whose regex passes a limit: every $ref a call instead, or its large
+            # subschemas frames of their own (compiler/grown/pushdown.py); where that fails
+            # too, the same error again.
             if not (stack and _calls_may_fit(constraint)):
                 raise
             constraint = replace(constraint, pushdown=True)
@@ -248,11 +249,9 @@ async def _recurses(constraint: Constraint) -> bool:
 
 
 def _calls_may_fit(constraint: Constraint) -> bool:
-    """Whether a constraint refused as too large may fit with its `$ref`s as calls: a JSON
-    Schema that has some, not served with calls already."""
-    return (
-        constraint.kind == "json_schema" and '"$ref"' in constraint.spec and not constraint.pushdown
-    )
+    """Whether a constraint refused as too large may fit written as frames that call each
+    other: a JSON Schema not served so already."""
+    return constraint.kind == "json_schema" and not constraint.pushdown
 
 
 def _schema_recurses(spec: str) -> bool:

@@ -114,3 +114,31 @@ def test_refs_that_inline_past_the_limit_are_served_as_calls(client: openai.Open
         jsonschema.validate(json.loads(done.choices[0].message.content), schema)
         assert done.choices[0].finish_reason == "stop"
         assert done.usage.completion_tokens <= max_tokens
+
+
+def test_a_schema_past_the_limit_without_refs_is_served_split(client: openai.OpenAI) -> None:
+    """No $ref: 40 optional properties, each an object of 40 optional digits. Written as
+    one regex, about 38 M characters (over the limit, refused before); served with the
+    inner object a frame of its own, called from each property, the answer validates
+    and stops within max_tokens."""
+    inner = {
+        "type": "object",
+        "properties": {f"q{j}": {"type": "integer", "minimum": 0, "maximum": 9} for j in range(40)},
+        "additionalProperties": False,
+    }
+    schema = {
+        "type": "object",
+        "properties": {f"p{i}": inner for i in range(40)},
+        "additionalProperties": False,
+    }
+    for max_tokens in (32, 128):
+        done = client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Fill it in."}],
+            response_format={"type": "json_schema", "json_schema": {"name": "w", "schema": schema}},
+            max_tokens=max_tokens,
+            temperature=0,
+        )
+        jsonschema.validate(json.loads(done.choices[0].message.content), schema)
+        assert done.choices[0].finish_reason == "stop"
+        assert done.usage.completion_tokens <= max_tokens

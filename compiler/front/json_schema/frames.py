@@ -7,6 +7,14 @@ frame of its own, and each frame's regex holds one placeholder character per cal
 compiler/grown/pushdown.py makes a call edge. A schema whose recursion meets a rewrite that
 must read the called definition (a `$ref` beside other keywords, a proof under `not` or
 `oneOf`) answers None, and is unrolled as before.
+
+A schema whose regex passes the size limit, written with every `$ref` a call or with none
+to call, can be split instead (`split=True`): each subschema whose own regex would pass
+SPLIT_CHARS, once its own parts are split, becomes a frame called where it stood. A call
+is one character in its caller's regex wherever the caller's regex repeats it (an array's
+items are written twice, an object's optional properties once per alternative that may
+hold them: quadratic in their number), so the frames together are about as large as the
+schema's distinct subschemas.
 """
 
 from __future__ import annotations
@@ -17,16 +25,20 @@ from typing import Any
 from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.front.grammar.frames import GrammarFrames
 from gclm.compiler.front.grammar.rx import Rx
-from gclm.compiler.front.json_schema.calls import NEAR_CALLS, OpaqueCall
+from gclm.compiler.front.json_schema.calls import NEAR_CALLS, FrameCall, OpaqueCall
 from gclm.compiler.front.json_schema.finish import Finisher
 from gclm.compiler.front.json_schema.normalize import Normalizer, SchemaLimits
+from gclm.compiler.front.json_schema.ops import canonical, escape_pointer
 from gclm.compiler.front.json_schema.refs import Refs
-from gclm.compiler.front.json_schema.regex import schema_regex
+from gclm.compiler.front.json_schema.regex import regex_size, schema_regex
 from gclm.errors import ConstraintError
 
 # Normalisations one schema may take, each writing inline one more definition a rewrite
 # had to read.
 MAX_ATTEMPTS = 16
+# A split schema's subschemas whose regex, their own parts split, is longer than this are
+# frames of their own.
+SPLIT_CHARS = 2_000
 
 
 def recursive_refs(schema: Any) -> bool:
@@ -75,18 +87,25 @@ def _refs_in(node: Any) -> list[str]:
 
 
 def schema_frames(
-    c: Constraint, limits: SchemaLimits | None = None, *, every_ref: bool = False
+    c: Constraint,
+    limits: SchemaLimits | None = None,
+    *,
+    every_ref: bool = False,
+    split: bool = False,
 ) -> GrammarFrames | None:
     """The frames of a json_schema constraint whose `$ref`s recurse, or None where none do
     or where the recursion cannot be kept as calls (then it is unrolled). `every_ref`:
     every `$ref` is a call, not only those that recurse (each definition written once:
     a schema whose `$ref`s expand past the regex limit when inlined, recursive or not).
+    `split`: large subschemas are frames too (see the module docstring), `$ref`s or not.
 
     Raises as compiler/front/regex.py's json_regex does."""
-    if c.kind != "json_schema" or '"$ref"' not in c.spec or NEAR_CALLS.search(c.spec):
+    if c.kind != "json_schema" or NEAR_CALLS.search(c.spec):
+        return None
+    if '"$ref"' not in c.spec and not split:
         return None
     schema = json.loads(c.spec)
-    if not every_ref and not recursive_refs(schema):
+    if not every_ref and not split and not recursive_refs(schema):
         return None
     from gclm.compiler.front.regex import check_depth
 
@@ -94,7 +113,7 @@ def schema_frames(
     inline: set[str] = set()
     for _ in range(MAX_ATTEMPTS):
         try:
-            return _frames(c, schema, limits or SchemaLimits(), every_ref, inline)
+            return _frames(c, schema, limits or SchemaLimits(), every_ref, inline, split)
         except OpaqueCall as e:
             # A rewrite read a call: with every $ref a call, write that definition inline
             # and try again (a recursive one cannot be: it is called inside itself).
@@ -105,7 +124,12 @@ def schema_frames(
 
 
 def _frames(
-    c: Constraint, schema: Any, limits: SchemaLimits, every_ref: bool, inline: set[str]
+    c: Constraint,
+    schema: Any,
+    limits: SchemaLimits,
+    every_ref: bool,
+    inline: set[str],
+    split: bool = False,
 ) -> GrammarFrames | None:
     normalizer = Normalizer(schema, limits, open_objects=c.additional_properties == "spec")
     calls: dict[str, tuple[int, Any]] = {}
@@ -114,7 +138,7 @@ def _frames(
     normalizer.inline = inline
     finisher = Finisher(normalizer.note)
     root = normalizer.schema(schema, "")
-    if not calls:
+    if not calls and not split:
         return None
     if root is None:
         raise ConstraintError("No JSON value satisfies this JSON Schema; check its constraints.")
@@ -129,6 +153,13 @@ def _frames(
             normalizer.stack = []
             nodes[frame] = None if node is None else finisher.finish(node, ptr)
             names[frame] = ptr or "/"
+    if split:
+        splitter = _Splitter(len(nodes))
+        for f in list(nodes):
+            if nodes[f] is not None:
+                nodes[f] = splitter.children(nodes[f], names[f].rstrip("/"))
+        nodes.update(splitter.nodes)
+        names.update(splitter.names)
     texts = [schema_regex(nodes[0], c.whitespace)] + [
         None if nodes[f] is None else schema_regex(nodes[f], c.whitespace, top_level=False)
         for f in range(1, len(nodes))
@@ -139,3 +170,57 @@ def _frames(
         tuple(0 for _ in nodes),
         text_calls=True,
     )
+
+
+class _Splitter:
+    """Splits finished subschemas into frames (`schema_frames`' `split`), bottom up: a
+    subschema's own parts first, then the subschema itself if its regex is still longer
+    than SPLIT_CHARS. Frames are numbered from `first`; a subschema met twice (one node
+    shared) is one frame."""
+
+    def __init__(self, first: int) -> None:
+        self.next = first
+        self.nodes: dict[int, Any] = {}
+        self.names: dict[int, str] = {}
+        self._made: dict[int, FrameCall] = {}
+        self._same: dict[str, FrameCall] = {}  # by its text: copies of one definition
+        self._sizes: dict[int, int] = {}  # by id: every node measured is kept alive
+        self._measured: list[Any] = []
+
+    def children(self, node: Any, ptr: str) -> Any:
+        """`node` with its large subschemas called (a copy where any is)."""
+        if not isinstance(node, dict) or isinstance(node, FrameCall):
+            return node
+        out = dict(node)
+        for key in ("items", "additionalProperties", "extraKeys"):
+            if isinstance(node.get(key), dict):
+                out[key] = self._part(node[key], f"{ptr}/{key}")
+        for key in ("anyOf", "prefixItems"):
+            if isinstance(node.get(key), list):
+                out[key] = [self._part(x, f"{ptr}/{key}/{i}") for i, x in enumerate(node[key])]
+        if isinstance(node.get("properties"), dict):
+            out["properties"] = {
+                name: self._part(sub, f"{ptr}/properties/{escape_pointer(name)}")
+                for name, sub in node["properties"].items()
+            }
+        return out
+
+    def _part(self, node: Any, ptr: str) -> Any:
+        """`node`, split, or a call to it when it is still large."""
+        if not isinstance(node, dict) or isinstance(node, FrameCall):
+            return node
+        made = self._made.get(id(node))
+        if made is not None:
+            return made
+        inner = self.children(node, ptr)
+        self._measured.append(inner)
+        if regex_size(inner, self._sizes, leaves=True) <= SPLIT_CHARS:
+            return inner
+        text = canonical(inner)
+        call = self._same.get(text)
+        if call is None:
+            call = self._same[text] = FrameCall(self.next)
+            self.nodes[self.next], self.names[self.next] = inner, ptr
+            self.next += 1
+        self._made[id(node)] = call
+        return call

@@ -30,7 +30,7 @@ from gclm.compiler.front.json_schema.patterns import (
     pattern_regex,
     string_regex,
 )
-from gclm.errors import CompileLimitError, ConstraintError
+from gclm.errors import CompileLimitError, ConstraintError, GclmError
 
 log = logging.getLogger("gclm.compiler")
 
@@ -85,7 +85,7 @@ def schema_regex(
     elsewhere in the schema; their regexes replace the constants' text in outlines-core's
     output. `top_level=False`: the schema is part of a larger output (see `string_regex`).
     """
-    size = _regex_size(schema, {})
+    size = regex_size(schema, {})
     if size > MAX_REGEX_CHARS:
         raise CompileLimitError(
             f"The schema expands to a regex of about {size:,} characters (limit "
@@ -142,11 +142,14 @@ def _splice(regex: str, prefix: str, leaves: dict[str, str]) -> str:
     return regex
 
 
-def _regex_size(node: Any, memo: dict[int, int]) -> int:
+def regex_size(node: Any, memo: dict[int, int], leaves: bool = False) -> int:
     """Roughly how long outlines-core's regex for a normalised node will be.
 
     It writes an array's item and a free-key object's value twice, and with no required
     property it repeats property i in n - i alternatives (quadratic in optional properties).
+    `leaves`: the strings and numbers gclm writes itself are measured (they are written
+    here, once more), not counted as short (a string's `format` or `pattern` can be
+    thousands of characters).
     """
     if isinstance(node, FrameCall):
         return 8  # one placeholder character, grouped
@@ -155,15 +158,39 @@ def _regex_size(node: Any, memo: dict[int, int]) -> int:
     if id(node) in memo:
         return memo[id(node)]
     size = 60 + len(json.dumps(node.get("enum", "")))
+    if leaves and "enum" not in node and _SPECIAL_OBJECT & node.keys():
+        memo[id(node)] = size = size + _leaf_size(node)  # its parts are in its text
+        return size
+    if leaves and "enum" not in node:
+        size += _leaf_size(node)
     for key in ("items", "additionalProperties"):
-        size += 2 * _regex_size(node.get(key), memo)
+        size += 2 * regex_size(node.get(key), memo, leaves)
     for sub in node.get("anyOf", []) + node.get("prefixItems", []):
-        size += _regex_size(sub, memo)
+        size += regex_size(sub, memo, leaves)
     props = list(node.get("properties", {}).values())
     for i, sub in enumerate(props):
-        size += _regex_size(sub, memo) * (1 if node.get("required") else len(props) - i)
+        size += regex_size(sub, memo, leaves) * (1 if node.get("required") else len(props) - i)
     memo[id(node)] = size
     return size
+
+
+# Objects whose regex gclm writes itself (`_object_regex`).
+_SPECIAL_OBJECT = frozenset({"keyPatterns", "extraKeys", "countedChoices"})
+
+
+def _leaf_size(node: dict[str, Any]) -> int:
+    """The length of the regex gclm writes for a string, number or object node (0 for
+    others, or where it does not write one)."""
+    try:
+        if node.get("type") == "object" and _SPECIAL_OBJECT & node.keys():
+            return len(_object_regex(node, "", DEFAULT_WHITESPACE))
+        if node.get("type") in ("integer", "number"):
+            return len(number_regex(node, "") or "")
+        if node.get("type") == "string":
+            return len(string_regex(node, "") or "")
+    except GclmError:  # schema_regex reports it
+        return 0
+    return 0
 
 
 def _prepare(

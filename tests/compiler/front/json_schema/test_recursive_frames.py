@@ -228,6 +228,51 @@ def test_refs_that_do_not_recurse_but_inline_past_the_limit_are_calls():
         jsonschema.validate(json.loads(text), schema)
 
 
+def wide(n: int) -> dict[str, Any]:
+    """n optional properties, each an object of n optional integers below 10: no $ref,
+    and outlines-core's regex writes each optional property once per alternative that may
+    hold it, n * n / 2 copies of the inner object's own n * n / 2."""
+    inner = {
+        "type": "object",
+        "properties": {f"q{j}": {"type": "integer", "minimum": 0, "maximum": 9} for j in range(n)},
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {f"p{i}": inner for i in range(n)},
+        "additionalProperties": False,
+    }
+
+
+def test_a_schema_past_the_limit_without_refs_is_split_into_frames():
+    """Asked for (the server asks where the regex passed a limit), a schema with no $ref is
+    split: each large subschema a frame, written once however often its caller repeats it;
+    its language the schema's (in declared key order)."""
+    from gclm.compiler.front.json_schema.frames import schema_frames
+    from gclm.compiler.front.regex import to_regex
+    from gclm.errors import CompileLimitError
+
+    schema = wide(40)
+    c = Constraint.json_schema(schema)
+    with pytest.raises(CompileLimitError, match="regex of about"):
+        to_regex(c)
+    frames = schema_frames(c, split=True)
+    assert frames is not None
+    assert len(frames.bodies) == 2  # the outer object, and the inner one once
+    assert schema_frames(c) is None  # no $ref: nothing to call unless split
+    t = PushdownTable.of_constraint(c, VOCAB)
+    assert t is not None
+    valid = [{}, {"p3": {}}, {"p0": {"q1": 2}, "p39": {"q0": 0, "q39": 9}}]
+    for value in valid:
+        jsonschema.validate(value, schema)
+        assert accepts(t, json.dumps(value, separators=(",", ":")))
+    for text in ('{"p0":{"q1":12}}', '{"p0":{"q40":1}}', '{"p1":{},"p0":{}}', '{"p0":1}'):
+        assert not accepts(t, text), text
+    for seed in range(5):
+        text = generate(t, t.request_minimum() + 40, seed)
+        jsonschema.validate(json.loads(text), schema)
+
+
 def test_a_grammar_whose_rules_recurse_on_the_left_through_each_other_is_unrolled():
     from gclm.compiler.front.regex import to_regex
 
