@@ -23,6 +23,7 @@ import json
 from typing import Any
 
 from gclm.compiler.front.constraint import Constraint
+from gclm.compiler.front.deadline import check
 from gclm.compiler.front.grammar.frames import GrammarFrames
 from gclm.compiler.front.grammar.rx import Rx
 from gclm.compiler.front.json_schema.calls import NEAR_CALLS, FrameCall, OpaqueCall
@@ -212,6 +213,7 @@ class _Splitter:
         made = self._made.get(id(node))
         if made is not None:
             return made
+        check()  # the request's deadline (compiler/front/deadline.py)
         inner = self.children(node, ptr)
         self._measured.append(inner)
         if regex_size(inner, self._sizes, leaves=True) <= SPLIT_CHARS:
