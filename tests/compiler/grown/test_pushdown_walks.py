@@ -8,45 +8,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench.pushdown import GRAMMARS
 from gclm.compiler.front.constraint import Constraint
 from gclm.compiler.front.grammar.frames import grammar_frames
 from gclm.compiler.front.json_schema.frames import schema_frames
 from gclm.compiler.grown.pushdown import PushdownTable
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
 
-GRAMMARS = {
-    "lists": (
-        'start: value\nvalue: "[" (value ("," value)*)? "]" | DIGIT\n%import common.DIGIT',
-        "[",
-    ),
-    "calls": ('start: e\ne: "f(" e ("," e)* ")" | INT\n%import common.INT', "f("),
-    "arithmetic": (
-        """start: sum
-sum: product (("+"|"-") product)*
-product: atom ("*" atom)*
-atom: INT | "(" sum ")" | "-" atom
-%import common.INT
-%import common.WS
-%ignore WS""",
-        "(",
-    ),
-    "json": (
-        r"""start: value
-value: dict | list | ESCAPED_STRING | SIGNED_NUMBER | "true" | "false" | "null"
-list: "[" [value ("," value)*] "]"
-dict: "{" [pair ("," pair)*] "}"
-pair: ESCAPED_STRING ":" value
-%import common.ESCAPED_STRING
-%import common.SIGNED_NUMBER
-%import common.WS
-%ignore WS""",
-        "[{",
-    ),
-    "schema_lists": (
-        {"anyOf": [{"type": "integer"}, {"type": "array", "items": {"$ref": "#"}}]},
-        "[",
-    ),
-}
+# bench/pushdown.py's grammars and schemas that nest deep when pushed.
+CASES = ("lists", "calls", "arithmetic", "json", "schema_lists")
 
 
 def _table(spec: str | dict, vocab: TokenVocabulary) -> PushdownTable:
@@ -58,7 +28,7 @@ def _table(spec: str | dict, vocab: TokenVocabulary) -> PushdownTable:
     return PushdownTable.of_frames(frames, vocab)
 
 
-@pytest.mark.parametrize("name", GRAMMARS)
+@pytest.mark.parametrize("name", CASES)
 def test_taken_walks_mask_as_walked_ones(name: str, embedded_vocab: TokenVocabulary) -> None:
     spec, opener = GRAMMARS[name]
     taking, walking = _table(spec, embedded_vocab), _table(spec, embedded_vocab)
