@@ -604,8 +604,9 @@ class PushdownDfa(GrownRows):
 
     def _target(self, seeds: frozenset[tuple[int, tuple[int, ...]]]) -> Target | None:
         """Where the configurations `seeds` (seen from a base) lead without reading a byte
-        (remembered): `_closure` above a base, which stops where a reading ends a frame at
-        the base."""
+        (remembered): calls push, frame ends pop, and a frame that ends at the base stops
+        that reading (`exits`); the live configurations that read a byte, seen from the
+        deepest stack they share, and their least `every` and `single` above the base."""
         if seeds in self._targets:
             return self._targets[seeds]
         every, single = self.rtn.every, self.rtn.single
