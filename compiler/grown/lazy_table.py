@@ -47,6 +47,7 @@ import numpy as np
 from gclm.compiler.grown.byte_bounds import byte_bounds, single_byte_tokens
 from gclm.compiler.grown.path_bound import dfa_path, fewest_tokens
 from gclm.compiler.grown.state_walk import (
+    NO_LEVELS,
     clear_rows,
     clear_scratch,
     digest,
@@ -69,7 +70,6 @@ from gclm.errors import InternalError
 # cost 0.1-0.3 ms and 1-4 KB a state here; `start: ("a"~1000)~1000` walked 270 k states and
 # 1.2 GB in 40 s before this bound.
 REQUEST_SEARCH_STATES = 5_000
-_NO_LEVELS = np.zeros(0, dtype=np.int32)
 
 
 class SearchTooLarge(Exception):
@@ -317,7 +317,7 @@ class LazyTable:
     def _levels(self) -> np.ndarray:
         """int32 by state: how far down its stack each row read, for a walk to lower
         `_floor` to (compiler/grown/pushdown.py's; empty: rows that read no stack)."""
-        return _NO_LEVELS
+        return NO_LEVELS
 
     def _build_row(self, state: int) -> None:
         raise InternalError(f"state {state} of a whole byte DFA has no row")

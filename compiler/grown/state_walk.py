@@ -23,6 +23,8 @@ from gclm.compiler.numba_cache import cache_per_version
 cache_per_version(__file__)
 
 _local = threading.local()
+# `walk_trie`'s `levels` for a DFA whose rows read no stack (all but compiler/grown/pushdown.py's).
+NO_LEVELS = np.zeros(0, dtype=np.int32)
 
 
 def scratch_rows(width: int, groups: int, used: np.ndarray | None = None) -> np.ndarray:

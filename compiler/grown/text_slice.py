@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
+from gclm.compiler.grown.state_walk import NO_LEVELS
 from gclm.compiler.numba_cache import cache_per_version
 from gclm.compiler.vocab.trie import TokenTrie, trie_of
 from gclm.compiler.vocab.vocabulary import TokenVocabulary
@@ -58,7 +59,6 @@ _CHAR[5, 0x80:0xA0] = 1
 _CHAR[6, 0x90:0xC0] = 2
 _CHAR[7, 0x80:0x90] = 2
 _MAX_PAIRS = 64  # (automaton state, DFA state) pairs a check may meet before it gives up
-_NO_LEVELS = np.zeros(0, dtype=np.int32)  # a DFA whose rows read no stack
 _NO_FLOOR = np.zeros(1, dtype=np.int64)
 
 
@@ -103,7 +103,7 @@ def text_slice(vocab: TokenVocabulary) -> TextSlice:
 
 
 def text_target(  # noqa: ANN001
-    trans, columns, built, state, levels=_NO_LEVELS, floor=_NO_FLOOR
+    trans, columns, built, state, levels=NO_LEVELS, floor=_NO_FLOOR
 ) -> tuple[int, int]:
     """Where every text token leads from `state` through `trans` (a byte's column:
     `columns[byte]`), if they all lead to one state: (0, t) when every raw JSON string

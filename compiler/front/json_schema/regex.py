@@ -158,11 +158,11 @@ def regex_size(node: Any, memo: dict[int, int], leaves: bool = False) -> int:
     if id(node) in memo:
         return memo[id(node)]
     size = 60 + len(json.dumps(node.get("enum", "")))
-    if leaves and "enum" not in node and _SPECIAL_OBJECT & node.keys():
-        memo[id(node)] = size = size + _leaf_size(node)  # its parts are in its text
-        return size
     if leaves and "enum" not in node:
         size += _leaf_size(node)
+        if _SPECIAL_OBJECT & node.keys():  # its parts are in its text
+            memo[id(node)] = size
+            return size
     for key in ("items", "additionalProperties"):
         size += 2 * regex_size(node.get(key), memo, leaves)
     for sub in node.get("anyOf", []) + node.get("prefixItems", []):
